@@ -1,0 +1,1 @@
+"""The stork_* commands: one module per command, shared options in `common`."""

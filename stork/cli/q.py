@@ -1,0 +1,70 @@
+"""stork_q: list the queue."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from stork.cli.common import EXIT_OK, add_name, human_bytes, load_settings, parser, run
+from stork.client import Client
+
+
+def progress_text(job: dict[str, Any], now: float) -> str:
+    state = job["state"]
+    if state == "RUNNING":
+        if job["bytes_done"]:
+            return f"{human_bytes(job['bytes_done'])} @ {job['rate_mbps']:.1f} Mb/s"
+        return "starting"
+    if state == "IDLE" and job["next_attempt_at"] > now:
+        return f"retry in {job['next_attempt_at'] - now:.0f}s"
+    if state == "COMPLETED":
+        return human_bytes(job["bytes_done"])
+    if state == "FAILED" and job.get("failure_kind"):
+        return job["failure_kind"]
+    return "-"
+
+
+def table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    lines = [f"{'ID':>6} {'OWNER':<10} {'STATE':<9} {'ATT':>3}  {'PROGRESS':<26} SOURCE -> DESTINATION"]
+    for job in jobs:
+        lines.append(f"{job['id']:>6} {job['owner'][:10]:<10} {job['state']:<9} {job['attempts']:>3}  "
+                     f"{progress_text(job, now):<26} {job['src_url']} -> {job['dest_url']}")
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+    lines.append(f"{len(jobs)} job(s){': ' + summary if summary else ''}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("stork_q", "Show the Stork job queue.")
+    add_name(p)
+    p.add_argument("-l", "-long", dest="long", action="store_true", help="print the full job ads")
+    p.add_argument("-constraint", metavar="EXPR",
+                   help='only jobs for which the ClassAd expression is true, e.g. state == "IDLE"')
+    p.add_argument("ids", nargs="*", type=int, help="only these job ids")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        client = Client.from_settings(load_settings(args.config), args.name)
+        try:
+            jobs = client.jobs(args.constraint, long=args.long)
+        finally:
+            client.close()
+        if args.ids:
+            wanted = set(args.ids)
+            jobs = [j for j in jobs if j["id"] in wanted]
+        if args.long:
+            print("\n\n".join(j["ad"].strip() for j in jobs))
+        else:
+            print(table(jobs))
+        return EXIT_OK
+
+    return run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""stork_status: one job's ad, attempt history and events."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from stork.cli.common import EXIT_FAILED, EXIT_OK, add_name, load_settings, parser, run, when
+from stork.cli.q import progress_text
+from stork.client import Client
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("stork_status", "Show a job's ad, its attempts and its events.")
+    add_name(p)
+    p.add_argument("ids", nargs="+", type=int, metavar="ID")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        client = Client.from_settings(load_settings(args.config), args.name)
+        code = EXIT_OK
+        try:
+            for job_id in args.ids:
+                info = client.status(job_id)
+                job = info["job"]
+                print(f"Job {job_id}: {job['state']} ({progress_text(job, time.time())})")
+                print(job["ad"].strip())
+                print("Attempts:")
+                if not info["attempts"]:
+                    print("  none yet")
+                for a in info["attempts"]:
+                    outcome = a["outcome"] or "running"
+                    print(f"  {a['number']:>3}  {when(a['started_at'])}  {outcome:<11} "
+                          f"exit={a['exit_code'] if a['exit_code'] is not None else '-'}  "
+                          f"{a['module']}  {a['src_url']} -> {a['dest_url']}")
+                    if a["error"]:
+                        print(f"       error: {a['error'].strip().splitlines()[-1]}")
+                print("Events:")
+                for e in info["events"]:
+                    print(f"  {when(e['time'])}  {e['kind']:<15} "
+                          + ", ".join(f"{k}={v}" for k, v in sorted(e["detail"].items())
+                                      if k != "error"))
+                if job["state"] == "FAILED":
+                    code = EXIT_FAILED
+        finally:
+            client.close()
+        return code
+
+    return run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""stork_submit: validate a submit file and queue its jobs."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from stork.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_OK, add_name, error,
+                              load_settings, parser, run)
+from stork.client import Client
+from stork.errors import SubmitError
+from stork.job import JobState
+from stork.submit import parse_submit
+from stork.transfer.registry import Registry
+
+POLL_S = 0.5
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("stork_submit", "Submit data placement jobs described as ClassAds.")
+    add_name(p)
+    p.add_argument("-lognotes", metavar="TEXT", help="text for the user log's submit event")
+    p.add_argument("-stdin", action="store_true", help="read the submit file from standard input")
+    p.add_argument("--dry-run", action="store_true", help="validate only; submit nothing")
+    p.add_argument("--wait", action="store_true",
+                   help="wait until the jobs end; exit 0 only if all completed")
+    p.add_argument("file", nargs="?", help="submit file (.dap)")
+    args = p.parse_args(argv)
+    if args.stdin == bool(args.file):
+        p.error("give a submit FILE or -stdin (exactly one)")
+    return run(lambda: _submit(args))
+
+
+def _submit(args) -> int:  # type: ignore[no-untyped-def]
+    settings = load_settings(args.config)
+    if args.stdin:
+        filename, text = "<stdin>", sys.stdin.read()
+    else:
+        filename = args.file
+        try:
+            with open(filename, encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            error(f"{filename}: cannot read: {getattr(exc, 'strerror', None) or exc}")
+            return EXIT_INVALID
+    iwd = os.getcwd()
+    registry = Registry.default(settings.module_dir, settings.globus_url_copy)
+    try:
+        specs = parse_submit(text, filename, iwd=iwd, registry=registry, lognotes=args.lognotes)
+    except SubmitError as exc:
+        for problem in exc.problems:
+            print(f"stork_submit: error: {problem}", file=sys.stderr)
+        print(f"stork_submit: nothing from {filename} was submitted", file=sys.stderr)
+        return EXIT_INVALID
+    if args.dry_run:
+        for index, spec in enumerate(specs, 1):
+            print(f"{filename}: ad {index}: {spec.dap_type.value} {spec.src_url} -> {spec.dest_url}"
+                  " (valid)")
+        print(f"{filename}: {len(specs)} ad(s) valid; nothing submitted (--dry-run)")
+        return EXIT_OK
+    servers = {spec.stork_server for spec in specs if spec.stork_server}
+    name = args.name
+    if name is None and len(servers) > 1:
+        error(f"{filename}: ads name different stork_server values ({', '.join(sorted(servers))}); "
+              "submit them separately or choose one with -name")
+        return EXIT_INVALID
+    if name is None and servers:
+        name = servers.pop()
+    client = Client.from_settings(settings, name)
+    try:
+        ids = client.submit(text, filename, iwd, args.lognotes)
+        for job_id in ids:
+            print(f"Request assigned id: {job_id}", flush=True)
+        if not args.wait:
+            return EXIT_OK
+        return _wait(client, ids)
+    finally:
+        client.close()
+
+
+def _wait(client: Client, ids: list[int]) -> int:
+    pending = set(ids)
+    final: dict[int, dict] = {}
+    while pending:
+        for job_id in sorted(pending):
+            job = client.status(job_id)["job"]
+            if JobState(job["state"]).terminal:
+                final[job_id] = job
+                pending.discard(job_id)
+                line = f"job {job_id}: {job['state']}"
+                if job["state"] != JobState.COMPLETED.value and job.get("last_error"):
+                    line += f": {job['last_error'].strip().splitlines()[-1]}"
+                print(line, flush=True)
+        if pending:
+            time.sleep(POLL_S)
+    ok = all(j["state"] == JobState.COMPLETED.value for j in final.values())
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""HTCondor-style configuration, read once into a frozen, validated Settings object.
+
+Syntax: ``NAME = value`` lines, ``#`` comments, ``$(NAME)`` references to other knobs and
+``$ENV(VAR)`` references to the environment, expanded after the whole file is read (as
+HTCondor does). Sources, later winning: built-in defaults, the config file, then
+``_STORK_<NAME>`` environment variables (like HTCondor's ``_CONDOR_<NAME>``), where NAME
+is the knob without its ``STORK_`` prefix (``_STORK_MAX_NUM_JOBS=4``) or a whole knob name
+of another family.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from stork.errors import ConfigError
+
+ENV_CONFIG = "STORK_CONFIG"
+ENV_OVERRIDE_PREFIX = "_STORK_"
+
+
+def _parse_int_min(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _parse_float_min(minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"expected a number, got {text!r}") from None
+        if not value >= minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _parse_str(text: str) -> str:
+    return text
+
+
+def _parse_path(text: str) -> str:
+    if text and not os.path.isabs(text):
+        raise ValueError(f"expected an absolute path, got {text!r}")
+    return text
+
+
+def _parse_address(text: str) -> str:
+    if not text:
+        return ""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+def _parse_level(text: str) -> str:
+    level = text.upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
+    return level
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    field: str
+    default: str
+    parse: Callable[[str], Any]
+    doc: str
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("STORK_STATE_DIR", "state_dir", "$ENV(HOME)/.stork", _parse_path,
+         "Directory for the job database, spool files and the pid file."),
+    Knob("STORK_DATABASE", "database", "$(STORK_STATE_DIR)/stork.db", _parse_path,
+         "SQLite database file holding the job queue."),
+    Knob("STORK_SOCKET", "socket", "$(STORK_STATE_DIR)/stork.sock", _parse_path,
+         "Unix socket on which the daemon serves its HTTP/JSON API."),
+    Knob("STORK_API_ADDRESS", "api_address", "", _parse_address,
+         "HOST:PORT for the API on TCP as well; empty for the Unix socket only."),
+    Knob("STORK_API_TOKEN_FILE", "api_token_file", "", _parse_path,
+         "File holding the bearer token TCP clients must send; required with STORK_API_ADDRESS."),
+    Knob("STORK_PID_FILE", "pid_file", "$(STORK_STATE_DIR)/stork_server.pid", _parse_path,
+         "Pid file of the detached daemon."),
+    Knob("STORK_LOG", "log", "$(STORK_STATE_DIR)/stork_server.log", _parse_path,
+         "Daemon log file."),
+    Knob("STORK_LOG_LEVEL", "log_level", "INFO", _parse_level,
+         "Daemon log level: DEBUG, INFO, WARNING or ERROR."),
+    Knob("STORK_MODULE_DIR", "module_dir", "", _parse_path,
+         "Directory of external transfer modules named stork.transfer.<src>-<dst>; empty for none."),
+    Knob("STORK_MAX_NUM_JOBS", "max_num_jobs", "10", _parse_int_min(1),
+         "Most transfers running at once."),
+    Knob("STORK_MAX_RETRY", "max_retry", "5", _parse_int_min(0),
+         "Retries of a failed transfer when the job sets no max_retries."),
+    Knob("STORK_RETRY_DELAY", "retry_delay_s", "5", _parse_float_min(0),
+         "Seconds before the first retry; the delay doubles with each failure."),
+    Knob("STORK_RETRY_DELAY_MAX", "retry_delay_max_s", "600", _parse_float_min(0),
+         "Longest delay between retries, in seconds."),
+    Knob("STORK_MAXDELAY_INMINUTES", "max_delay_min", "60", _parse_float_min(0.01),
+         "A transfer running longer than this many minutes is killed and counted as failed."),
+    Knob("STORK_SHUTDOWN_GRACE", "shutdown_grace_s", "30", _parse_float_min(0),
+         "Seconds running transfers may finish after the first SIGTERM before being requeued."),
+    Knob("STORK_DISPATCH_INTERVAL", "dispatch_interval_s", "1", _parse_float_min(0.01),
+         "Seconds between dispatch ticks (the dispatcher also wakes at once on submit and exit)."),
+    Knob("STORK_HUNG_CHECK_INTERVAL", "hung_check_interval_s", "30", _parse_float_min(0.1),
+         "Seconds between checks for transfers running past STORK_MAXDELAY_INMINUTES."),
+    Knob("STORK_JOB_RETENTION_DAYS", "job_retention_days", "30", _parse_float_min(0),
+         "Finished jobs older than this many days are deleted; 0 keeps them forever."),
+    Knob("STORK_CLEANUP_INTERVAL", "cleanup_interval_s", "3600", _parse_float_min(1),
+         "Seconds between removals of old finished jobs."),
+    Knob("STORK_DEFAULT_STREAMS", "default_streams", "1", _parse_int_min(1),
+         "Parallel streams for GridFTP transfers that give no -p (globus-url-copy's default)."),
+    Knob("STORK_GLOBUS_URL_COPY", "globus_url_copy", "globus-url-copy", _parse_str,
+         "The globus-url-copy executable."),
+    Knob("STORK_PROGRESS_INTERVAL", "progress_interval_s", "1", _parse_float_min(0),
+         "Least seconds between progress updates written to the queue for one job."),
+)
+
+_BY_NAME = {k.name: k for k in KNOBS}
+_REF = re.compile(r"\$(ENV)?\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob, typed and validated. Built only by `load`."""
+
+    source: str  # the config file read, or "<defaults>"
+    state_dir: str
+    database: str
+    socket: str
+    api_address: str
+    api_token_file: str
+    pid_file: str
+    log: str
+    log_level: str
+    module_dir: str
+    max_num_jobs: int
+    max_retry: int
+    retry_delay_s: float
+    retry_delay_max_s: float
+    max_delay_min: float
+    shutdown_grace_s: float
+    dispatch_interval_s: float
+    hung_check_interval_s: float
+    job_retention_days: float
+    cleanup_interval_s: float
+    default_streams: int
+    globus_url_copy: str
+    progress_interval_s: float
+
+
+assert {f.name for f in fields(Settings)} == {k.field for k in KNOBS} | {"source"}
+
+
+def _read_file(path: str) -> dict[str, tuple[str, int]]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror}", path=path) from None
+    raw: dict[str, tuple[str, int]] = {}
+    pending = ""
+    start = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not pending:
+            start = number
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        full = pending + stripped
+        pending = ""
+        match = _LINE.match(full)
+        if not match:
+            raise ConfigError(f"expected NAME = value, got {full!r}", path=path, line=start)
+        name = match.group(1).upper()
+        if name not in _BY_NAME:
+            raise ConfigError(f"unknown knob {name}", path=path, line=start)
+        raw[name] = (match.group(2), start)
+    if pending:
+        raise ConfigError("file ends inside a continued line", path=path, line=start)
+    return raw
+
+
+def _expand(name: str, raw: Mapping[str, str], env: Mapping[str, str], seen: tuple[str, ...]) -> str:
+    if name in seen:
+        chain = " -> ".join((*seen, name))
+        raise ValueError(f"circular reference {chain}")
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(1):
+            return env.get(match.group(2), "")
+        ref = match.group(2).upper()
+        if ref not in raw:
+            raise ValueError(f"reference to unknown knob $({ref})")
+        return _expand(ref, raw, env, (*seen, name))
+
+    return _REF.sub(substitute, raw[name])
+
+
+def config_path(explicit: str | None, env: Mapping[str, str]) -> str | None:
+    """The config file chosen by ``-c FILE``, else ``$STORK_CONFIG``, else none."""
+    if explicit:
+        return explicit
+    return env.get(ENV_CONFIG) or None
+
+
+def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Read defaults, then `path`, then ``_STORK_*`` overrides, into Settings."""
+    env = dict(os.environ if env is None else env)
+    raw = {k.name: k.default for k in KNOBS}
+    lines: dict[str, int] = {}
+    if path is not None:
+        path = os.path.abspath(path)
+        for name, (value, line) in _read_file(path).items():
+            raw[name] = value
+            lines[name] = line
+    overridden: dict[str, str] = {}
+    for key, value in env.items():
+        if key.startswith(ENV_OVERRIDE_PREFIX):
+            rest = key[len(ENV_OVERRIDE_PREFIX):]
+            name = f"STORK_{rest}" if f"STORK_{rest}" in _BY_NAME else rest
+            if name not in _BY_NAME:
+                raise ConfigError(f"environment variable {key} names unknown knob {name}")
+            raw[name] = value
+            overridden[name] = key
+    values: dict[str, Any] = {}
+    for knob in KNOBS:
+        try:
+            values[knob.field] = knob.parse(_expand(knob.name, raw, env, ()).strip())
+        except ValueError as exc:
+            if knob.name in overridden:
+                raise ConfigError(f"environment variable {overridden[knob.name]}: {exc}") from None
+            if knob.name in lines:
+                raise ConfigError(f"{knob.name}: {exc}", path=path, line=lines[knob.name]) from None
+            raise ConfigError(f"{knob.name} (default {knob.default!r}): {exc}") from None
+    return Settings(source=path or "<defaults>", **values)

@@ -1,0 +1,94 @@
+"""Jobs as ClassAds and as JSON: what `stork_q -l`, `-constraint` and `stork_status` see.
+
+The user's own ad (with every attribute they wrote) is extended with the queue's view of
+the job under the names below, so a constraint such as ``state == "IDLE" && owner ==
+"alice"`` works as HTCondor users expect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import classad2
+
+from stork.job import Job
+from stork.store.base import Attempt
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    """The JSON fields every listing carries."""
+    return {
+        "id": job.id,
+        "owner": job.owner,
+        "owner_uid": job.owner_uid,
+        "state": job.state.value,
+        "dap_type": job.spec.dap_type.value,
+        "src_url": job.spec.src_url,
+        "dest_url": job.spec.dest_url,
+        "attempts": job.attempts,
+        "failures": job.failures,
+        "submitted_at": job.submitted_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "next_attempt_at": job.next_attempt_at,
+        "bytes_done": job.bytes_done,
+        "rate_mbps": job.rate_mbps,
+        "last_error": job.last_error,
+        "failure_kind": job.failure_kind,
+    }
+
+
+def job_ad(job: Job) -> classad2.ClassAd:
+    """The user's ad plus the queue's attributes."""
+    ad = classad2.ClassAd(job.spec.ad_text)
+    ad["stork_id"] = job.id
+    ad["owner"] = job.owner
+    ad["owner_uid"] = job.owner_uid
+    ad["state"] = job.state.value
+    ad["attempts"] = job.attempts
+    ad["failures"] = job.failures
+    ad["submit_time"] = int(job.submitted_at)
+    ad["bytes_transferred"] = job.bytes_done
+    ad["transfer_rate_mbps"] = round(job.rate_mbps, 3)
+    if job.started_at is not None:
+        ad["start_time"] = int(job.started_at)
+    if job.finished_at is not None:
+        ad["completion_time"] = int(job.finished_at)
+    if job.next_attempt_at:
+        ad["next_attempt_time"] = int(job.next_attempt_at)
+    if job.last_error:
+        ad["last_error"] = job.last_error
+    if job.failure_kind:
+        ad["failure_kind"] = job.failure_kind
+    for key, value in job.result.items():
+        ad[key] = value
+    return ad
+
+
+def attempt_record(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "started_at": attempt.started_at,
+        "ended_at": attempt.ended_at,
+        "module": attempt.module,
+        "src_url": attempt.src_url,
+        "dest_url": attempt.dest_url,
+        "exit_code": attempt.exit_code,
+        "outcome": attempt.outcome,
+        "error": attempt.error,
+        "bytes_done": attempt.bytes_done,
+    }
+
+
+def matches(constraint: classad2.ExprTree, job: Job) -> bool:
+    """True when the constraint evaluates to true (undefined and errors count as false)."""
+    value = constraint.eval(job_ad(job))
+    return value is True
+
+
+def parse_constraint(text: str) -> classad2.ExprTree:
+    """Raise ValueError naming the expression when it is not a ClassAd expression."""
+    try:
+        return classad2.ExprTree(text)
+    except Exception:
+        raise ValueError(f"-constraint {text!r} is not a valid ClassAd expression") from None

@@ -1,0 +1,1 @@
+"""The stork_server daemon: API, dispatcher, attempt runner, periodic work."""

@@ -1,0 +1,172 @@
+"""The stork_server process: initialize, loop, shutdown (signal handlers only set flags).
+
+First SIGTERM (or SIGINT): stop starting transfers, let running ones finish for up to
+STORK_SHUTDOWN_GRACE seconds, then stop and requeue them. A second SIGTERM stops at once,
+requeueing. SIGHUP re-reads the configuration file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from types import FrameType
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from stork import config
+from stork.config import Settings
+from stork.errors import ConfigError
+from stork.server.api import ApiServers
+from stork.server.dispatcher import Dispatcher
+from stork.server.service import Service
+from stork.store import open_store
+from stork.transfer.registry import Registry
+
+log = logging.getLogger("stork.server")
+_STOP_WAIT_S = 10.0
+
+
+class Daemon:
+    def __init__(self, settings: Settings, config_file: str | None) -> None:
+        self.settings = settings
+        self.config_file = config_file
+        self._terms = 0
+        self._hup = False
+        self._wake = threading.Event()
+        self.store = None
+        self.dispatcher: Dispatcher | None = None
+        self.api: ApiServers | None = None
+        self.scheduler: BackgroundScheduler | None = None
+
+    # -- signals: set flags, nothing else ----------------------------------------------------
+
+    def on_term(self, signum: int, frame: FrameType | None) -> None:
+        self._terms += 1
+        self._wake.set()
+        if self._terms >= 2 and self.dispatcher is not None:
+            self.dispatcher.stop_accepting()  # harmless flag; the loop does the rest
+
+    def on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self._hup = True
+        self._wake.set()
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self.on_term)
+        signal.signal(signal.SIGINT, self.on_term)
+        signal.signal(signal.SIGHUP, self.on_hup)
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def initialize(self) -> None:
+        s = self.settings
+        os.makedirs(s.state_dir, mode=0o755, exist_ok=True)
+        token = ""
+        if s.api_address:
+            token = _read_token(s.api_token_file)
+        self.store = open_store(s.database)
+        registry = Registry.default(s.module_dir, s.globus_url_copy)
+        self.dispatcher = Dispatcher(self.store, s, registry)
+        requeued = self.dispatcher.recover()
+        if requeued:
+            log.warning("requeued %d job(s) left running by a previous stork_server: %s",
+                        len(requeued), ", ".join(str(j.id) for j in requeued))
+        self.api = ApiServers(Service(self.dispatcher), s.socket, s.api_address, token)
+        self.api.start()
+        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
+                                                           "misfire_grace_time": None})
+        self._schedule()
+        self.scheduler.start()
+        log.info("stork_server %d serving on %s%s (config %s)", os.getpid(), s.socket,
+                 f" and {s.api_address}" if s.api_address else "", s.source)
+        self.dispatcher.tick()
+
+    def _schedule(self) -> None:
+        assert self.scheduler is not None and self.dispatcher is not None
+        s = self.settings
+        d = self.dispatcher
+        self.scheduler.add_job(d.tick, "interval", seconds=s.dispatch_interval_s,
+                               id="dispatch", replace_existing=True)
+        self.scheduler.add_job(d.check_hung, "interval", seconds=s.hung_check_interval_s,
+                               id="hung", replace_existing=True)
+        self.scheduler.add_job(self._cleanup, "interval", seconds=s.cleanup_interval_s,
+                               id="cleanup", replace_existing=True)
+
+    def _cleanup(self) -> None:
+        days = self.settings.job_retention_days
+        if days > 0 and self.store is not None:
+            removed = self.store.purge_finished(time.time() - days * 86400)
+            if removed:
+                log.info("cleanup: deleted %d finished job(s) older than %g days", removed, days)
+
+    def _reload(self) -> None:
+        try:
+            new = config.load(self.config_file)
+        except ConfigError as exc:
+            log.error("SIGHUP: keeping the old configuration: %s", exc)
+            return
+        for name in ("socket", "api_address", "database", "state_dir"):
+            if getattr(new, name) != getattr(self.settings, name):
+                log.warning("SIGHUP: %s changed; it takes effect at the next restart", name)
+        assert self.dispatcher is not None
+        self.settings = new
+        self.dispatcher.settings = new
+        self.dispatcher.registry = Registry.default(new.module_dir, new.globus_url_copy)
+        self._schedule()
+        log.info("SIGHUP: configuration re-read from %s", new.source)
+        self.dispatcher.tick()
+
+    def loop(self) -> None:
+        while self._terms == 0:
+            self._wake.wait(1.0)
+            self._wake.clear()
+            if self._hup:
+                self._hup = False
+                self._reload()
+
+    def shutdown(self) -> None:
+        assert self.dispatcher is not None
+        d = self.dispatcher
+        d.stop_accepting()
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+        grace = self.settings.shutdown_grace_s
+        if d.running_count():
+            log.info("shutting down: waiting up to %g s for %d running transfer(s)", grace,
+                     d.running_count())
+        deadline = time.monotonic() + grace
+        while d.running_count() and self._terms < 2 and time.monotonic() < deadline:
+            d.wait_idle(0.2)
+        if d.running_count():
+            log.info("shutting down: stopping %d transfer(s) and requeueing them",
+                     d.running_count())
+            d.kill_all()
+            d.wait_idle(_STOP_WAIT_S)
+        if self.api is not None:
+            self.api.stop()
+        if self.store is not None:
+            self.store.close()
+        log.info("stork_server stopped")
+
+    def run(self) -> None:
+        self.install_signals()
+        self.initialize()
+        try:
+            self.loop()
+        finally:
+            self.shutdown()
+
+
+def _read_token(path: str) -> str:
+    if not path:
+        raise ConfigError("STORK_API_ADDRESS is set but STORK_API_TOKEN_FILE is not: the TCP API "
+                          "needs a token")
+    try:
+        token = open(path).read().strip()
+    except OSError as exc:
+        raise ConfigError(f"STORK_API_TOKEN_FILE: cannot read {path}: {exc.strerror}") from None
+    if len(token) < 16:
+        raise ConfigError(f"STORK_API_TOKEN_FILE: token in {path} is shorter than 16 characters")
+    return token

@@ -1,0 +1,335 @@
+"""The dispatcher: starts IDLE jobs in free slots and judges each attempt when it ends.
+
+It decides; the store applies. Every state change is one store call (state + event in one
+transaction), followed by the matching HTCondor user log event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stork.config import Settings
+from stork.errors import PermissionDenied
+from stork.job import Job, JobState
+from stork.server.runner import Attempt, AttemptResult
+from stork.store.base import JobStore, Transition
+from stork.transfer import verify
+from stork.transfer.base import FailureKind, Progress, TransferModule, TransferRequest
+from stork.transfer.registry import Registry
+from stork.urls import parse_url, with_scheme
+from stork.userlog import UserLog
+
+log = logging.getLogger(__name__)
+
+KILL_TIMEOUT = "timeout"
+KILL_REMOVED = "removed"
+KILL_SHUTDOWN = "shutdown"
+
+
+@dataclass
+class _Running:
+    job: Job  # as it was when the attempt started
+    attempt_no: int
+    src_url: str
+    dest_url: str
+    module: TransferModule
+    process: Attempt
+    last_progress_write: float = 0.0
+
+
+def urls_for_attempt(job: Job, attempt_no: int) -> tuple[str, str]:
+    """The URLs of attempt `attempt_no` (1-based): alt_protocols cycle after the original."""
+    pairs = job.spec.alt_protocols
+    index = (attempt_no - 1) % (len(pairs) + 1)
+    if index == 0:
+        return job.spec.src_url, job.spec.dest_url
+    src_scheme, dest_scheme = pairs[index - 1]
+    return with_scheme(job.spec.src_url, src_scheme), with_scheme(job.spec.dest_url, dest_scheme)
+
+
+def retry_delay_s(settings: Settings, failures: int) -> float:
+    """Delay before the retry that follows the `failures`-th failure (doubling, capped)."""
+    return float(min(settings.retry_delay_s * 2 ** max(failures - 1, 0), settings.retry_delay_max_s))
+
+
+def userlog_for(job: Job) -> UserLog | None:
+    return UserLog(job.spec.log, job.id) if job.spec.log else None
+
+
+def write_userlog(job: Job, action: Callable[[UserLog], None]) -> None:
+    """Append to the job's user log; a log that cannot be written never stops the job."""
+    ulog = userlog_for(job)
+    if ulog is None:
+        return
+    try:
+        action(ulog)
+    except OSError as exc:
+        log.warning("job %d: cannot write user log %s: %s", job.id, job.spec.log, exc)
+
+
+class Dispatcher:
+    def __init__(self, store: JobStore, settings: Settings, registry: Registry,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.settings = settings
+        self.registry = registry
+        self.clock = clock
+        self.accepting = True
+        self._running: dict[int, _Running] = {}
+        self._lock = threading.RLock()
+        self._tick_lock = threading.Lock()
+        self._tick_again = False
+        self._idle = threading.Condition(self._lock)
+
+    # -- dispatching --------------------------------------------------------------------------
+
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def tick(self) -> None:
+        """Start runnable jobs while slots are free. Safe to call from any thread."""
+        if not self._tick_lock.acquire(blocking=False):
+            self._tick_again = True
+            return
+        try:
+            while True:
+                self._tick_again = False
+                self._fill_slots()
+                if not self._tick_again:
+                    break
+        finally:
+            self._tick_lock.release()
+
+    def _fill_slots(self) -> None:
+        while self.accepting:
+            with self._lock:
+                free = self.settings.max_num_jobs - len(self._running)
+            if free <= 0:
+                return
+            jobs = self.store.runnable(self.clock(), free)
+            if not jobs:
+                return
+            for job in jobs:
+                self._start(job)
+
+    def _start(self, job: Job) -> None:
+        attempt_no = job.attempts + 1
+        src, dest = urls_for_attempt(job, attempt_no)
+        module = self.registry.find(parse_url(src).scheme, parse_url(dest).scheme)
+        now = self.clock()
+        if module is None:
+            started = self.store.start_attempt(job.id, now, src, dest, "none")
+            if started is not None:
+                self._finish(started, attempt_no, module=None, now=now, result=AttemptResult(
+                    127, f"no transfer module handles {src} -> {dest}", 0, 0.0, None))
+            return
+        started = self.store.start_attempt(job.id, now, src, dest, module.name)
+        if started is None:
+            return
+        write_userlog(started, lambda u: u.execute(now))
+        request = TransferRequest(src, dest, job.spec.options, self.settings.default_streams,
+                                  job.spec.verify_checksum)
+        argv = module.command(request)
+        process = Attempt(
+            argv, output=job.spec.output, err=job.spec.err,
+            on_progress=lambda p, j=job.id: self._progress(j, p),
+            on_exit=lambda r, j=job.id: self._exited(j, r))
+        with self._lock:
+            self._running[job.id] = _Running(started, attempt_no, src, dest, module, process)
+        log.info("job %d attempt %d: %s", job.id, attempt_no, " ".join(argv))
+        process.start()
+        if process.pid is not None:
+            self.store.set_pid(job.id, attempt_no, process.pid)
+
+    def _progress(self, job_id: int, progress: Progress) -> None:
+        with self._lock:
+            running = self._running.get(job_id)
+        if running is None:
+            return
+        now = time.monotonic()
+        if now - running.last_progress_write < self.settings.progress_interval_s:
+            return
+        running.last_progress_write = now
+        self.store.record_progress(job_id, running.attempt_no, progress.bytes_done,
+                                   progress.rate_mbps)
+
+    def _exited(self, job_id: int, result: AttemptResult) -> None:
+        with self._lock:
+            running = self._running.get(job_id)
+        if running is None:
+            return
+        try:
+            self._finish(running.job, running.attempt_no, running.module, self.clock(), result,
+                         running.src_url, running.dest_url)
+        except Exception:
+            log.exception("job %d: cannot record the end of attempt %d", job_id, running.attempt_no)
+        finally:
+            with self._lock:
+                self._running.pop(job_id, None)
+                self._idle.notify_all()
+        self.tick()
+
+    # -- judging an attempt -----------------------------------------------------------------------
+
+    def _verify(self, job: Job, module: TransferModule, src: str, dest: str) -> str | None:
+        """None when the destination is right; otherwise what is wrong."""
+        try:
+            src_size, dest_size = verify.size_of(src), verify.size_of(dest)
+            if src_size is not None and dest_size is not None and src_size != dest_size:
+                return f"destination size {dest_size} differs from source size {src_size}"
+            if job.spec.verify_checksum:
+                src_sum, dest_sum = verify.md5_of(src), verify.md5_of(dest)
+                if src_sum is None or dest_sum is None:
+                    if not module.verifies_checksum:
+                        return "verify_checksum is set but the checksums cannot be computed"
+                elif src_sum != dest_sum:
+                    return f"destination MD5 {dest_sum} differs from source MD5 {src_sum}"
+        except verify.VerifyError as exc:
+            return str(exc)
+        return None
+
+    def _finish(self, job: Job, attempt_no: int, module: TransferModule | None, now: float,
+                result: AttemptResult, src: str = "", dest: str = "") -> None:
+        reason = result.killed_reason
+        if reason == KILL_REMOVED:
+            if dest:
+                verify.remove(dest)
+            return
+        if reason == KILL_SHUTDOWN:
+            self.store.finish_attempt(job.id, attempt_no, now, Transition(
+                JobState.IDLE, "requeue", "interrupted", exit_code=result.exit_code,
+                error="stork_server shut down during the attempt",
+                failure_kind=FailureKind.INTERRUPTED.value, bytes_done=result.bytes_done,
+                detail={"reason": "shutdown"}))
+            return
+        error: str | None
+        if reason == KILL_TIMEOUT:
+            kind = FailureKind.TIMEOUT
+            error = (f"killed after running longer than STORK_MAXDELAY_INMINUTES = "
+                     f"{self.settings.max_delay_min:g}")
+        elif result.exit_code == 0 and module is not None:
+            error = self._verify(job, module, src, dest)
+            if error is None:
+                size = verify.size_of(dest) if dest else None
+                done = self.store.finish_attempt(job.id, attempt_no, now, Transition(
+                    JobState.COMPLETED, "completed", "completed", exit_code=0,
+                    bytes_done=size if size is not None else result.bytes_done,
+                    detail={"duration_s": round(result.duration_s, 3)}))
+                if done is not None:
+                    write_userlog(done, lambda u: u.terminated(now, 0, done.bytes_done))
+                return
+            kind = FailureKind.VERIFY
+        else:
+            kind = module.classify(result.exit_code, result.stderr_tail) if module else \
+                FailureKind.PERMANENT
+            error = result.stderr_tail or f"exit status {result.exit_code}"
+        if dest and kind in (FailureKind.TRANSIENT, FailureKind.TIMEOUT, FailureKind.VERIFY):
+            verify.remove(dest)  # never leave a partial file that looks like a result
+        self._fail(job, attempt_no, now, result.exit_code, kind, error)
+
+    def _fail(self, job: Job, attempt_no: int, now: float, exit_code: int, kind: FailureKind,
+              error: str) -> None:
+        limit = job.spec.max_retries if job.spec.max_retries is not None else self.settings.max_retry
+        failures = job.failures + 1
+        retry = kind.retryable and failures <= limit
+        short = error.strip().splitlines()[-1] if error.strip() else error
+        if retry:
+            delay = retry_delay_s(self.settings, failures)
+            done = self.store.finish_attempt(job.id, attempt_no, now, Transition(
+                JobState.IDLE, "attempt_failed", "failed", count_failure=True,
+                next_attempt_at=now + delay, exit_code=exit_code, error=error,
+                failure_kind=kind.value, detail={"retry_in_s": delay}))
+            if done is not None:
+                write_userlog(done, lambda u: u.generic(
+                    now, f"attempt {attempt_no} exited with status {exit_code} ({kind.value}): "
+                         f"{short}; rescheduling in {delay:g} s"))
+            return
+        why = "permanent failure" if not kind.retryable else f"retry limit {limit} reached"
+        done = self.store.finish_attempt(job.id, attempt_no, now, Transition(
+            JobState.FAILED, "failed", "failed", count_failure=True, exit_code=exit_code,
+            error=error, failure_kind=kind.value, detail={"why": why}))
+        if done is not None:
+            write_userlog(done, lambda u: (
+                u.generic(now, f"attempt {attempt_no} exited with status {exit_code} "
+                               f"({kind.value}): {short}; {why}"),
+                u.terminated(now, exit_code or 1)))
+
+    # -- control -------------------------------------------------------------------------------
+
+    def remove(self, job_id: int, caller_uid: int, caller: str) -> Job:
+        job = self.store.get(job_id)
+        if caller_uid != 0 and caller_uid != job.owner_uid:
+            raise PermissionDenied(f"job {job_id} belongs to {job.owner}; only its owner or root "
+                                   f"may remove it")
+        now = self.clock()
+        _, after = self.store.remove(job_id, now, caller)
+        with self._lock:
+            running = self._running.get(job_id)
+        if running is not None:
+            running.process.kill(KILL_REMOVED)
+        write_userlog(after, lambda u: u.aborted(now, f"removed by {caller} via stork_rm"))
+        return after
+
+    def check_hung(self) -> list[int]:
+        """Kill attempts running past STORK_MAXDELAY_INMINUTES; returns their job ids."""
+        limit_s = self.settings.max_delay_min * 60
+        with self._lock:
+            hung = [r for r in self._running.values()
+                    if time.monotonic() - r.process.start_time > limit_s]
+        for running in hung:
+            log.warning("job %d: attempt %d ran past %g min, killing it", running.job.id,
+                        running.attempt_no, self.settings.max_delay_min)
+            running.process.kill(KILL_TIMEOUT)
+        return [r.job.id for r in hung]
+
+    def stop_accepting(self) -> None:
+        self.accepting = False
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no attempt runs; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def kill_all(self, reason: str = KILL_SHUTDOWN) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        for item in running:
+            item.process.kill(reason)
+
+    def recover(self) -> list[Job]:
+        """At start-up: requeue jobs a dead daemon left RUNNING, killing any leftover child."""
+        jobs = self.store.requeue_running(self.clock(), "stork_server stopped during the attempt")
+        for job in jobs:
+            if job.pid:
+                _kill_leftover(job.pid)
+            write_userlog(job, lambda u, j=job: u.generic(
+                self.clock(), f"attempt {j.attempts} interrupted: stork_server restarted; "
+                              "job requeued"))
+        return jobs
+
+
+def _kill_leftover(pid: int) -> None:
+    """SIGKILL a transfer child that outlived its daemon (PDEATHSIG normally prevents it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read()
+    except OSError:
+        return
+    if b"globus-url-copy" in cmdline or b"stork.transfer" in cmdline:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

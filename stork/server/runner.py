@@ -1,0 +1,155 @@
+"""Runs one transfer attempt as a child process and watches it.
+
+The child never runs through a shell. It gets PR_SET_PDEATHSIG = SIGKILL, so if the daemon
+dies (even by SIGKILL) the transfer dies with it and cannot complete behind the back of the
+requeued job. Its stdout goes to the job's `output` file and is read for progress lines;
+its stderr goes to the job's `err` file and its tail is kept for `last_error`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stork.transfer.base import Progress, parse_progress
+
+_PR_SET_PDEATHSIG = 1
+_TAIL_BYTES = 4096
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_SPLIT = re.compile(rb"[\r\n]")
+
+
+def _child_setup() -> None:
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    exit_code: int
+    stderr_tail: str
+    bytes_done: int
+    duration_s: float
+    killed_reason: str | None  # set when Stork stopped the child (timeout, removal, shutdown)
+
+
+class Attempt:
+    """One running child process. `start` returns at once; `on_exit` runs on its thread."""
+
+    def __init__(self, argv: list[str], *, output: str | None, err: str | None,
+                 on_progress: Callable[[Progress], None],
+                 on_exit: Callable[[AttemptResult], None]) -> None:
+        self.argv = argv
+        self.output = output
+        self.err = err
+        self._on_progress = on_progress
+        self._on_exit = on_exit
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._killed_reason: str | None = None
+        self._started = threading.Event()
+        self._lock = threading.Lock()
+        self.start_time = time.monotonic()
+        self.bytes_done = 0
+        self.pid: int | None = None
+
+    def start(self) -> None:
+        thread = threading.Thread(target=self._run, name=f"attempt-{self.argv[0]}", daemon=True)
+        thread.start()
+        self._started.wait()
+
+    def kill(self, reason: str) -> None:
+        """Stop the child (SIGTERM to its process group, SIGKILL after 5 s)."""
+        with self._lock:
+            if self._killed_reason is None:
+                self._killed_reason = reason
+            proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        threading.Thread(target=self._reap, args=(proc,), daemon=True).start()
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen[bytes]) -> None:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _run(self) -> None:
+        tail = bytearray()
+        out_file = open(self.output, "ab") if self.output else None  # noqa: SIM115
+        err_file = open(self.err, "ab") if self.err else None  # noqa: SIM115
+        try:
+            try:
+                proc = subprocess.Popen(
+                    self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, preexec_fn=_child_setup, start_new_session=True,
+                    close_fds=True)
+            except OSError as exc:
+                self._started.set()
+                self._on_exit(AttemptResult(127, f"cannot run {self.argv[0]}: {exc.strerror}", 0,
+                                            0.0, None))
+                return
+            with self._lock:
+                self._proc = proc
+                self.pid = proc.pid
+            self._started.set()
+            err_thread = threading.Thread(target=self._pump_stderr,
+                                          args=(proc, err_file, tail), daemon=True)
+            err_thread.start()
+            self._pump_stdout(proc, out_file)
+            err_thread.join()
+            code = proc.wait()
+        finally:
+            for handle in (out_file, err_file):
+                if handle:
+                    handle.close()
+        result = AttemptResult(
+            exit_code=code if code >= 0 else 128 - code,
+            stderr_tail=tail.decode(errors="replace").strip(),
+            bytes_done=self.bytes_done,
+            duration_s=time.monotonic() - self.start_time,
+            killed_reason=self._killed_reason)
+        self._on_exit(result)
+
+    def _pump_stdout(self, proc: subprocess.Popen[bytes], out_file: object) -> None:
+        assert proc.stdout is not None
+        pending = b""
+        while chunk := proc.stdout.read1(65536):
+            if out_file is not None:
+                out_file.write(chunk)  # type: ignore[attr-defined]
+                out_file.flush()  # type: ignore[attr-defined]
+            pending += chunk
+            *lines, pending = _SPLIT.split(pending)
+            for line in lines:
+                progress = parse_progress(line.decode(errors="replace"))
+                if progress is not None:
+                    self.bytes_done = progress.bytes_done
+                    self._on_progress(progress)
+        if pending:
+            progress = parse_progress(pending.decode(errors="replace"))
+            if progress is not None:
+                self.bytes_done = progress.bytes_done
+                self._on_progress(progress)
+
+    @staticmethod
+    def _pump_stderr(proc: subprocess.Popen[bytes], err_file: object, tail: bytearray) -> None:
+        assert proc.stderr is not None
+        while chunk := proc.stderr.read1(65536):
+            if err_file is not None:
+                err_file.write(chunk)  # type: ignore[attr-defined]
+                err_file.flush()  # type: ignore[attr-defined]
+            tail.extend(chunk)
+            del tail[:-_TAIL_BYTES]

@@ -1,0 +1,119 @@
+"""What the API can do, independent of HTTP: submit, list, status, remove.
+
+Callers are identified by the transport (peer credentials on the Unix socket, a token on
+TCP) and passed in as a `Caller`.
+"""
+
+from __future__ import annotations
+
+import pwd
+from dataclasses import dataclass
+from typing import Any
+
+from stork import __version__
+from stork.errors import InvalidRequest
+from stork.job import DapType, JobState
+from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
+from stork.server.dispatcher import Dispatcher, write_userlog
+from stork.submit import parse_submit
+
+MAX_SUBMIT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Caller:
+    uid: int
+    name: str
+
+    @classmethod
+    def from_uid(cls, uid: int) -> Caller:
+        try:
+            return cls(uid, pwd.getpwuid(uid).pw_name)
+        except KeyError:
+            return cls(uid, str(uid))
+
+
+class Service:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    @property
+    def store(self):  # type: ignore[no-untyped-def]
+        return self.dispatcher.store
+
+    def ping(self) -> dict[str, Any]:
+        import os
+
+        settings = self.dispatcher.settings
+        return {"server": "stork_server", "version": __version__, "pid": os.getpid(),
+                "running": self.dispatcher.running_count(),
+                "max_num_jobs": settings.max_num_jobs, "accepting": self.dispatcher.accepting,
+                "config": settings.source}
+
+    def submit(self, body: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        text = body.get("text")
+        filename = body.get("filename") or "<submit>"
+        iwd = body.get("iwd") or "/"
+        lognotes = body.get("lognotes")
+        if not isinstance(text, str):
+            raise InvalidRequest("'text' must be the submit file's contents as a string")
+        if len(text.encode()) > MAX_SUBMIT_BYTES:
+            raise InvalidRequest(f"submit file is larger than the limit of {MAX_SUBMIT_BYTES} bytes")
+        if not isinstance(filename, str) or not isinstance(iwd, str) or not iwd.startswith("/"):
+            raise InvalidRequest("'filename' must be a string and 'iwd' an absolute path")
+        if lognotes is not None and not isinstance(lognotes, str):
+            raise InvalidRequest("'lognotes' must be a string")
+        specs = parse_submit(text, filename, iwd=iwd, registry=self.dispatcher.registry,
+                             lognotes=lognotes)
+        estimation = [i for i, s in enumerate(specs, 1) if s.dap_type is DapType.ESTIMATION]
+        if estimation:
+            raise InvalidRequest(
+                f"{filename}: ad {estimation[0]}: attribute 'dap_type': estimation jobs are "
+                "answered by the EOS, which this server does not run yet")
+        if body.get("dry_run"):
+            return {"ids": [], "dry_run": True, "count": len(specs)}
+        now = self.dispatcher.clock()
+        ids = self.store.submit(specs, caller.uid, caller.name, now)
+        for job_id in ids:
+            job = self.store.get(job_id)
+            write_userlog(job, lambda u, j=job: u.submit(now, j.spec.lognotes))
+        self.dispatcher.tick()
+        return {"ids": ids}
+
+    def list_jobs(self, constraint: str | None, long: bool, states: list[str] | None) -> dict[str, Any]:
+        wanted = None
+        if states:
+            try:
+                wanted = [JobState(s.upper()) for s in states]
+            except ValueError:
+                raise InvalidRequest(f"unknown state in {states}; known: "
+                                     f"{', '.join(s.value for s in JobState)}") from None
+        jobs = self.store.list_jobs(wanted)
+        if constraint:
+            try:
+                expr = parse_constraint(constraint)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+            jobs = [job for job in jobs if matches(expr, job)]
+        out = []
+        for job in jobs:
+            item = job_summary(job)
+            if long:
+                item["ad"] = str(job_ad(job))
+            out.append(item)
+        return {"jobs": out}
+
+    def status(self, job_id: int) -> dict[str, Any]:
+        job = self.store.get(job_id)
+        item = job_summary(job)
+        item["ad"] = str(job_ad(job))
+        return {
+            "job": item,
+            "attempts": [attempt_record(a) for a in self.store.attempts(job_id)],
+            "events": [{"seq": e.seq, "time": e.time, "kind": e.kind, "detail": e.detail}
+                       for e in self.store.events(job_id)],
+        }
+
+    def remove(self, job_id: int, caller: Caller) -> dict[str, Any]:
+        job = self.dispatcher.remove(job_id, caller.uid, caller.name)
+        return {"job": job_summary(job)}

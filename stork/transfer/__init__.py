@@ -1,0 +1,1 @@
+"""Transfer modules: one per file, found by (source scheme, destination scheme)."""

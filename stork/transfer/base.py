@@ -1,0 +1,82 @@
+"""The transfer module interface.
+
+A module turns (source URL, destination URL, options) into the command line of a child
+process. The daemon runs that process (never through a shell), streams its output to the
+job's `output` and `err` files, reads progress from it, and judges the attempt.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from stork.transfer.options import TransferOptions
+
+
+class FailureKind(enum.Enum):
+    """Why an attempt failed, and so whether another attempt can help."""
+
+    TRANSIENT = "transient"  # network trouble, server down: retry with backoff
+    PERMANENT = "permanent"  # missing source, permission denied: retrying cannot help
+    TIMEOUT = "timeout"  # ran past STORK_MAXDELAY_INMINUTES
+    VERIFY = "verify"  # tool said success, but sizes or checksums differ
+    INTERRUPTED = "interrupted"  # the daemon stopped or died during the attempt
+
+    @property
+    def retryable(self) -> bool:
+        return self is not FailureKind.PERMANENT
+
+
+@dataclass(frozen=True)
+class TransferRequest:
+    src_url: str
+    dest_url: str
+    options: TransferOptions
+    default_streams: int
+    verify_checksum: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    bytes_done: int
+    rate_mbps: float  # current (instantaneous) rate, megabits per second
+
+
+# globus-url-copy -vb:  "   10485760 bytes     5.02 MB/sec avg     5.00 MB/sec inst"
+_PERF = re.compile(
+    r"^\s*(\d+)\s+bytes\s+([0-9.]+)\s+MB/sec\s+avg\s+([0-9.]+)\s+MB/sec\s+inst\s*$"
+)
+
+
+def parse_progress(line: str) -> Progress | None:
+    """Read one globus-url-copy -vb performance line; None for any other line.
+
+    globus-url-copy's MB is 2**20 bytes; the rate is returned in Mbit/s (10**6 bits).
+    """
+    match = _PERF.match(line)
+    if not match:
+        return None
+    inst_mbyte = float(match.group(3))
+    return Progress(int(match.group(1)), inst_mbyte * 1024 * 1024 * 8 / 1e6)
+
+
+def format_progress(bytes_done: int, avg_mbyte_s: float, inst_mbyte_s: float) -> str:
+    """A -vb style line, for Stork's own helper processes to print."""
+    return f"{bytes_done:>15} bytes {avg_mbyte_s:>12.2f} MB/sec avg {inst_mbyte_s:>12.2f} MB/sec inst"
+
+
+class TransferModule(ABC):
+    """One way of moving data between two URL schemes."""
+
+    name: str = "module"
+    verifies_checksum: bool = False  # True when the tool itself compares checksums
+
+    @abstractmethod
+    def command(self, request: TransferRequest) -> list[str]:
+        """The argv of the child process that performs the transfer."""
+
+    def classify(self, exit_code: int, stderr_tail: str) -> FailureKind:
+        """Judge a non-zero exit. Modules that know their tool's messages override this."""
+        return FailureKind.TRANSIENT

@@ -1,0 +1,90 @@
+"""Sizes and checksums of the two ends of a transfer, to judge an attempt.
+
+file:// is read locally; ftp:// asks the (Grid)FTP server with SIZE and GridFTP's CKSM
+command; http(s):// answers HEAD's Content-Length. gsiftp:// needs a GSI-authenticated
+control channel, which these probes do not open: for it the answer is None ("unknown").
+"""
+
+from __future__ import annotations
+
+import ftplib
+import hashlib
+import os
+
+from stork.urls import parse_url
+
+TIMEOUT_S = 30
+
+
+class VerifyError(Exception):
+    """The end could not be inspected (missing file, server refused)."""
+
+
+def _ftp(host: str, port: int | None) -> ftplib.FTP:
+    ftp = ftplib.FTP(timeout=TIMEOUT_S)
+    ftp.connect(host, port or 21)
+    ftp.login()
+    return ftp
+
+
+def size_of(url: str) -> int | None:
+    """Size in bytes, or None when this kind of URL cannot be asked."""
+    u = parse_url(url)
+    try:
+        if u.scheme == "file":
+            return os.stat(u.path).st_size
+        if u.scheme == "ftp":
+            ftp = _ftp(u.host, u.port)
+            try:
+                ftp.voidcmd("TYPE I")
+                size = ftp.size(u.path)
+            finally:
+                ftp.close()
+            return int(size) if size is not None else None
+        if u.scheme in ("http", "https"):
+            import httpx
+
+            response = httpx.head(url, follow_redirects=True, timeout=TIMEOUT_S)
+            length = response.headers.get("content-length")
+            return int(length) if response.status_code == 200 and length else None
+    except (OSError, ftplib.Error, EOFError) as exc:
+        raise VerifyError(f"cannot get the size of {url}: {exc}") from None
+    return None
+
+
+def md5_of(url: str) -> str | None:
+    """Hex MD5 of the file, or None when this kind of URL cannot be asked."""
+    u = parse_url(url)
+    try:
+        if u.scheme == "file":
+            digest = hashlib.md5()
+            with open(u.path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+            return digest.hexdigest()
+        if u.scheme == "ftp":
+            ftp = _ftp(u.host, u.port)
+            try:
+                reply = ftp.sendcmd(f"CKSM MD5 0 -1 {u.path}")
+            finally:
+                ftp.close()
+            return reply.split()[-1].lower()
+    except (OSError, ftplib.Error, EOFError) as exc:
+        raise VerifyError(f"cannot get the checksum of {url}: {exc}") from None
+    return None
+
+
+def remove(url: str) -> None:
+    """Delete a partial destination file (file:// and ftp://); ignore what is not there."""
+    u = parse_url(url)
+    try:
+        if u.scheme == "file":
+            os.unlink(u.path)
+        elif u.scheme == "ftp":
+            ftp = _ftp(u.host, u.port)
+            try:
+                ftp.delete(u.path)
+            finally:
+                ftp.close()
+    except (OSError, ftplib.Error, EOFError):
+        pass
