@@ -1,0 +1,40 @@
+# Stork: `make demo` and `make test` do everything on a fresh Debian machine (as root).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEBS := globus-gass-copy-progs globus-gridftp-server-progs iperf3
+STAMP := $(VENV)/.installed
+
+.PHONY: setup deps demo test test-all bench clean
+
+setup: deps $(STAMP)
+
+# Debian packages, installed only when missing.
+deps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then echo "need root to install:$$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: setup
+	$(PY) -m tests.demo
+
+test: setup
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) bench/bench_core.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,251 @@
+"""Real processes for tests, the demo and benchmarks: a GridFTP server and a stork_server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+GRIDFTP_SERVER = "globus-gridftp-server"
+GLOBUS_URL_COPY = "globus-url-copy"
+
+
+def missing_tools() -> list[str]:
+    return [t for t in (GRIDFTP_SERVER, GLOBUS_URL_COPY) if shutil.which(t) is None]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Any, timeout_s: float = 15.0, interval_s: float = 0.05,
+             what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class GridFtpServer:
+    """globus-gridftp-server in anonymous mode on a loopback address (forks per session)."""
+
+    def __init__(self, workdir: Path, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.workdir = workdir
+        self.log = workdir / f"gridftp-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, path: str | Path) -> str:
+        return f"ftp://{self.host}:{self.port}{path}"
+
+    def start(self) -> GridFtpServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        argv = [GRIDFTP_SERVER, "-aa", "-anonymous-user", "root", "-allow-root",
+                "-p", str(self.port), "-control-interface", self.host,
+                "-data-interface", self.host, "-d", "ERROR", "-l", str(self.log)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+
+        def listening() -> bool:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    return True
+            except OSError:
+                return False
+
+        wait_for(listening, 15, what=f"GridFTP server on {self.host}:{self.port}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
+
+    def __enter__(self) -> GridFtpServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StorkServer:
+    """A personal stork_server (foreground, real process) with its own config and state."""
+
+    def __init__(self, workdir: Path, knobs: dict[str, Any] | None = None) -> None:
+        self.workdir = workdir
+        self.state = workdir / "state"
+        self.config = workdir / "stork_config"
+        self.knobs = {"STORK_STATE_DIR": str(self.state), "STORK_DISPATCH_INTERVAL": "0.2",
+                      "STORK_RETRY_DELAY": "0.2", **(knobs or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr_path = workdir / "stork_server.stderr"
+        self.write_config()
+
+    @property
+    def socket(self) -> str:
+        return self.knobs.get("STORK_SOCKET", str(self.state / "stork.sock"))
+
+    def write_config(self, **changes: Any) -> None:
+        self.knobs.update({k: str(v) for k, v in changes.items()})
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config.write_text("".join(f"{k} = {v}\n" for k, v in self.knobs.items()))
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("_STORK_")}
+        env["STORK_CONFIG"] = str(self.config)
+        env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+        return env
+
+    def start(self) -> StorkServer:
+        stderr = open(self.stderr_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen([str(BIN / "stork_server"), "-f"], env=self.env(),
+                                     stdout=stderr, stderr=stderr, cwd=self.workdir)
+        stderr.close()
+        wait_for(self.ready, 20, what="stork_server to answer")
+        return self
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"stork_server exited with {self.proc.returncode}: "
+                               f"{self.stderr_path.read_text()[-2000:]}")
+        try:
+            return self.api("GET", "/v1/ping").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        transport = httpx.HTTPTransport(uds=self.socket)
+        with httpx.Client(transport=transport, base_url="http://stork", timeout=30) as client:
+            return client.request(method, path, **kwargs)
+
+    def cli(self, command: str, *args: str, stdin: str | None = None, check: bool = False,
+            timeout: float = 120, **popen: Any) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([str(BIN / command), *args], env=self.env(), input=stdin,
+                                capture_output=True, text=True, timeout=timeout,
+                                cwd=popen.pop("cwd", self.workdir), **popen)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{command} {args} exited {result.returncode}: "
+                                 f"{result.stdout}{result.stderr}")
+        return result
+
+    def submit(self, text: str, *args: str) -> list[int]:
+        path = self.workdir / f"job-{time.monotonic_ns()}.dap"
+        path.write_text(text)
+        result = self.cli("stork_submit", *args, str(path), check=True)
+        return [int(line.rsplit(":", 1)[1]) for line in result.stdout.splitlines()
+                if line.startswith("Request assigned id:")]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.api("GET", f"/v1/jobs/{job_id}").json()
+
+    def wait_state(self, job_id: int, states: tuple[str, ...] = ("COMPLETED", "FAILED", "REMOVED"),
+                   timeout_s: float = 60) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            job = self.job(job_id)["job"]
+            return job if job["state"] in states else None
+
+        return wait_for(reached, timeout_s, 0.1, what=f"job {job_id} to reach {states}")
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def stop(self, timeout_s: float = 60) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def __enter__(self) -> StorkServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def make_file(path: Path, size_bytes: int, seed: int = 1) -> Path:
+    """A file of pseudo-random bytes (fast: one random block repeated with a counter)."""
+    import hashlib
+
+    block = hashlib.sha256(str(seed).encode()).digest() * 32768  # 1 MiB
+    with open(path, "wb") as handle:
+        left = size_bytes
+        i = 0
+        while left > 0:
+            chunk = (i.to_bytes(8, "little") + block)[: min(left, len(block))]
+            handle.write(chunk)
+            left -= len(chunk)
+            i += 1
+    return path
+
+
+def md5(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+SLOW_MODULE = """#!{python}
+# Test module: copies a file:// source to a file:// destination slowly, printing -vb lines.
+import sys, time, os
+src, dst = sys.argv[1][7:], sys.argv[2][7:]
+delay = float(os.environ.get("SLOW_DELAY", "{delay}"))
+with open(src, "rb") as i, open(dst, "wb") as o:
+    done = 0
+    while True:
+        chunk = i.read({chunk})
+        if not chunk:
+            break
+        o.write(chunk); o.flush(); done += len(chunk)
+        print(f"{{done:>15}} bytes {{1.0:>12.2f}} MB/sec avg {{1.0:>12.2f}} MB/sec inst", end="\\r", flush=True)
+        time.sleep(delay)
+print()
+"""
+
+
+def install_slow_module(module_dir: Path, src: str = "slow", dst: str = "file",
+                        delay_s: float = 0.2, chunk: int = 65536) -> Path:
+    """An external module stork.transfer.<src>-<dst> that copies slowly (for kill tests)."""
+    module_dir.mkdir(parents=True, exist_ok=True)
+    path = module_dir / f"stork.transfer.{src}-{dst}"
+    path.write_text(SLOW_MODULE.format(python=sys.executable, delay=delay_s, chunk=chunk))
+    path.chmod(0o755)
+    return path

@@ -1,0 +1,29 @@
+"""The user log is read back by HTCondor's own reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import htcondor2
+
+from stork.userlog import UserLog
+
+
+def test_events_read_back_with_htcondor(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    log = UserLog(str(path), 17)
+    log.submit(1_700_000_000, "DAG Node: stage_in")
+    log.execute(1_700_000_001)
+    log.generic(1_700_000_002, "attempt 1 exited with status 1: refused\n...\nsecond line")
+    log.execute(1_700_000_010)
+    log.terminated(1_700_000_020, 0, 52428800)
+    UserLog(str(path), 18).aborted(1_700_000_030, "removed by alice via stork_rm")
+    events = list(htcondor2.JobEventLog(str(path)).events(stop_after=0))
+    kinds = [(int(e.type), e.cluster) for e in events]
+    assert kinds == [(0, 17), (1, 17), (8, 17), (1, 17), (5, 17), (9, 18)]
+    assert events[0]["LogNotes"] == "DAG Node: stage_in"
+    assert "refused" in events[2]["Info"] and "second line" in events[2]["Info"]
+    assert events[4]["ReturnValue"] == 0 and events[4]["TerminatedNormally"]
+    assert events[4]["TotalSentBytes"] == 52428800
+    assert events[5]["Reason"] == "removed by alice via stork_rm"
+    assert events[1].timestamp - events[0].timestamp == 1
