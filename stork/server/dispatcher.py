@@ -203,6 +203,8 @@ class Dispatcher:
                 verify.remove(dest)
             return
         if reason == KILL_SHUTDOWN:
+            if dest:
+                verify.remove(dest)
             self.store.finish_attempt(job.id, attempt_no, now, Transition(
                 JobState.IDLE, "requeue", "interrupted", exit_code=result.exit_code,
                 error="stork_server shut down during the attempt",
@@ -315,6 +317,7 @@ class Dispatcher:
         for job in jobs:
             if job.pid:
                 _kill_leftover(job.pid)
+            verify.remove(urls_for_attempt(job, job.attempts)[1])  # the killed attempt's partial file
             write_userlog(job, lambda u, j=job: u.generic(
                 self.clock(), f"attempt {j.attempts} interrupted: stork_server restarted; "
                               "job requeued"))

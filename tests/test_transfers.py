@@ -1,0 +1,127 @@
+"""Real transfers through a real stork_server and a real globus-gridftp-server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import htcondor2
+import pytest
+
+from tests.support import GridFtpServer, StorkServer, make_file, md5
+
+MB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def source(gridftp_root: Path) -> Path:
+    return make_file(gridftp_root / "src-50M.dat", 50 * MB, seed=7)
+
+
+def test_file_ftp_file_and_third_party_with_4_streams(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, source: Path,
+        tmp_path: Path) -> None:
+    up = gridftp_root / "up.dat"
+    down = tmp_path / "down.dat"
+    third = gridftp_root / "third.dat"
+    log = tmp_path / "t.log"
+    ids = stork.submit(f"""
+    [ dap_type = transfer; src_url = "file://{source}"; dest_url = "{gridftp.url(up)}";
+      arguments = "-p 4"; verify_checksum = true; log = "{log}"; output = "{tmp_path}/up.out" ]
+    [ dap_type = transfer; src_url = "{gridftp.url(source)}"; dest_url = "file://{down}";
+      arguments = "-p 4"; verify_checksum = true; log = "{log}" ]
+    [ dap_type = transfer; src_url = "{gridftp.url(source)}"; dest_url = "{gridftp.url(third)}";
+      arguments = "-p 4 -bs 1M -b 2M"; verify_checksum = true; log = "{log}" ]
+    """)
+    assert len(ids) == 3
+    for job_id in ids:
+        job = stork.wait_state(job_id)
+        assert job["state"] == "COMPLETED", job
+        assert job["bytes_done"] == 50 * MB
+    want = md5(source)
+    assert md5(up) == md5(down) == md5(third) == want
+    # the module really ran with 4 streams
+    info = stork.job(ids[2])
+    assert info["attempts"][0]["module"] == "globus-url-copy"
+    assert "-p 4" in (stork.state / "stork_server.log").read_text()
+    events = list(htcondor2.JobEventLog(str(log)).events(stop_after=0))
+    for job_id in ids:
+        kinds = [int(e.type) for e in events if e.cluster == job_id]
+        assert kinds == [0, 1, 5], (job_id, kinds)
+
+
+def test_missing_source_fails_at_once_with_the_servers_error(
+        stork: StorkServer, gridftp: GridFtpServer, tmp_path: Path) -> None:
+    [job_id] = stork.submit(f"""[ dap_type = transfer; max_retries = 5;
+      src_url = "{gridftp.url(tmp_path / 'nope.dat')}"; dest_url = "file://{tmp_path}/x.dat";
+      err = "{tmp_path}/x.err" ]""")
+    job = stork.wait_state(job_id)
+    assert job["state"] == "FAILED" and job["attempts"] == 1
+    assert job["failure_kind"] == "permanent"
+    assert "No such file or directory" in job["last_error"]
+    assert "No such file or directory" in (tmp_path / "x.err").read_text()
+
+
+def test_unreachable_server_is_retried_then_fails(stork: StorkServer, tmp_path: Path) -> None:
+    from tests.support import free_port
+
+    [job_id] = stork.submit(f"""[ dap_type = transfer; max_retries = 2; log = "{tmp_path}/u.log";
+      src_url = "ftp://127.0.0.1:{free_port()}/x"; dest_url = "file://{tmp_path}/x.dat" ]""")
+    job = stork.wait_state(job_id)
+    assert job["state"] == "FAILED" and job["attempts"] == 3 and job["failures"] == 3
+    assert job["failure_kind"] == "transient" and "Connection refused" in job["last_error"]
+    events = list(htcondor2.JobEventLog(str(tmp_path / "u.log")).events(stop_after=0))
+    assert [int(e.type) for e in events] == [0, 1, 8, 1, 8, 1, 8, 5]
+    assert "retry limit 2 reached" in events[-2]["Info"]
+    assert events[-1]["ReturnValue"] != 0
+    starts = [a["started_at"] for a in stork.job(job_id)["attempts"]]
+    # backoff grows: 0.2 s then 0.4 s (STORK_RETRY_DELAY = 0.2 in the test config)
+    assert starts[1] - starts[0] >= 0.2 and starts[2] - starts[1] >= 0.4
+
+
+def test_alt_protocols_cycle_through_scheme_pairs(
+        stork: StorkServer, gridftp: GridFtpServer, source: Path, tmp_path: Path) -> None:
+    gsi = gridftp.url(source).replace("ftp://", "gsiftp://", 1)
+    [job_id] = stork.submit(f"""[ dap_type = transfer; alt_protocols = "ftp-file";
+      src_url = "{gsi}"; dest_url = "file://{tmp_path}/alt.dat" ]""")
+    job = stork.wait_state(job_id)
+    assert job["state"] == "COMPLETED"
+    attempts = stork.job(job_id)["attempts"]
+    assert [a["src_url"].split(":")[0] for a in attempts] == ["gsiftp", "ftp"]
+    assert attempts[0]["outcome"] == "failed" and "credential" in attempts[0]["error"]
+    assert md5(tmp_path / "alt.dat") == md5(source)
+
+
+def test_progress_shows_while_a_gridftp_transfer_runs(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """A FIFO source makes globus-url-copy run for seconds and print -vb performance lines."""
+    import os
+    import threading
+    import time
+
+    fifo = tmp_path / "slow.fifo"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as handle:
+            for _ in range(16):
+                handle.write(b"x" * 4 * MB)
+                handle.flush()
+                time.sleep(0.5)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    [job_id] = stork.submit(f"""[ dap_type = transfer; max_retries = 0;
+      src_url = "file://{fifo}"; dest_url = "{gridftp.url(gridftp_root / 'fifo.out')}" ]""")
+
+    def moving() -> dict | None:
+        job = stork.job(job_id)["job"]
+        return job if job["state"] == "RUNNING" and job["bytes_done"] > 0 else None
+
+    from tests.support import wait_for
+
+    job = wait_for(moving, 20, what="progress")
+    assert job["rate_mbps"] > 0
+    q = stork.cli("stork_q", check=True).stdout
+    assert "MiB @" in q and "Mb/s" in q
+    feeder.join()
+    stork.wait_state(job_id)
