@@ -142,3 +142,15 @@ def test_arbitrary_text_gives_specs_or_a_submit_error(text: str) -> None:
         assert exc.problems and all(p.filename == "job.dap" for p in exc.problems)
     else:
         assert specs
+
+
+def test_error_summary_picks_the_telling_line() -> None:
+    from stork.transfer.base import summarize_error
+
+    text = ("error: globus_ftp_client: the server responded with an error\n"
+            "500 500-Command failed. : globus_l_gfs_file_open failed.\n"
+            "500-globus_xio: Unable to open file /x\n"
+            "500-globus_xio: System error in open: No such file or directory\n"
+            "500-globus_xio: A system call failed: No such file or directory\n500 End.\n")
+    assert summarize_error(text) == "globus_xio: System error in open: No such file or directory"
+    assert summarize_error("just one line") == "just one line"

@@ -8,6 +8,7 @@ import time
 from stork.cli.common import EXIT_FAILED, EXIT_OK, add_name, load_settings, parser, run, when
 from stork.cli.q import progress_text
 from stork.client import Client
+from stork.transfer.base import summarize_error
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"exit={a['exit_code'] if a['exit_code'] is not None else '-'}  "
                           f"{a['module']}  {a['src_url']} -> {a['dest_url']}")
                     if a["error"]:
-                        print(f"       error: {a['error'].strip().splitlines()[-1]}")
+                        print(f"       error: {summarize_error(a['error'])}")
                 print("Events:")
                 for e in info["events"]:
                     print(f"  {when(e['time'])}  {e['kind']:<15} "

@@ -12,6 +12,7 @@ from stork.client import Client
 from stork.errors import SubmitError
 from stork.job import JobState
 from stork.submit import parse_submit
+from stork.transfer.base import summarize_error
 from stork.transfer.registry import Registry
 
 POLL_S = 0.5
@@ -90,7 +91,7 @@ def _wait(client: Client, ids: list[int]) -> int:
                 pending.discard(job_id)
                 line = f"job {job_id}: {job['state']}"
                 if job["state"] != JobState.COMPLETED.value and job.get("last_error"):
-                    line += f": {job['last_error'].strip().splitlines()[-1]}"
+                    line += f": {summarize_error(job['last_error'])}"
                 print(line, flush=True)
         if pending:
             time.sleep(POLL_S)

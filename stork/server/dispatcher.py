@@ -20,7 +20,8 @@ from stork.job import Job, JobState
 from stork.server.runner import Attempt, AttemptResult
 from stork.store.base import JobStore, Transition
 from stork.transfer import verify
-from stork.transfer.base import FailureKind, Progress, TransferModule, TransferRequest
+from stork.transfer.base import (FailureKind, Progress, TransferModule, TransferRequest,
+                                 summarize_error)
 from stork.transfer.registry import Registry
 from stork.urls import parse_url, with_scheme
 from stork.userlog import UserLog
@@ -241,7 +242,7 @@ class Dispatcher:
         limit = job.spec.max_retries if job.spec.max_retries is not None else self.settings.max_retry
         failures = job.failures + 1
         retry = kind.retryable and failures <= limit
-        short = error.strip().splitlines()[-1] if error.strip() else error
+        short = summarize_error(error)
         if retry:
             delay = retry_delay_s(self.settings, failures)
             done = self.store.finish_attempt(job.id, attempt_no, now, Transition(

@@ -67,6 +67,26 @@ def format_progress(bytes_done: int, avg_mbyte_s: float, inst_mbyte_s: float) ->
     return f"{bytes_done:>15} bytes {avg_mbyte_s:>12.2f} MB/sec avg {inst_mbyte_s:>12.2f} MB/sec inst"
 
 
+_NOISE = re.compile(r"^(\d{3}[- ]?)+")
+
+
+def summarize_error(text: str) -> str:
+    """The most telling line of a tool's error output, for one-line displays.
+
+    globus-url-copy ends server errors with "500 End."; the useful line is the last one that
+    names a system error or reason, with the FTP reply codes stripped.
+    """
+    lines = [_NOISE.sub("", line).strip() for line in text.strip().splitlines()]
+    lines = [line for line in lines if line and line not in ("End.", "...")]
+    if not lines:
+        return text.strip()
+    for marker in ("System error", "Reason:", "error:", "Error"):
+        hits = [line for line in lines if marker in line]
+        if hits:
+            return hits[-1]
+    return lines[-1]
+
+
 class TransferModule(ABC):
     """One way of moving data between two URL schemes."""
 
