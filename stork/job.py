@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from stork.transfer.options import TransferOptions, parse_arguments
@@ -75,7 +76,10 @@ class Job:
     owner_uid: int
     owner: str
     state: JobState
-    spec: JobSpec
+    spec_json: str  # JobSpec.to_json(); parsed on first use of `spec`
+    dap_type: str  # copies of spec fields, so listings need not parse the spec
+    src_url: str
+    dest_url: str
     submitted_at: float  # unix seconds
     updated_at: float
     attempts: int = 0  # attempts started
@@ -89,6 +93,10 @@ class Job:
     rate_mbps: float = 0.0
     pid: int | None = None
     result: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def spec(self) -> JobSpec:
+        return JobSpec.from_json(self.spec_json)
 
 
 @dataclass(frozen=True)

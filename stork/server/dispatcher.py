@@ -95,18 +95,22 @@ class Dispatcher:
             return len(self._running)
 
     def tick(self) -> None:
-        """Start runnable jobs while slots are free. Safe to call from any thread."""
-        if not self._tick_lock.acquire(blocking=False):
-            self._tick_again = True
-            return
-        try:
-            while True:
+        """Start runnable jobs while slots are free. Safe to call from any thread.
+
+        A call that finds another tick running leaves a flag instead of waiting; the running
+        tick sees it after releasing the lock and goes round again, so no wake-up is lost.
+        """
+        self._tick_again = True
+        while self._tick_again:
+            if not self._tick_lock.acquire(blocking=False):
+                return
+            try:
                 self._tick_again = False
                 self._fill_slots()
-                if not self._tick_again:
-                    break
-        finally:
-            self._tick_lock.release()
+            except Exception:
+                log.exception("dispatch tick failed")
+            finally:
+                self._tick_lock.release()
 
     def _fill_slots(self) -> None:
         while self.accepting:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreError
@@ -29,6 +31,9 @@ SCHEMA = (
         owner TEXT NOT NULL,
         state TEXT NOT NULL,
         spec TEXT NOT NULL,
+        dap_type TEXT NOT NULL,
+        src_url TEXT NOT NULL,
+        dest_url TEXT NOT NULL,
         submitted_at REAL NOT NULL,
         updated_at REAL NOT NULL,
         attempts INTEGER NOT NULL DEFAULT 0,
@@ -68,24 +73,30 @@ SCHEMA = (
     )""",
 )
 
-_JOB_COLUMNS = ("id, owner_uid, owner, state, spec, submitted_at, updated_at, attempts, failures, "
-                "next_attempt_at, started_at, finished_at, last_error, failure_kind, bytes_done, "
-                "rate_mbps, pid, result")
+_JOB_COLUMNS = ("id, owner_uid, owner, state, spec, dap_type, src_url, dest_url, submitted_at, "
+                "updated_at, attempts, failures, next_attempt_at, started_at, finished_at, "
+                "last_error, failure_kind, bytes_done, rate_mbps, pid, result")
 
 
-def _job(row: sqlite3.Row, specs: dict[str, JobSpec]) -> Job:
-    spec_text = row["spec"]
-    spec = specs.get(spec_text)
-    if spec is None:
-        spec = specs[spec_text] = JobSpec.from_json(spec_text)
-    return Job(
-        id=row["id"], owner_uid=row["owner_uid"], owner=row["owner"], state=JobState(row["state"]),
-        spec=spec, submitted_at=row["submitted_at"], updated_at=row["updated_at"],
-        attempts=row["attempts"], failures=row["failures"], next_attempt_at=row["next_attempt_at"],
-        started_at=row["started_at"], finished_at=row["finished_at"], last_error=row["last_error"],
-        failure_kind=row["failure_kind"], bytes_done=row["bytes_done"], rate_mbps=row["rate_mbps"],
-        pid=row["pid"], result=json.loads(row["result"]),
-    )
+_STATES = {state.value: state for state in JobState}
+
+
+def _job(row: Sequence[Any]) -> Job:
+    """A Job from a row of _JOB_COLUMNS (same order as Job's fields)."""
+    result = row[20]
+    return Job(row[0], row[1], row[2], _STATES[row[3]], *row[4:20],
+               result=json.loads(result) if result != "{}" else {})
+
+
+@dataclass
+class _PendingSubmit:
+    specs: list[JobSpec]
+    owner_uid: int
+    owner: str
+    now: float
+    ids: list[int] = field(default_factory=list)
+    error: BaseException | None = None
+    done: bool = False
 
 
 class SqliteStore(JobStore):
@@ -101,7 +112,8 @@ class SqliteStore(JobStore):
         os.chmod(path, 0o600)  # the queue holds every user's jobs: readable by the daemon only
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
-        self._spec_cache: dict[str, JobSpec] = {}
+        self._pending_lock = threading.Lock()
+        self._pending: list[_PendingSubmit] = []
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = FULL")
         self._db.execute("PRAGMA foreign_keys = ON")
@@ -138,6 +150,13 @@ class SqliteStore(JobStore):
         with self._lock:
             return self._db.execute(sql, params).fetchall()
 
+    def _read_jobs(self, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
+        with self._lock:
+            cursor = self._db.cursor()
+            cursor.row_factory = None  # plain tuples: the listing hot path
+            rows = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {where}", params).fetchall()
+        return [_job(row) for row in rows]
+
     @staticmethod
     def _event(db: sqlite3.Connection, job_id: int, now: float, kind: str,
                detail: dict[str, Any] | None = None) -> None:
@@ -145,24 +164,61 @@ class SqliteStore(JobStore):
                    (job_id, now, kind, json.dumps(detail or {}, sort_keys=True)))
 
     def _get(self, db: sqlite3.Connection, job_id: int) -> Job:
-        row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        cursor = db.cursor()
+        cursor.row_factory = None
+        row = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
-        return _job(row, self._spec_cache)
+        return _job(row)
 
     # -- JobStore ---------------------------------------------------------------------------
 
     def submit(self, specs: Sequence[JobSpec], owner_uid: int, owner: str, now: float) -> list[int]:
-        ids: list[int] = []
-        with self._tx() as db:
-            for spec in specs:
-                cursor = db.execute(
-                    "INSERT INTO jobs (owner_uid, owner, state, spec, submitted_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (owner_uid, owner, JobState.IDLE.value, spec.to_json(), now, now))
-                job_id = int(cursor.lastrowid or 0)
-                self._event(db, job_id, now, "submit", {"owner": owner})
-                ids.append(job_id)
+        """Group commit: concurrent submissions waiting for the lock share one transaction.
+
+        Each caller queues its batch, then takes the lock; whoever gets it first commits every
+        queued batch at once (one fsync for all), and the others find theirs already done.
+        """
+        entry = _PendingSubmit(list(specs), owner_uid, owner, now)
+        with self._pending_lock:
+            self._pending.append(entry)
+        with self._lock:
+            if not entry.done:
+                with self._pending_lock:
+                    batch, self._pending = self._pending, []
+                self._commit_submits(batch)
+        if entry.error is not None:
+            raise entry.error
+        return entry.ids
+
+    def _commit_submits(self, batch: list[_PendingSubmit]) -> None:
+        try:
+            with self._tx() as db:
+                for entry in batch:
+                    entry.ids = self._insert(db, entry)
+        except Exception:
+            if len(batch) == 1:
+                batch[0].ids = []
+                batch[0].error = sys.exc_info()[1]
+                batch[0].done = True
+            else:  # one entry spoiled the shared transaction: give each its own
+                for entry in batch:
+                    self._commit_submits([entry])
+                return
+        for entry in batch:
+            entry.done = True
+
+    def _insert(self, db: sqlite3.Connection, entry: _PendingSubmit) -> list[int]:
+        ids = []
+        for spec in entry.specs:
+            cursor = db.execute(
+                "INSERT INTO jobs (owner_uid, owner, state, spec, dap_type, src_url, dest_url, "
+                "submitted_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.owner_uid, entry.owner, JobState.IDLE.value, spec.to_json(),
+                 spec.dap_type.value, spec.src_url, spec.dest_url, entry.now, entry.now))
+            job_id = int(cursor.lastrowid or 0)
+            self._event(db, job_id, entry.now, "submit", {"owner": entry.owner})
+            ids.append(job_id)
         return ids
 
     def get(self, job_id: int) -> Job:
@@ -171,18 +227,14 @@ class SqliteStore(JobStore):
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
         if states is None:
-            rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY id")
-        else:
-            marks = ", ".join("?" for _ in states)
-            rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY id",
-                              [s.value for s in states])
-        return [_job(row, self._spec_cache) for row in rows]
+            return self._read_jobs("ORDER BY id")
+        marks = ", ".join("?" for _ in states)
+        return self._read_jobs(f"WHERE state IN ({marks}) ORDER BY id", [s.value for s in states])
 
     def runnable(self, now: float, limit: int) -> list[Job]:
-        rows = self._read(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? AND next_attempt_at <= ? "
-            "ORDER BY next_attempt_at, id LIMIT ?", (JobState.IDLE.value, now, limit))
-        return [_job(row, self._spec_cache) for row in rows]
+        return self._read_jobs("WHERE state = ? AND next_attempt_at <= ? "
+                               "ORDER BY next_attempt_at, id LIMIT ?",
+                               (JobState.IDLE.value, now, limit))
 
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str) -> Job | None:
@@ -239,9 +291,7 @@ class SqliteStore(JobStore):
 
     def requeue_running(self, now: float, reason: str) -> list[Job]:
         with self._tx() as db:
-            rows = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ?",
-                              (JobState.RUNNING.value,)).fetchall()
-            jobs = [_job(row, self._spec_cache) for row in rows]
+            jobs = self._read_jobs("WHERE state = ?", (JobState.RUNNING.value,))
             for job in jobs:
                 db.execute("UPDATE attempts SET ended_at = ?, outcome = 'interrupted', error = ? "
                            "WHERE job_id = ? AND number = ? AND ended_at IS NULL",
