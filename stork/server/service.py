@@ -74,9 +74,9 @@ class Service:
             return {"ids": [], "dry_run": True, "count": len(specs)}
         now = self.dispatcher.clock()
         ids = self.store.submit(specs, caller.uid, caller.name, now)
-        for job_id in ids:
-            job = self.store.get(job_id)
-            write_userlog(job, lambda u, j=job: u.submit(now, j.spec.lognotes))
+        for job_id, spec in zip(ids, specs):
+            if spec.log:
+                write_userlog(self.store.get(job_id), lambda u, s=spec: u.submit(now, s.lognotes))
         self.dispatcher.tick()
         return {"ids": ids}
 
