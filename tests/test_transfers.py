@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import htcondor2
@@ -125,3 +126,75 @@ def test_progress_shows_while_a_gridftp_transfer_runs(
     assert "MiB @" in q and "Mb/s" in q
     feeder.join()
     stork.wait_state(job_id)
+
+
+def test_http_source_through_a_real_http_server(stork: StorkServer, tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "www"
+    served.mkdir()
+    src = make_file(served / "data.bin", 3 * MB + 123, seed=3)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        port = httpd.server_address[1]
+        ids = stork.submit(f"""
+        [ dap_type = transfer; src_url = "http://127.0.0.1:{port}/data.bin";
+          dest_url = "file://{tmp_path}/got.bin" ]
+        [ dap_type = transfer; src_url = "http://127.0.0.1:{port}/missing.bin"; max_retries = 3;
+          dest_url = "file://{tmp_path}/never.bin" ]""")
+        assert stork.wait_state(ids[0])["state"] == "COMPLETED"
+        assert md5(tmp_path / "got.bin") == md5(src)
+        missing = stork.wait_state(ids[1])
+        assert missing["state"] == "FAILED" and missing["attempts"] == 1
+        assert "HTTP 404" in missing["last_error"]
+    finally:
+        httpd.shutdown()
+
+
+def test_output_and_err_files_get_the_modules_streams(
+        stork: StorkServer, gridftp: GridFtpServer, source: Path, tmp_path: Path) -> None:
+    [job_id] = stork.submit(f"""[ dap_type = transfer; src_url = "{gridftp.url(source)}";
+      dest_url = "file://{tmp_path}/o.dat"; output = "o.out"; err = "o.err" ]""")
+    assert stork.wait_state(job_id)["state"] == "COMPLETED"
+    out = (stork.workdir / "o.out").read_text()  # relative to the submit directory
+    assert f"Source: {gridftp.url(source.parent)}/" in out and "src-50M.dat  ->  o.dat" in out
+    assert (stork.workdir / "o.err").read_text() == ""
+
+
+def test_a_short_destination_is_never_reported_as_success(stork: StorkServer,
+                                                          tmp_path: Path) -> None:
+    """A module that exits 0 but writes half the file: the size check fails the attempt."""
+    import stat
+
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    liar = modules / "stork.transfer.file-file"
+    liar.write_text("#!/bin/sh\nhead -c 1000 \"${1#file://}\" > \"${2#file://}\"\nexit 0\n")
+    liar.chmod(liar.stat().st_mode | stat.S_IEXEC)
+    stork.write_config(STORK_MODULE_DIR=modules)
+    import signal
+
+    stork.signal(signal.SIGHUP)
+    time.sleep(1.0)
+    src = make_file(tmp_path / "s.dat", 5000)
+    [job_id] = stork.submit(f"""[ dap_type = transfer; max_retries = 1;
+      src_url = "file://{src}"; dest_url = "file://{tmp_path}/d.dat" ]""")
+    job = stork.wait_state(job_id)
+    assert job["state"] == "FAILED" and job["failure_kind"] == "verify" and job["attempts"] == 2
+    assert "destination size 1000 differs from source size 5000" in job["last_error"]
+    assert not (tmp_path / "d.dat").exists()
+
+
+def test_the_ads_stork_server_picks_the_server(stork: StorkServer, tmp_path: Path) -> None:
+    other = StorkServer(tmp_path / "other")  # the config names a server that is not running
+    src = make_file(tmp_path / "s.dat", 1000)
+    (tmp_path / "j.dap").write_text(f"""[ dap_type = transfer; stork_server = "{stork.socket}";
+      src_url = "file://{src}"; dest_url = "file://{tmp_path}/d.dat" ]""")
+    result = other.cli("stork_submit", "--wait", str(tmp_path / "j.dap"))
+    assert result.returncode == 0, result.stderr
+    assert "Request assigned id: 1" in result.stdout
+    assert stork.job(1)["job"]["state"] == "COMPLETED"
