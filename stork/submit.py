@@ -8,7 +8,6 @@ of the ad, and the attribute; if any ad is invalid the whole file is rejected.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -279,5 +278,3 @@ def parse_submit(text: str, filename: str, *, iwd: str, registry: Registry,
         raise SubmitError(problems)
     return specs
 
-
-Reader = Callable[[str], str]

@@ -10,7 +10,7 @@ from stork import config
 from stork.cli.common import EXIT_INVALID, EXIT_OK, error, parser
 from stork.errors import ConfigError, StorkError
 from stork.server.api import socket_in_use
-from stork.server.daemon import Daemon
+from stork.server.daemon import Daemon, read_token
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -39,9 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = config.load(path)
         if settings.api_address:
-            from stork.server.daemon import _read_token
-
-            _read_token(settings.api_token_file)
+            read_token(settings.api_token_file)
     except ConfigError as exc:
         error(str(exc))
         return EXIT_INVALID

@@ -127,7 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return HTTPStatus.OK, service.status(job_id)
             if method == "DELETE":
                 return HTTPStatus.OK, service.remove(job_id, caller)
-        raise JobNotFound(0) if match else InvalidRequest(f"no endpoint {method} {url.path}")
+        raise InvalidRequest(f"no endpoint {method} {url.path}")
 
     def do_GET(self) -> None:  # noqa: N802
         self._dispatch("GET")

@@ -22,7 +22,7 @@ from stork.errors import ConfigError
 from stork.server.api import ApiServers
 from stork.server.dispatcher import Dispatcher
 from stork.server.service import Service
-from stork.store import open_store
+from stork.store import JobStore, open_store
 from stork.transfer.registry import Registry
 
 log = logging.getLogger("stork.server")
@@ -36,7 +36,7 @@ class Daemon:
         self._terms = 0
         self._hup = False
         self._wake = threading.Event()
-        self.store = None
+        self.store: JobStore | None = None
         self.dispatcher: Dispatcher | None = None
         self.api: ApiServers | None = None
         self.scheduler: BackgroundScheduler | None = None
@@ -65,7 +65,7 @@ class Daemon:
         os.makedirs(s.state_dir, mode=0o755, exist_ok=True)
         token = ""
         if s.api_address:
-            token = _read_token(s.api_token_file)
+            token = read_token(s.api_token_file)
         self.store = open_store(s.database)
         registry = Registry.default(s.module_dir, s.globus_url_copy)
         self.dispatcher = Dispatcher(self.store, s, registry)
@@ -159,7 +159,8 @@ class Daemon:
             self.shutdown()
 
 
-def _read_token(path: str) -> str:
+def read_token(path: str) -> str:
+    """The TCP API token from STORK_API_TOKEN_FILE; ConfigError when missing or weak."""
     if not path:
         raise ConfigError("STORK_API_ADDRESS is set but STORK_API_TOKEN_FILE is not: the TCP API "
                           "needs a token")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from stork.config import Settings
 from stork.errors import PermissionDenied
 from stork.job import Job, JobState
-from stork.server.runner import Attempt, AttemptResult
+from stork.server.runner import AttemptProcess, AttemptResult
 from stork.store.base import JobStore, Transition
 from stork.transfer import verify
 from stork.transfer.base import (FailureKind, Progress, TransferModule, TransferRequest,
@@ -40,7 +40,7 @@ class _Running:
     src_url: str
     dest_url: str
     module: TransferModule
-    process: Attempt
+    process: AttemptProcess
     last_progress_write: float = 0.0
 
 
@@ -142,7 +142,7 @@ class Dispatcher:
         request = TransferRequest(src, dest, job.spec.options, self.settings.default_streams,
                                   job.spec.verify_checksum)
         argv = module.command(request)
-        process = Attempt(
+        process = AttemptProcess(
             argv, output=job.spec.output, err=job.spec.err,
             on_progress=lambda p, j=job.id: self._progress(j, p),
             on_exit=lambda r, j=job.id: self._exited(j, r))
@@ -263,10 +263,12 @@ class Dispatcher:
             JobState.FAILED, "failed", "failed", count_failure=True, exit_code=exit_code,
             error=error, failure_kind=kind.value, detail={"why": why}))
         if done is not None:
-            write_userlog(done, lambda u: (
+            def log_failure(u: UserLog) -> None:
                 u.generic(now, f"attempt {attempt_no} exited with status {exit_code} "
-                               f"({kind.value}): {short}; {why}"),
-                u.terminated(now, exit_code or 1)))
+                               f"({kind.value}): {short}; {why}")
+                u.terminated(now, exit_code or 1)
+
+            write_userlog(done, log_failure)
 
     # -- control -------------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ class AttemptResult:
     killed_reason: str | None  # set when Stork stopped the child (timeout, removal, shutdown)
 
 
-class Attempt:
+class AttemptProcess:
     """One running child process. `start` returns at once; `on_exit` runs on its thread."""
 
     def __init__(self, argv: list[str], *, output: str | None, err: str | None,

@@ -6,6 +6,7 @@ TCP) and passed in as a `Caller`.
 
 from __future__ import annotations
 
+import os
 import pwd
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from stork.errors import InvalidRequest
 from stork.job import DapType, JobState
 from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
 from stork.server.dispatcher import Dispatcher, write_userlog
+from stork.store.base import JobStore
 from stork.submit import parse_submit
 
 MAX_SUBMIT_BYTES = 16 * 1024 * 1024
@@ -38,12 +40,10 @@ class Service:
         self.dispatcher = dispatcher
 
     @property
-    def store(self):  # type: ignore[no-untyped-def]
+    def store(self) -> JobStore:
         return self.dispatcher.store
 
     def ping(self) -> dict[str, Any]:
-        import os
-
         settings = self.dispatcher.settings
         return {"server": "stork_server", "version": __version__, "pid": os.getpid(),
                 "running": self.dispatcher.running_count(),
@@ -74,7 +74,7 @@ class Service:
             return {"ids": [], "dry_run": True, "count": len(specs)}
         now = self.dispatcher.clock()
         ids = self.store.submit(specs, caller.uid, caller.name, now)
-        for job_id, spec in zip(ids, specs):
+        for job_id, spec in zip(ids, specs, strict=True):
             if spec.log:
                 write_userlog(self.store.get(job_id), lambda u, s=spec: u.submit(now, s.lognotes))
         self.dispatcher.tick()

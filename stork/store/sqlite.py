@@ -84,7 +84,7 @@ _STATES = {state.value: state for state in JobState}
 def _job(row: Sequence[Any]) -> Job:
     """A Job from a row of _JOB_COLUMNS (same order as Job's fields)."""
     result = row[20]
-    return Job(row[0], row[1], row[2], _STATES[row[3]], *row[4:20],
+    return Job(row[0], row[1], row[2], _STATES[row[3]], *row[4:20],  # type: ignore[misc]
                result=json.loads(result) if result != "{}" else {})
 
 
