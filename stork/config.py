@@ -68,6 +68,41 @@ def _parse_address(text: str) -> str:
     return text
 
 
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "1"):
+        return True
+    if value in ("false", "no", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _parse_size_knob(text: str) -> int:
+    from stork.transfer.options import parse_size
+
+    try:
+        return parse_size(text.strip())
+    except Exception as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _parse_fraction(text: str) -> float:
+    value = _parse_float_min(0.0)(text)
+    if value >= 1:
+        raise ValueError(f"must be below 1, got {value}")
+    return value
+
+
 def _parse_level(text: str) -> str:
     level = text.upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
@@ -127,6 +162,33 @@ KNOBS: tuple[Knob, ...] = (
          "Parallel streams for GridFTP transfers that give no -p (globus-url-copy's default)."),
     Knob("STORK_GLOBUS_URL_COPY", "globus_url_copy", "globus-url-copy", _parse_str,
          "The globus-url-copy executable."),
+    Knob("EOS_SAMPLER", "eos_sampler", "gridftp", _parse_choice("gridftp", "iperf3"),
+         "How the EOS measures a stream count: gridftp (a slice of the real file) or iperf3."),
+    Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling"),
+         "Where samples go: guided (1, 4, 16 then the fitted optimum) or doubling (Algorithm 2)."),
+    Knob("EOS_MAX_STREAMS", "eos_max_streams", "64", _parse_int_min(1),
+         "Largest stream count the EOS samples or recommends."),
+    Knob("EOS_MAX_SAMPLES", "eos_max_samples", "4", _parse_int_min(3),
+         "Most samples per optimization with guided sampling."),
+    Knob("EOS_SLOPE_THRESHOLD", "eos_slope_threshold", "0.02", _parse_float_min(0),
+         "Doubling stops when the gain per added stream falls below this share of the "
+         "one-stream throughput."),
+    Knob("EOS_TOLERANCE", "eos_tolerance", "0.03", _parse_fraction,
+         "The fewest streams whose throughput is within this share of the best are chosen."),
+    Knob("EOS_SAMPLE_SIZE", "eos_sample_size", "64M", _parse_size_knob,
+         "Bytes per GridFTP sample when the job gives no -s."),
+    Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1),
+         "Seconds per iperf3 sample (the first second is discarded as slow start)."),
+    Knob("EOS_IPERF_PORT", "eos_iperf_port", "5201", _parse_int_min(1),
+         "Port of the iperf3 server at the destination host."),
+    Knob("EOS_HISTORY_TTL", "eos_history_ttl_s", "86400", _parse_float_min(0),
+         "Seconds an optimization result stays valid for use_history."),
+    Knob("EOS_SYMMETRIC_PAIRS", "eos_symmetric_pairs", "true", _parse_bool,
+         "Treat A -> B and B -> A as the same pair in the history (as the paper does)."),
+    Knob("EOS_WORKERS", "eos_workers", "8", _parse_int_min(1),
+         "Optimizations the EOS runs at once."),
+    Knob("EOS_API_ADDRESS", "eos_api_address", "127.0.0.1:9621", _parse_address,
+         "HOST:PORT on which a standalone eos_server listens."),
     Knob("STORK_PROGRESS_INTERVAL", "progress_interval_s", "1", _parse_float_min(0),
          "Least seconds between progress updates written to the queue for one job."),
 )
@@ -163,6 +225,19 @@ class Settings:
     default_streams: int
     globus_url_copy: str
     progress_interval_s: float
+    eos_sampler: str
+    eos_sampling: str
+    eos_max_streams: int
+    eos_max_samples: int
+    eos_slope_threshold: float
+    eos_tolerance: float
+    eos_sample_size: int
+    eos_sample_time_s: float
+    eos_iperf_port: int
+    eos_history_ttl_s: float
+    eos_symmetric_pairs: bool
+    eos_workers: int
+    eos_api_address: str
 
 
 assert {f.name for f in fields(Settings)} == {k.field for k in KNOBS} | {"source"}

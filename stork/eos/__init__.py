@@ -1,0 +1,1 @@
+"""The Estimation and Optimization Service: models, sampling, samplers, history, service."""
