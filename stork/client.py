@@ -104,5 +104,8 @@ class Client:
     def status(self, job_id: int) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{job_id}")
 
+    def history(self, src: str, dest: str, limit: int = 50) -> dict[str, Any]:
+        return self._call("GET", "/v1/history", params={"src": src, "dest": dest, "limit": limit})
+
     def remove(self, job_id: int) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/jobs/{job_id}")["job"]

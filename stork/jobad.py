@@ -15,6 +15,32 @@ from stork.job import Job
 from stork.store.base import Attempt
 
 
+def _classad_value(value: Any) -> Any:
+    """JSON-like values as ClassAd values: lists stay lists, dicts become nested ads."""
+    if isinstance(value, dict):
+        nested = classad2.ClassAd()
+        for key, item in value.items():
+            nested[key] = _classad_value(item)
+        return nested
+    if isinstance(value, (list, tuple)):
+        return [_classad_value(item) for item in value]
+    return value
+
+
+def estimate_ad(job_id: int, result: dict[str, Any]) -> str:
+    """An estimation result as the ClassAd stork_submit prints."""
+    ad = classad2.ClassAd()
+    ad["stork_id"] = job_id
+    for key in ("optimal_streams", "estimated_throughput_mbps", "estimated_time_s", "size_bytes",
+                "model", "sampling_time_s", "sampler", "from_history", "reason"):
+        if key in result:
+            ad[key] = result[key]
+    ad["samples"] = [_classad_value({"streams": n, "mbps": m}) for n, m in result["samples"]]
+    if result.get("model_params"):
+        ad["model_params"] = _classad_value(result["model_params"])
+    return str(ad)
+
+
 def job_summary(job: Job) -> dict[str, Any]:
     """The JSON fields every listing carries."""
     return {
@@ -35,6 +61,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "rate_mbps": job.rate_mbps,
         "last_error": job.last_error,
         "failure_kind": job.failure_kind,
+        "result": job.result,
     }
 
 
@@ -61,7 +88,7 @@ def job_ad(job: Job) -> classad2.ClassAd:
     if job.failure_kind:
         ad["failure_kind"] = job.failure_kind
     for key, value in job.result.items():
-        ad[key] = value
+        ad[key] = _classad_value(value)
     return ad
 
 

@@ -109,12 +109,6 @@ def test_an_invalid_ad_queues_nothing_from_its_file(stork: StorkServer, tmp_path
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
 
 
-def test_estimation_is_refused_until_the_eos_runs(stork: StorkServer, tmp_path: Path) -> None:
-    text = '[ dap_type = estimation; src_url = "ftp://a:1/x"; dest_url = "ftp://b:1/y" ]'
-    r = stork.api("POST", "/v1/jobs", json={"text": text, "filename": "e.dap", "iwd": "/"})
-    assert r.status_code == 400 and "estimation jobs are answered by the EOS" in r.json()["error"]
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second, unprivileged user "
                                                "(uid 65534) against the same daemon")
 def test_owner_comes_from_peer_credentials_and_rm_is_guarded(

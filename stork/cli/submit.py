@@ -10,7 +10,8 @@ from stork.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_OK, add_name, erro
                               load_settings, parser, run)
 from stork.client import Client
 from stork.errors import SubmitError
-from stork.job import JobState
+from stork.jobad import estimate_ad
+from stork.job import DapType, JobState
 from stork.submit import parse_submit
 from stork.transfer.base import summarize_error
 from stork.transfer.registry import Registry
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="validate only; submit nothing")
     p.add_argument("--wait", action="store_true",
                    help="wait until the jobs end; exit 0 only if all completed")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="for estimation ads: draw the samples, fitted curve and optimum")
     p.add_argument("file", nargs="?", help="submit file (.dap)")
     args = p.parse_args(argv)
     if args.stdin == bool(args.file):
@@ -73,11 +76,43 @@ def _submit(args) -> int:  # type: ignore[no-untyped-def]
         ids = client.submit(text, filename, iwd, args.lognotes)
         for job_id in ids:
             print(f"Request assigned id: {job_id}", flush=True)
+        estimations = [i for i, s in zip(ids, specs, strict=True)
+                       if s.dap_type is DapType.ESTIMATION]
+        code = EXIT_OK
+        if estimations:  # answered at once: wait and print the results
+            code = _print_estimates(client, estimations, args.plot)
         if not args.wait:
-            return EXIT_OK
-        return _wait(client, ids)
+            return code
+        return max(code, _wait(client, ids))
     finally:
         client.close()
+
+
+def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:
+    code = EXIT_OK
+    for job_id in ids:
+        job = _wait_one(client, job_id)
+        if job["state"] != JobState.COMPLETED.value:
+            error(f"estimation {job_id} {job['state']}: {summarize_error(job['last_error'] or '')}")
+            code = EXIT_FAILED
+            continue
+        result = client.status(job_id)["job"]["result"]
+        print(estimate_ad(job_id, result), flush=True)
+        if plot:
+            from stork.eos.plot import plot_estimate
+
+            target = plot if len(ids) == 1 else plot.replace(".png", f"-{job_id}.png")
+            plot_estimate(result, target, title=f"{job['src_url']} -> {job['dest_url']}")
+            print(f"plot written to {target}")
+    return code
+
+
+def _wait_one(client: Client, job_id: int) -> dict:
+    while True:
+        job = client.status(job_id)["job"]
+        if JobState(job["state"]).terminal:
+            return job
+        time.sleep(POLL_S)
 
 
 def _wait(client: Client, ids: list[int]) -> int:

@@ -120,6 +120,14 @@ class _Handler(BaseHTTPRequestHandler):
                     constraint=(query.get("constraint") or [None])[0],
                     long=(query.get("long") or ["0"])[0] in ("1", "true"),
                     states=query.get("state"))
+        if url.path == "/v1/history" and method == "GET":
+            src, dest = (query.get("src") or [""])[0], (query.get("dest") or [""])[0]
+            if not src or not dest:
+                raise InvalidRequest("GET /v1/history needs src and dest (hosts or URLs)")
+            limit = (query.get("limit") or ["50"])[0]
+            return HTTPStatus.OK, service.history(src, dest, int(limit) if limit.isdigit() else 50)
+        if url.path == "/v1/estimate" and method == "POST":
+            return HTTPStatus.OK, service.estimate(self._body())
         match = _JOB.match(url.path)
         if match:
             job_id = int(match.group(1))

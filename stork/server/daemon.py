@@ -19,7 +19,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from stork import config
 from stork.config import Settings
 from stork.errors import ConfigError
+from stork.eos.client import Estimator, RemoteEos, remote_address
+from stork.eos.service import EosService
+from stork.job import DapType, JobSpec, JobState
 from stork.server.api import ApiServers
+from stork.server.estimation import EstimationRunner
 from stork.server.dispatcher import Dispatcher
 from stork.server.service import Service
 from stork.store import JobStore, open_store
@@ -40,6 +44,8 @@ class Daemon:
         self.dispatcher: Dispatcher | None = None
         self.api: ApiServers | None = None
         self.scheduler: BackgroundScheduler | None = None
+        self.eos: EosService | None = None
+        self.estimations: EstimationRunner | None = None
 
     # -- signals: set flags, nothing else ----------------------------------------------------
 
@@ -68,12 +74,19 @@ class Daemon:
             token = read_token(s.api_token_file)
         self.store = open_store(s.database)
         registry = Registry.default(s.module_dir, s.globus_url_copy)
-        self.dispatcher = Dispatcher(self.store, s, registry)
+        self.eos = EosService(s, self.store)
+        self.dispatcher = Dispatcher(self.store, s, registry, estimator_for=self.estimator_for,
+                                     eos=self.eos)
+        self.estimations = EstimationRunner(self.store, self.estimator_for, s.eos_workers)
         requeued = self.dispatcher.recover()
         if requeued:
             log.warning("requeued %d job(s) left running by a previous stork_server: %s",
                         len(requeued), ", ".join(str(j.id) for j in requeued))
-        self.api = ApiServers(Service(self.dispatcher), s.socket, s.api_address, token)
+        for job in self.store.list_jobs([JobState.IDLE]):
+            if job.dap_type == DapType.ESTIMATION.value:
+                self.estimations.start(job.id)
+        self.api = ApiServers(Service(self.dispatcher, self.estimations, self.eos), s.socket,
+                              s.api_address, token)
         self.api.start()
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                            "misfire_grace_time": None})
@@ -82,6 +95,13 @@ class Daemon:
         log.info("stork_server %d serving on %s%s (config %s)", os.getpid(), s.socket,
                  f" and {s.api_address}" if s.api_address else "", s.source)
         self.dispatcher.tick()
+
+    def estimator_for(self, spec: JobSpec) -> Estimator:
+        """The embedded EOS, or the remote eos_server the job's opt_server names."""
+        assert self.eos is not None
+        port = int(self.settings.eos_api_address.rpartition(":")[2])
+        address = remote_address(spec.opt_server, port)
+        return RemoteEos(address) if address else self.eos
 
     def _schedule(self) -> None:
         assert self.scheduler is not None and self.dispatcher is not None
@@ -113,6 +133,8 @@ class Daemon:
         assert self.dispatcher is not None
         self.settings = new
         self.dispatcher.settings = new
+        if self.eos is not None:
+            self.eos.settings = new
         self.dispatcher.registry = Registry.default(new.module_dir, new.globus_url_copy)
         self._schedule()
         log.info("SIGHUP: configuration re-read from %s", new.source)
@@ -144,6 +166,9 @@ class Daemon:
                      d.running_count())
             d.kill_all()
             d.wait_idle(_STOP_WAIT_S)
+        for pool in (self.estimations, self.eos):
+            if pool is not None:
+                pool.shutdown()
         if self.api is not None:
             self.api.stop()
         if self.store is not None:

@@ -16,12 +16,15 @@ from dataclasses import dataclass
 
 from stork.config import Settings
 from stork.errors import PermissionDenied
-from stork.job import Job, JobState
+from stork.eos.client import Estimator
+from stork.eos.service import EosService, EstimateRequest
+from stork.job import Job, JobSpec, JobState
 from stork.server.runner import AttemptProcess, AttemptResult
 from stork.store.base import JobStore, Transition
 from stork.transfer import verify
 from stork.transfer.base import (FailureKind, Progress, TransferModule, TransferRequest,
                                  summarize_error)
+from stork.transfer.options import TransferOptions
 from stork.transfer.registry import Registry
 from stork.urls import parse_url, with_scheme
 from stork.userlog import UserLog
@@ -76,8 +79,12 @@ def write_userlog(job: Job, action: Callable[[UserLog], None]) -> None:
 
 class Dispatcher:
     def __init__(self, store: JobStore, settings: Settings, registry: Registry,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 estimator_for: Callable[[JobSpec], Estimator] | None = None,
+                 eos: EosService | None = None) -> None:
         self.store = store
+        self.estimator_for = estimator_for
+        self.eos = eos
         self.settings = settings
         self.registry = registry
         self.clock = clock
@@ -141,17 +148,46 @@ class Dispatcher:
         write_userlog(started, lambda u: u.execute(now))
         request = TransferRequest(src, dest, job.spec.options, self.settings.default_streams,
                                   job.spec.verify_checksum)
-        argv = module.command(request)
+        argv: list[str] | Callable[[], list[str]] = module.command(request)
+        if self._wants_optimization(job, module):
+            argv = lambda: self._optimized_command(started, module, request)  # noqa: E731
+        else:
+            log.info("job %d attempt %d: %s", job.id, attempt_no, " ".join(argv))
         process = AttemptProcess(
             argv, output=job.spec.output, err=job.spec.err,
             on_progress=lambda p, j=job.id: self._progress(j, p),
             on_exit=lambda r, j=job.id: self._exited(j, r))
+        process.on_pid(lambda pid, j=job.id, a=attempt_no: self.store.set_pid(j, a, pid))
         with self._lock:
             self._running[job.id] = _Running(started, attempt_no, src, dest, module, process)
-        log.info("job %d attempt %d: %s", job.id, attempt_no, " ".join(argv))
         process.start()
-        if process.pid is not None:
-            self.store.set_pid(job.id, attempt_no, process.pid)
+
+    def _wants_optimization(self, job: Job, module: TransferModule) -> bool:
+        """optimization = "YES" and no explicit -p, on a module that takes a stream count."""
+        return (job.spec.optimization and job.spec.options.streams is None
+                and module.takes_streams and self.estimator_for is not None)
+
+    def _optimized_command(self, job: Job, module: TransferModule,
+                           request: TransferRequest) -> list[str]:
+        """Ask the EOS (on the attempt's thread), record its answer, build the command."""
+        assert self.estimator_for is not None
+        result = self.estimator_for(job.spec).estimate(EstimateRequest(
+            request.src_url, request.dest_url, job.spec.arguments, None, job.spec.use_history))
+        streams = int(result["optimal_streams"])
+        self.store.update_result(job.id, {
+            "optimized_streams": streams,
+            "predicted_throughput_mbps": result["estimated_throughput_mbps"],
+            "eos_model": result["model"],
+            "eos_from_history": result["from_history"],
+            "eos_sampling_time_s": result["sampling_time_s"]})
+        options = request.options
+        chosen = TransferRequest(request.src_url, request.dest_url, TransferOptions(
+            streams, options.tcp_buffer_bytes, options.block_size_bytes,
+            options.sample_size_bytes), request.default_streams, request.verify_checksum)
+        argv = module.command(chosen)
+        log.info("job %d attempt %d (EOS chose %d streams): %s", job.id, job.attempts, streams,
+                 " ".join(argv))
+        return argv
 
     def _progress(self, job_id: int, progress: Progress) -> None:
         with self._lock:
@@ -224,13 +260,7 @@ class Dispatcher:
         elif result.exit_code == 0 and module is not None:
             error = self._verify(job, module, src, dest)
             if error is None:
-                size = verify.size_of(dest) if dest else None
-                done = self.store.finish_attempt(job.id, attempt_no, now, Transition(
-                    JobState.COMPLETED, "completed", "completed", exit_code=0,
-                    bytes_done=size if size is not None else result.bytes_done,
-                    detail={"duration_s": round(result.duration_s, 3)}))
-                if done is not None:
-                    write_userlog(done, lambda u: u.terminated(now, 0, done.bytes_done))
+                self._complete(job, attempt_no, module, now, result, src, dest)
                 return
             kind = FailureKind.VERIFY
         else:
@@ -240,6 +270,36 @@ class Dispatcher:
         if dest and kind in (FailureKind.TRANSIENT, FailureKind.TIMEOUT, FailureKind.VERIFY):
             verify.remove(dest)  # never leave a partial file that looks like a result
         self._fail(job, attempt_no, now, result.exit_code, kind, error)
+
+    def _complete(self, job: Job, attempt_no: int, module: TransferModule, now: float,
+                  result: AttemptResult, src: str, dest: str) -> None:
+        size = verify.size_of(dest) if dest else None
+        moved = size if size is not None else result.bytes_done
+        achieved = moved * 8 / 1e6 / result.duration_s if result.duration_s > 0 else 0.0
+        facts: dict[str, object] = {"achieved_throughput_mbps": round(achieved, 3),
+                                    "transfer_time_s": round(result.duration_s, 3)}
+        streams = self._streams_used(job, module)
+        if streams is not None:
+            facts["streams_used"] = streams
+        done = self.store.finish_attempt(job.id, attempt_no, now, Transition(
+            JobState.COMPLETED, "completed", "completed", exit_code=0, bytes_done=moved,
+            detail={"duration_s": round(result.duration_s, 3)}, result=facts))
+        if done is None:
+            return
+        write_userlog(done, lambda u: u.terminated(now, 0, done.bytes_done))
+        if self.eos is not None and streams is not None:
+            try:
+                self.eos.record_transfer(src, dest, job.spec.arguments, streams, moved,
+                                         result.duration_s, job.id)
+            except Exception:
+                log.exception("job %d: cannot record the transfer in the history", job.id)
+
+    def _streams_used(self, job: Job, module: TransferModule) -> int | None:
+        if not module.takes_streams:
+            return None
+        fresh = self.store.get(job.id)
+        return int(job.spec.options.streams or fresh.result.get("optimized_streams")
+                   or self.settings.default_streams)
 
     def _fail(self, job: Job, attempt_no: int, now: float, exit_code: int, kind: FailureKind,
               error: str) -> None:

@@ -26,7 +26,8 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 _SPLIT = re.compile(rb"[\r\n]")
 
 
-def _child_setup() -> None:
+def child_setup() -> None:
+    """In the child before exec: die with the parent (PR_SET_PDEATHSIG = SIGKILL)."""
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
@@ -42,7 +43,8 @@ class AttemptResult:
 class AttemptProcess:
     """One running child process. `start` returns at once; `on_exit` runs on its thread."""
 
-    def __init__(self, argv: list[str], *, output: str | None, err: str | None,
+    def __init__(self, argv: list[str] | Callable[[], list[str]], *, output: str | None,
+                 err: str | None,
                  on_progress: Callable[[Progress], None],
                  on_exit: Callable[[AttemptResult], None]) -> None:
         self.argv = argv
@@ -50,6 +52,7 @@ class AttemptProcess:
         self.err = err
         self._on_progress = on_progress
         self._on_exit = on_exit
+        self._pid_callback: Callable[[int], None] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._killed_reason: str | None = None
         self._started = threading.Event()
@@ -59,9 +62,16 @@ class AttemptProcess:
         self.pid: int | None = None
 
     def start(self) -> None:
-        thread = threading.Thread(target=self._run, name=f"attempt-{self.argv[0]}", daemon=True)
+        """Start the attempt's thread; waits for the child to exist unless the command is
+        still to be built (sampling can take minutes, and the dispatcher must not wait)."""
+        thread = threading.Thread(target=self._run, name="attempt", daemon=True)
         thread.start()
-        self._started.wait()
+        if not callable(self.argv):
+            self._started.wait()
+
+    def on_pid(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(pid)` on the attempt's thread as soon as the child exists."""
+        self._pid_callback = callback
 
     def kill(self, reason: str) -> None:
         """Stop the child (SIGTERM to its process group, SIGKILL after 5 s)."""
@@ -88,6 +98,20 @@ class AttemptProcess:
                 pass
 
     def _run(self) -> None:
+        if callable(self.argv):  # parameters still to be chosen (the EOS samples first)
+            try:
+                self.argv = self.argv()
+            except Exception as exc:
+                self._started.set()
+                self._on_exit(AttemptResult(1, f"choosing parameters failed: {exc}", 0,
+                                            time.monotonic() - self.start_time, None))
+                return
+        with self._lock:
+            if self._killed_reason is not None:  # stopped while its parameters were chosen
+                self._started.set()
+                self._on_exit(AttemptResult(143, "", 0, 0.0, self._killed_reason))
+                return
+        self.start_time = time.monotonic()  # the transfer itself starts now
         tail = bytearray()
         out_file = open(self.output, "ab") if self.output else None  # noqa: SIM115
         err_file = open(self.err, "ab") if self.err else None  # noqa: SIM115
@@ -95,7 +119,7 @@ class AttemptProcess:
             try:
                 proc = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, preexec_fn=_child_setup, start_new_session=True,
+                    stderr=subprocess.PIPE, preexec_fn=child_setup, start_new_session=True,
                     close_fds=True)
             except OSError as exc:
                 self._started.set()
@@ -105,7 +129,12 @@ class AttemptProcess:
             with self._lock:
                 self._proc = proc
                 self.pid = proc.pid
+                late_kill = self._killed_reason is not None
+            if late_kill:
+                os.killpg(proc.pid, signal.SIGTERM)
             self._started.set()
+            if self._pid_callback is not None:
+                self._pid_callback(proc.pid)
             err_thread = threading.Thread(target=self._pump_stderr,
                                           args=(proc, err_file, tail), daemon=True)
             err_thread.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from stork import __version__
@@ -16,7 +16,10 @@ from stork.errors import InvalidRequest
 from stork.job import DapType, JobState
 from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
 from stork.server.dispatcher import Dispatcher, write_userlog
+from stork.eos.service import EosService, EstimateRequest
+from stork.server.estimation import EstimationRunner
 from stork.store.base import JobStore
+from stork.urls import parse_url
 from stork.submit import parse_submit
 
 MAX_SUBMIT_BYTES = 16 * 1024 * 1024
@@ -36,8 +39,11 @@ class Caller:
 
 
 class Service:
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher, estimations: EstimationRunner | None = None,
+                 eos: EosService | None = None) -> None:
         self.dispatcher = dispatcher
+        self.estimations = estimations
+        self.eos = eos
 
     @property
     def store(self) -> JobStore:
@@ -66,10 +72,10 @@ class Service:
         specs = parse_submit(text, filename, iwd=iwd, registry=self.dispatcher.registry,
                              lognotes=lognotes)
         estimation = [i for i, s in enumerate(specs, 1) if s.dap_type is DapType.ESTIMATION]
-        if estimation:
+        if estimation and self.estimations is None:
             raise InvalidRequest(
-                f"{filename}: ad {estimation[0]}: attribute 'dap_type': estimation jobs are "
-                "answered by the EOS, which this server does not run yet")
+                f"{filename}: ad {estimation[0]}: attribute 'dap_type': this server runs no EOS "
+                "for estimation jobs")
         if body.get("dry_run"):
             return {"ids": [], "dry_run": True, "count": len(specs)}
         now = self.dispatcher.clock()
@@ -77,6 +83,8 @@ class Service:
         for job_id, spec in zip(ids, specs, strict=True):
             if spec.log:
                 write_userlog(self.store.get(job_id), lambda u, s=spec: u.submit(now, s.lognotes))
+            if spec.dap_type is DapType.ESTIMATION and self.estimations is not None:
+                self.estimations.start(job_id)
         self.dispatcher.tick()
         return {"ids": ids}
 
@@ -113,6 +121,28 @@ class Service:
             "events": [{"seq": e.seq, "time": e.time, "kind": e.kind, "detail": e.detail}
                        for e in self.store.events(job_id)],
         }
+
+    def history(self, src: str, dest: str, limit: int) -> dict[str, Any]:
+        """Stored optimizations and transfers between two hosts (or URLs), newest first."""
+        def host(text: str) -> str:
+            try:
+                return parse_url(text).endpoint if "://" in text else text
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+
+        symmetric = self.eos.settings.eos_symmetric_pairs if self.eos else True
+        rows = self.store.history(host(src), host(dest), symmetric=symmetric, limit=limit)
+        return {"symmetric": symmetric, "history": [asdict(r) for r in rows]}
+
+    def estimate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An estimation answered directly (the eos_server endpoint)."""
+        if self.eos is None:
+            raise InvalidRequest("this server runs no EOS")
+        try:
+            request = EstimateRequest.from_json(body)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise InvalidRequest(f"bad estimation request: {exc}") from None
+        return {"result": self.eos.estimate(request)}
 
     def remove(self, job_id: int, caller: Caller) -> dict[str, Any]:
         job = self.dispatcher.remove(job_id, caller.uid, caller.name)

@@ -44,6 +44,25 @@ class Transition:
     failure_kind: str | None = None
     bytes_done: int | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)  # merged into the job's result
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One remembered result for a host pair: an optimization or a finished transfer."""
+
+    time: float
+    src_host: str
+    dest_host: str
+    arguments: str  # normalised transfer options other than -p (they define the triple)
+    kind: str  # "optimization" or "transfer"
+    streams: int
+    throughput_mbps: float
+    bytes_moved: int = 0
+    duration_s: float = 0.0
+    model: str = ""
+    samples: list[list[float]] = field(default_factory=list)
+    job_id: int | None = None
 
 
 class JobStore(ABC):
@@ -61,7 +80,8 @@ class JobStore(ABC):
 
     @abstractmethod
     def runnable(self, now: float, limit: int) -> list[Job]:
-        """IDLE jobs whose retry time has come, oldest first."""
+        """IDLE transfer jobs whose retry time has come, oldest first (estimation jobs are
+        run by the EOS, never by the dispatcher)."""
 
     @abstractmethod
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
@@ -100,6 +120,20 @@ class JobStore(ABC):
     @abstractmethod
     def purge_finished(self, before: float) -> int:
         """Delete terminal jobs finished before `before`, with their events and attempts."""
+
+    @abstractmethod
+    def update_result(self, job_id: int, values: dict[str, Any]) -> None:
+        """Merge `values` into the job's result attributes (shown on its ad; no event)."""
+
+    @abstractmethod
+    def add_history(self, entry: HistoryEntry) -> None:
+        """Remember an optimization or a finished transfer."""
+
+    @abstractmethod
+    def history(self, src_host: str, dest_host: str, *, symmetric: bool,
+                arguments: str | None = None, kind: str | None = None,
+                since: float = 0.0, limit: int = 100) -> list[HistoryEntry]:
+        """Entries for the pair (either direction when `symmetric`), newest first."""
 
     @abstractmethod
     def close(self) -> None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreError
-from stork.job import Event, Job, JobSpec, JobState
-from stork.store.base import Attempt, JobStore, Transition
+from stork.job import DapType, Event, Job, JobSpec, JobState
+from stork.store.base import Attempt, HistoryEntry, JobStore, Transition
 
 SCHEMA_VERSION = 1
 
@@ -57,6 +57,22 @@ SCHEMA = (
         detail TEXT NOT NULL DEFAULT '{}'
     )""",
     """CREATE INDEX events_job ON events (job_id, seq)""",
+    """CREATE TABLE history (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time REAL NOT NULL,
+        src_host TEXT NOT NULL,
+        dest_host TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        streams INTEGER NOT NULL,
+        throughput_mbps REAL NOT NULL,
+        bytes_moved INTEGER NOT NULL DEFAULT 0,
+        duration_s REAL NOT NULL DEFAULT 0,
+        model TEXT NOT NULL DEFAULT '',
+        samples TEXT NOT NULL DEFAULT '[]',
+        job_id INTEGER
+    )""",
+    """CREATE INDEX history_pair ON history (src_host, dest_host, kind, time)""",
     """CREATE TABLE attempts (
         job_id INTEGER NOT NULL,
         number INTEGER NOT NULL,
@@ -232,9 +248,9 @@ class SqliteStore(JobStore):
         return self._read_jobs(f"WHERE state IN ({marks}) ORDER BY id", [s.value for s in states])
 
     def runnable(self, now: float, limit: int) -> list[Job]:
-        return self._read_jobs("WHERE state = ? AND next_attempt_at <= ? "
+        return self._read_jobs("WHERE state = ? AND next_attempt_at <= ? AND dap_type = ? "
                                "ORDER BY next_attempt_at, id LIMIT ?",
-                               (JobState.IDLE.value, now, limit))
+                               (JobState.IDLE.value, now, DapType.TRANSFER.value, limit))
 
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str) -> Job | None:
@@ -283,6 +299,8 @@ class SqliteStore(JobStore):
                  t.failure_kind, t.bytes_done, job_id, attempt, JobState.RUNNING.value))
             if cursor.rowcount != 1:
                 return None
+            if t.result:
+                self._merge_result(db, job_id, t.result)
             detail = {"attempt": attempt, "exit_code": t.exit_code, **t.detail}
             if t.error:
                 detail["error"] = t.error
@@ -340,6 +358,51 @@ class SqliteStore(JobStore):
                 db.execute("DELETE FROM attempts WHERE job_id = ?", (job_id,))
                 db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
         return len(ids)
+
+    @staticmethod
+    def _merge_result(db: sqlite3.Connection, job_id: int, values: dict[str, Any]) -> None:
+        row = db.execute("SELECT result FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        merged = {**json.loads(row["result"]), **values}
+        db.execute("UPDATE jobs SET result = ? WHERE id = ?",
+                   (json.dumps(merged, sort_keys=True), job_id))
+
+    def update_result(self, job_id: int, values: dict[str, Any]) -> None:
+        with self._tx() as db:
+            self._merge_result(db, job_id, values)
+
+    def add_history(self, entry: HistoryEntry) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO history (time, src_host, dest_host, arguments, kind, streams, "
+                "throughput_mbps, bytes_moved, duration_s, model, samples, job_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.time, entry.src_host, entry.dest_host, entry.arguments, entry.kind,
+                 entry.streams, entry.throughput_mbps, entry.bytes_moved, entry.duration_s,
+                 entry.model, json.dumps(entry.samples), entry.job_id))
+
+    def history(self, src_host: str, dest_host: str, *, symmetric: bool,
+                arguments: str | None = None, kind: str | None = None,
+                since: float = 0.0, limit: int = 100) -> list[HistoryEntry]:
+        pair = "(src_host = ? AND dest_host = ?)"
+        params: list[Any] = [src_host, dest_host]
+        if symmetric:
+            pair = f"({pair} OR (src_host = ? AND dest_host = ?))"
+            params += [dest_host, src_host]
+        where = [pair, "time >= ?"]
+        params.append(since)
+        if arguments is not None:
+            where.append("arguments = ?")
+            params.append(arguments)
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind)
+        rows = self._read(
+            "SELECT time, src_host, dest_host, arguments, kind, streams, throughput_mbps, "
+            "bytes_moved, duration_s, model, samples, job_id FROM history WHERE "
+            + " AND ".join(where) + " ORDER BY time DESC, id DESC LIMIT ?", (*params, limit))
+        return [HistoryEntry(**{**dict(r), "samples": json.loads(r["samples"])}) for r in rows]
 
     def close(self) -> None:
         with self._lock:

@@ -92,6 +92,7 @@ class TransferModule(ABC):
 
     name: str = "module"
     verifies_checksum: bool = False  # True when the tool itself compares checksums
+    takes_streams: bool = False  # True when -p N means parallel TCP streams to the tool
 
     @abstractmethod
     def command(self, request: TransferRequest) -> list[str]:

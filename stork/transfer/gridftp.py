@@ -25,6 +25,7 @@ _PERMANENT = (
 class GridFtpModule(TransferModule):
     name = "globus-url-copy"
     verifies_checksum = True
+    takes_streams = True
 
     def __init__(self, executable: str = "globus-url-copy") -> None:
         self.executable = executable

@@ -1,0 +1,163 @@
+"""Samplers: measure the steady throughput of N parallel streams with a real tool.
+
+* `GridFtpSampler`: ``globus-url-copy -p N -partial-offset 0 -partial-length L`` of the real
+  source file to a scratch file beside the real destination (third party between two
+  servers), removed afterwards. The rate comes from the ``-vb`` performance markers after the
+  first one (TCP slow start); a sample too short to print two markers falls back to bytes
+  over wall time.
+* `Iperf3Sampler`: ``iperf3 -c HOST -P N -t T -O 1 -J`` against an iperf3 server at the
+  destination host, memory to memory; ``-O 1`` drops the first second (slow start).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import uuid
+from abc import ABC, abstractmethod
+from urllib.parse import urlsplit, urlunsplit
+
+from stork.eos.sampling import Sample
+from stork.errors import StorkError
+from stork.server.runner import child_setup
+from stork.transfer import verify
+from stork.transfer.base import parse_progress, summarize_error
+from stork.urls import parse_url
+
+_SPLIT = re.compile(rb"[\r\n]")
+
+
+class SamplingError(StorkError):
+    """A sample transfer failed; the message carries the tool's own error."""
+
+
+class Sampler(ABC):
+    name: str = "sampler"
+
+    @abstractmethod
+    def measure(self, streams: int) -> Sample:
+        """Run one sample with `streams` parallel streams."""
+
+
+def scratch_url(dest_url: str) -> str:
+    """A hidden scratch file beside the destination, unique per sample."""
+    parts = urlsplit(dest_url)
+    directory = parts.path.rsplit("/", 1)[0]
+    path = f"{directory}/.stork-sample-{uuid.uuid4().hex[:12]}"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+class GridFtpSampler(Sampler):
+    name = "gridftp"
+
+    def __init__(self, src_url: str, dest_url: str, sample_bytes: int,
+                 globus_url_copy: str = "globus-url-copy", tcp_buffer_bytes: int | None = None,
+                 timeout_s: float = 600) -> None:
+        parse_url(src_url)
+        parse_url(dest_url)
+        self.src_url = src_url
+        self.dest_url = dest_url
+        self.sample_bytes = sample_bytes
+        self.globus_url_copy = globus_url_copy
+        self.tcp_buffer_bytes = tcp_buffer_bytes
+        self.timeout_s = timeout_s
+
+    def command(self, streams: int, scratch: str) -> list[str]:
+        argv = [self.globus_url_copy, "-vb", "-p", str(streams), "-partial-offset", "0",
+                "-partial-length", str(self.sample_bytes)]
+        if self.tcp_buffer_bytes:
+            argv += ["-tcp-bs", str(self.tcp_buffer_bytes)]
+        return argv + [self.src_url, scratch]
+
+    def measure(self, streams: int) -> Sample:
+        scratch = scratch_url(self.dest_url)
+        argv = self.command(streams, scratch)
+        marks: list[tuple[float, int]] = []
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, preexec_fn=child_setup)
+            assert proc.stdout is not None and proc.stderr is not None
+            pending = b""
+            while chunk := proc.stdout.read1(65536):  # type: ignore[attr-defined]
+                now = time.monotonic()
+                pending += chunk
+                *lines, pending = _SPLIT.split(pending)
+                for line in lines:
+                    progress = parse_progress(line.decode(errors="replace"))
+                    if progress is not None:
+                        marks.append((now, progress.bytes_done))
+            stderr = proc.stderr.read().decode(errors="replace")
+            code = proc.wait(timeout=self.timeout_s)
+            elapsed = time.monotonic() - start
+            if code != 0:
+                raise SamplingError(f"sample with {streams} streams failed: "
+                                    f"{summarize_error(stderr) or f'exit status {code}'}")
+            moved = verify.size_of(scratch)
+        finally:
+            verify.remove(scratch)
+        if moved is None:
+            moved = marks[-1][1] if marks else self.sample_bytes
+        if len(marks) >= 3:  # drop the first marker: slow start
+            (t0, b0), (t1, b1) = marks[1], marks[-1]
+            if moved > b1:  # the tail after the last marker, up to the process exit
+                t1, b1 = start + elapsed, moved
+            mbps = (b1 - b0) * 8 / 1e6 / max(t1 - t0, 1e-6)
+            method = "steady (performance markers after the first)"
+        else:
+            mbps = moved * 8 / 1e6 / max(elapsed, 1e-6)
+            method = "bytes over wall time (sample too short for markers)"
+        return Sample(streams, mbps, elapsed, moved,
+                      {"argv": argv, "markers": len(marks), "method": method})
+
+
+class Iperf3Sampler(Sampler):
+    name = "iperf3"
+
+    def __init__(self, host: str, port: int = 5201, seconds: float = 5.0,
+                 executable: str = "iperf3", tcp_buffer_bytes: int | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.seconds = seconds
+        self.executable = executable
+        self.tcp_buffer_bytes = tcp_buffer_bytes
+
+    def command(self, streams: int) -> list[str]:
+        argv = [self.executable, "-c", self.host, "-p", str(self.port), "-P", str(streams),
+                "-t", f"{self.seconds:g}", "-O", "1", "-J"]
+        if self.tcp_buffer_bytes:
+            argv += ["-w", str(self.tcp_buffer_bytes)]
+        return argv
+
+    def measure(self, streams: int) -> Sample:
+        argv = self.command(streams)
+        start = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, preexec_fn=child_setup,
+                              timeout=self.seconds + 60, stdin=subprocess.DEVNULL)
+        elapsed = time.monotonic() - start
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError:
+            raise SamplingError(f"iperf3 with {streams} streams printed no JSON: "
+                                f"{(proc.stderr or proc.stdout).strip()[:300]}") from None
+        if "error" in report or proc.returncode != 0:
+            raise SamplingError(f"iperf3 with {streams} streams to {self.host}:{self.port} "
+                                f"failed: {report.get('error', proc.returncode)}")
+        received = report["end"]["sum_received"]
+        return Sample(streams, float(received["bits_per_second"]) / 1e6, elapsed,
+                      int(received["bytes"]), {"argv": argv, "method": "iperf3 -O 1"})
+
+
+def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
+                 seconds: float, iperf_port: int, globus_url_copy: str,
+                 tcp_buffer_bytes: int | None) -> Sampler:
+    if kind == "iperf3":
+        return Iperf3Sampler(parse_url(dest_url).host or "127.0.0.1", iperf_port, seconds,
+                             tcp_buffer_bytes=tcp_buffer_bytes)
+    return GridFtpSampler(src_url, dest_url, sample_bytes, globus_url_copy, tcp_buffer_bytes)
+
+
+__all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "make_sampler",
+           "scratch_url"]

@@ -1,0 +1,210 @@
+"""The EOS service: answers estimation requests, shares equal requests in flight, remembers.
+
+A request names a source and destination URL and the transfer options. Equal requests (same
+host pair and options, either direction when EOS_SYMMETRIC_PAIRS) that arrive while one is
+being sampled wait for that one sampling run instead of starting their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from stork.config import Settings
+from stork.eos.samplers import Sampler, make_sampler
+from stork.eos.sampling import Decision, Sample, decide, doubling, guided
+from stork.store.base import HistoryEntry, JobStore
+from stork.transfer import verify
+from stork.transfer.options import TransferOptions, parse_arguments
+from stork.urls import parse_url
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EstimateRequest:
+    src_url: str
+    dest_url: str
+    arguments: str = ""  # the job's transfer options (-p is ignored: the EOS chooses it)
+    size_bytes: int | None = None
+    use_history: bool = False
+
+    @property
+    def options(self) -> TransferOptions:
+        return parse_arguments(self.arguments)
+
+    @property
+    def triple_arguments(self) -> str:
+        """The options that make two requests different tasks: all but the stream count."""
+        o = self.options
+        return TransferOptions(None, o.tcp_buffer_bytes, o.block_size_bytes,
+                               o.sample_size_bytes).to_arguments()
+
+    def hosts(self) -> tuple[str, str]:
+        return parse_url(self.src_url).endpoint, parse_url(self.dest_url).endpoint
+
+    def key(self, symmetric: bool) -> tuple[str, str, str]:
+        src, dest = self.hosts()
+        if symmetric and dest < src:
+            src, dest = dest, src
+        return src, dest, self.triple_arguments
+
+    def to_json(self) -> dict[str, Any]:
+        return {"src_url": self.src_url, "dest_url": self.dest_url, "arguments": self.arguments,
+                "size": self.size_bytes, "use_history": self.use_history}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> EstimateRequest:
+        request = cls(str(body["src_url"]), str(body["dest_url"]), str(body.get("arguments") or ""),
+                      int(body["size"]) if body.get("size") else None,
+                      bool(body.get("use_history")))
+        parse_url(request.src_url)
+        parse_url(request.dest_url)
+        parse_arguments(request.arguments)
+        return request
+
+
+@dataclass(frozen=True)
+class Optimization:
+    samples: tuple[Sample, ...]
+    decision: Decision
+    sampling_time_s: float
+    sampler: str
+
+
+SamplerFactory = Callable[[EstimateRequest], Sampler]
+
+
+class EosService:
+    def __init__(self, settings: Settings, store: JobStore | None,
+                 sampler_factory: SamplerFactory | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self._factory = sampler_factory or self._default_sampler
+        self._pool = ThreadPoolExecutor(settings.eos_workers, thread_name_prefix="eos")
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple[str, str, str], Future[Optimization]] = {}
+        self.sampling_runs = 0  # optimizations actually sampled (not shared, not from history)
+
+    def _default_sampler(self, request: EstimateRequest) -> Sampler:
+        s = self.settings
+        options = request.options
+        return make_sampler(s.eos_sampler, request.src_url, request.dest_url,
+                            sample_bytes=options.sample_size_bytes or s.eos_sample_size,
+                            seconds=s.eos_sample_time_s, iperf_port=s.eos_iperf_port,
+                            globus_url_copy=s.globus_url_copy,
+                            tcp_buffer_bytes=options.tcp_buffer_bytes)
+
+    # -- the request path -----------------------------------------------------------------
+
+    def estimate(self, request: EstimateRequest) -> dict[str, Any]:
+        """Answer one request (blocking): history hit, shared run, or a new sampling run."""
+        if request.use_history:
+            hit = self._history_hit(request)
+            if hit is not None:
+                return self._answer(request, hit, from_history=True)
+        key = request.key(self.settings.eos_symmetric_pairs)
+        with self._lock:
+            future = self._inflight.get(key)
+            shared = future is not None
+            if future is None:
+                future = self._pool.submit(self._optimize, request)
+                self._inflight[key] = future
+                future.add_done_callback(lambda f, k=key: self._forget(k, f))
+        result = self._answer(request, future.result(), from_history=False)
+        result["shared_run"] = shared
+        return result
+
+    def _forget(self, key: tuple[str, str, str], future: Future[Optimization]) -> None:
+        with self._lock:
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
+
+    def _optimize(self, request: EstimateRequest) -> Optimization:
+        s = self.settings
+        sampler = self._factory(request)
+        start = time.monotonic()
+        with self._lock:
+            self.sampling_runs += 1
+        if s.eos_sampling == "doubling":
+            samples = doubling(sampler.measure, s.eos_max_streams, s.eos_slope_threshold)
+        else:
+            samples = guided(sampler.measure, s.eos_max_streams, s.eos_tolerance,
+                             s.eos_max_samples)
+        decision = decide(samples, s.eos_max_streams, s.eos_tolerance)
+        elapsed = time.monotonic() - start
+        optimization = Optimization(tuple(samples), decision, elapsed, sampler.name)
+        log.info("EOS %s -> %s: %d streams, %.1f Mbit/s (%s) from %d samples in %.1f s",
+                 request.src_url, request.dest_url, decision.streams, decision.throughput_mbps,
+                 decision.model, len(samples), elapsed)
+        if self.store is not None:
+            src, dest = request.hosts()
+            self.store.add_history(HistoryEntry(
+                time=self.clock(), src_host=src, dest_host=dest,
+                arguments=request.triple_arguments, kind="optimization",
+                streams=decision.streams, throughput_mbps=decision.throughput_mbps,
+                duration_s=elapsed, model=decision.model,
+                samples=[[x.streams, x.mbps] for x in samples]))
+        return optimization
+
+    def _history_hit(self, request: EstimateRequest) -> Optimization | None:
+        if self.store is None:
+            return None
+        src, dest = request.hosts()
+        rows = self.store.history(src, dest, symmetric=self.settings.eos_symmetric_pairs,
+                                  arguments=request.triple_arguments, kind="optimization",
+                                  since=self.clock() - self.settings.eos_history_ttl_s, limit=1)
+        if not rows:
+            return None
+        row = rows[0]
+        samples = tuple(Sample(int(n), float(m)) for n, m in row.samples)
+        decision = Decision(row.streams, row.throughput_mbps, row.model, "from history", {})
+        return Optimization(samples, decision, 0.0, "history")
+
+    def _answer(self, request: EstimateRequest, opt: Optimization,
+                from_history: bool) -> dict[str, Any]:
+        d = opt.decision
+        size = request.size_bytes
+        if size is None:
+            try:
+                size = verify.size_of(request.src_url)
+            except verify.VerifyError:
+                size = None
+        result: dict[str, Any] = {
+            "optimal_streams": d.streams,
+            "estimated_throughput_mbps": round(d.throughput_mbps, 3),
+            "model": d.model,
+            "model_params": d.params,
+            "reason": d.reason,
+            "samples": [[s.streams, round(s.mbps, 3)] for s in opt.samples],
+            "sampling_time_s": round(opt.sampling_time_s, 3),
+            "sampler": opt.sampler,
+            "from_history": from_history,
+        }
+        if size:
+            result["size_bytes"] = size
+            result["estimated_time_s"] = round(size * 8 / 1e6 / max(d.throughput_mbps, 1e-9), 3)
+        return result
+
+    def record_transfer(self, src_url: str, dest_url: str, arguments: str, streams: int,
+                        bytes_moved: int, duration_s: float, job_id: int) -> None:
+        """Remember what a finished transfer really achieved."""
+        if self.store is None or duration_s <= 0:
+            return
+        request = EstimateRequest(src_url, dest_url, arguments)
+        src, dest = request.hosts()
+        self.store.add_history(HistoryEntry(
+            time=self.clock(), src_host=src, dest_host=dest,
+            arguments=request.triple_arguments, kind="transfer", streams=streams,
+            throughput_mbps=bytes_moved * 8 / 1e6 / duration_s, bytes_moved=bytes_moved,
+            duration_s=duration_s, job_id=job_id))
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,234 @@
+"""The EOS against real tools: GridFTP and iperf3 samplers, estimation jobs through the daemon,
+optimized transfers, shared sampling runs and the history."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stork import config
+from stork.eos.samplers import GridFtpSampler, Iperf3Sampler, SamplingError
+from stork.eos.service import EosService, EstimateRequest
+from stork.eos.sampling import Sample
+from stork.store import SqliteStore
+from tests.support import GridFtpServer, StorkServer, free_port, make_file, md5, wait_for
+
+MB = 1024 * 1024
+EOS_KNOBS = {"EOS_SAMPLE_SIZE": "4M", "EOS_MAX_STREAMS": "16"}
+
+
+@pytest.fixture(scope="module")
+def big(gridftp_root: Path) -> Path:
+    return make_file(gridftp_root / "eos-src-16M.dat", 16 * MB, seed=11)
+
+
+@pytest.fixture
+def eos_stork(tmp_path: Path) -> Iterator[StorkServer]:
+    server = StorkServer(tmp_path, EOS_KNOBS).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def iperf3_server() -> Iterator[int]:
+    if shutil.which("iperf3") is None:
+        pytest.skip("iperf3 is not installed; run `make setup`")
+    port = free_port()
+    proc = subprocess.Popen(["iperf3", "-s", "-p", str(port), "-B", "127.0.0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import socket
+
+    def up() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    wait_for(up, 10, what="iperf3 server")
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+def test_gridftp_sampler_moves_a_slice_and_cleans_up(gridftp: GridFtpServer, big: Path,
+                                                     gridftp_root: Path) -> None:
+    dest_dir = gridftp_root / "eos-dest"
+    dest_dir.mkdir(exist_ok=True)
+    sampler = GridFtpSampler(gridftp.url(big), gridftp.url(dest_dir / "target.dat"), 3 * MB)
+    sample = sampler.measure(4)
+    assert sample.streams == 4 and sample.bytes_moved == 3 * MB and sample.mbps > 0
+    assert "-p" in sample.raw["argv"] and "4" in sample.raw["argv"]
+    assert "-partial-length" in sample.raw["argv"]
+    assert list(dest_dir.iterdir()) == []  # the scratch file is gone
+    broken = GridFtpSampler(gridftp.url(big.parent / "missing.dat"),
+                            gridftp.url(dest_dir / "t.dat"), MB)
+    with pytest.raises(SamplingError, match="No such file or directory"):
+        broken.measure(1)
+
+
+def test_iperf3_sampler_reads_the_json_report(iperf3_server: int) -> None:
+    sample = Iperf3Sampler("127.0.0.1", iperf3_server, seconds=2).measure(2)
+    assert sample.streams == 2 and sample.mbps > 10 and sample.bytes_moved > 0
+    with pytest.raises(SamplingError, match="failed"):
+        Iperf3Sampler("127.0.0.1", free_port(), seconds=1).measure(1)
+
+
+def test_estimation_job_end_to_end(eos_stork: StorkServer, gridftp: GridFtpServer, big: Path,
+                                   tmp_path: Path) -> None:
+    (tmp_path / "est.dap").write_text(f"""[ dap_type = estimation;
+        src_url = "{gridftp.url(big)}"; dest_url = "{gridftp.url(tmp_path / 'x.dat')}";
+        size = 1073741824 ]""")
+    plot = tmp_path / "est.png"
+    result = eos_stork.cli("stork_submit", "--plot", str(plot), "est.dap", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Request assigned id: 1" in out
+    import classad2
+
+    ad = classad2.ClassAd(out[out.index("["):out.rindex("]") + 1])
+    assert 1 <= ad["optimal_streams"] <= 16
+    assert ad["estimated_throughput_mbps"] > 0
+    assert ad["estimated_time_s"] == pytest.approx(
+        1073741824 * 8 / 1e6 / ad["estimated_throughput_mbps"], rel=1e-3)
+    assert ad["model"] in ("second_order", "dynamic_order", "best_sample")
+    assert len(ad["samples"]) >= 2 and ad["sampling_time_s"] > 0
+    assert plot.stat().st_size > 10_000 and plot.read_bytes()[:4] == b"\x89PNG"
+    status = eos_stork.cli("stork_status", "1", check=True).stdout
+    assert "optimal_streams = " in status and "COMPLETED" in status
+    # never through the transfer queue: no transfer module ran for it
+    assert eos_stork.job(1)["attempts"][0]["module"] == "eos"
+
+
+def test_equal_requests_in_flight_share_one_sampling_run(tmp_path: Path) -> None:
+    settings = config.load(None, env={"HOME": str(tmp_path)})
+    store = SqliteStore(str(tmp_path / "q.db"))
+    gate = threading.Event()
+    calls: list[int] = []
+
+    class SlowSampler:
+        name = "fake-timed"
+
+        def measure(self, n: int) -> Sample:  # a stand-in network: a curve peaking at 8
+            gate.wait(10)
+            calls.append(n)
+            return Sample(n, 100 * n / (1 + (n / 8) ** 2) ** 0.5 / (1 + n / 64))
+
+    eos = EosService(settings, store, sampler_factory=lambda r: SlowSampler())
+    a = EstimateRequest("ftp://10.9.9.1:2811/data/a", "ftp://10.9.9.2:2811/data/b", "-b 1M")
+    swapped = EstimateRequest("ftp://10.9.9.2:2811/data/c", "ftp://10.9.9.1:2811/data/d",
+                              "-b 1048576")
+    other_args = EstimateRequest("ftp://10.9.9.1:2811/data/a", "ftp://10.9.9.2:2811/data/b", "-b 2M")
+    results: dict[str, dict] = {}
+    threads = [threading.Thread(target=lambda k=k, r=r: results.__setitem__(k, eos.estimate(r)))
+               for k, r in (("a", a), ("a2", a), ("swapped", swapped), ("other", other_args))]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(eos._inflight) == 2, 5, what="two distinct runs in flight")
+    gate.set()
+    for t in threads:
+        t.join(20)
+    assert eos.sampling_runs == 2  # one for the equal triple (either direction), one for -b 2M
+    assert results["a"]["optimal_streams"] == results["a2"]["optimal_streams"] == \
+        results["swapped"]["optimal_streams"]
+    assert sum(r["shared_run"] for r in results.values()) == 2
+    rows = store.history("10.9.9.1:2811", "10.9.9.2:2811", symmetric=True, kind="optimization")
+    assert len(rows) == 2
+    eos.shutdown()
+
+
+def test_optimized_transfer_records_its_parameters(eos_stork: StorkServer, gridftp: GridFtpServer,
+                                                   big: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "opt.dat"
+    [job_id] = eos_stork.submit(f"""[ dap_type = transfer; optimization = "YES";
+        src_url = "{gridftp.url(big)}"; dest_url = "file://{dest}" ]""")
+    job = eos_stork.wait_state(job_id)
+    assert job["state"] == "COMPLETED" and md5(dest) == md5(big)
+    result = job["result"]
+    streams = result["optimized_streams"]
+    assert 1 <= streams <= 16 and result["predicted_throughput_mbps"] > 0
+    assert result["achieved_throughput_mbps"] > 0 and result["streams_used"] == streams
+    assert result["eos_from_history"] is False
+    assert f"-p {streams} " in (eos_stork.state / "stork_server.log").read_text()
+    ad = eos_stork.cli("stork_q", "-l", check=True).stdout
+    assert f"optimized_streams = {streams}" in ad and "achieved_throughput_mbps" in ad
+
+
+def test_explicit_streams_win_and_no_means_default(tmp_path: Path, gridftp: GridFtpServer,
+                                                    big: Path) -> None:
+    server = StorkServer(tmp_path, {**EOS_KNOBS, "STORK_DEFAULT_STREAMS": "2"}).start()
+    try:
+        ids = server.submit(f"""
+        [ dap_type = transfer; optimization = "YES"; arguments = "-p 3";
+          src_url = "{gridftp.url(big)}"; dest_url = "file://{tmp_path}/p3.dat" ]
+        [ dap_type = transfer; optimization = "NO";
+          src_url = "{gridftp.url(big)}"; dest_url = "file://{tmp_path}/d2.dat" ]""")
+        jobs = [server.wait_state(i) for i in ids]
+        assert [j["result"]["streams_used"] for j in jobs] == [3, 2]
+        assert "optimized_streams" not in jobs[0]["result"]
+        history = server.cli("stork_history", gridftp.url(big), f"file://{tmp_path}/x",
+                             check=True).stdout
+        assert "optimization" not in history  # nothing was sampled
+        assert history.count("transfer") >= 2 and "2 row(s)" in history
+    finally:
+        server.stop()
+
+
+def test_history_hit_skips_sampling_and_miss_fills_it(eos_stork: StorkServer,
+                                                     gridftp: GridFtpServer, big: Path,
+                                                     tmp_path: Path) -> None:
+    ad = (f'[ dap_type = estimation; use_history = "YES"; src_url = "{gridftp.url(big)}"; '
+          f'dest_url = "{gridftp.url(tmp_path / "h.dat")}" ]')
+    first = eos_stork.submit(ad)[0]
+    one = eos_stork.wait_state(first)["result"]
+    second = eos_stork.submit(ad)[0]
+    two = eos_stork.wait_state(second)["result"]
+    assert one["from_history"] is False and two["from_history"] is True
+    assert two["optimal_streams"] == one["optimal_streams"] and two["sampling_time_s"] == 0
+    rows = json.loads(eos_stork.api("GET", "/v1/history", params={
+        "src": gridftp.url(big), "dest": gridftp.url(tmp_path)}).text)["history"]
+    assert [r["kind"] for r in rows] == ["optimization"]
+    text = eos_stork.cli("stork_history", f"127.0.0.1:{gridftp.port}",
+                         f"127.0.0.1:{gridftp.port}", check=True).stdout
+    assert "optimization" in text and "1 row(s)" in text
+
+
+def test_remote_eos_server_answers_for_opt_server(tmp_path: Path, gridftp: GridFtpServer,
+                                                   big: Path) -> None:
+    port = free_port()
+    eos_dir = tmp_path / "eos"
+    eos_cfg = StorkServer(eos_dir, {**EOS_KNOBS, "EOS_API_ADDRESS": f"127.0.0.1:{port}"})
+    proc = subprocess.Popen([str(Path(eos_cfg.env()["PATH"].split(":")[0]) / "eos_server")],
+                            env=eos_cfg.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = StorkServer(tmp_path / "stork", EOS_KNOBS).start()
+    try:
+        import httpx
+
+        wait_for(lambda: _pings(port), 20, what="eos_server")
+        [job_id] = server.submit(f"""[ dap_type = estimation; opt_server = "127.0.0.1:{port}";
+            src_url = "{gridftp.url(big)}"; dest_url = "{gridftp.url(tmp_path / 'r.dat')}" ]""")
+        job = server.wait_state(job_id)
+        assert job["state"] == "COMPLETED" and job["result"]["optimal_streams"] >= 1
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/ping").json()["sampling_runs"] == 1
+        remote_rows = SqliteStore(str(eos_dir / "state" / "stork.db")).history(
+            f"127.0.0.1:{gridftp.port}", f"127.0.0.1:{gridftp.port}", symmetric=True)
+        assert len(remote_rows) == 1  # the remote EOS sampled and remembered it
+    finally:
+        server.stop()
+        proc.terminate()
+        proc.wait(10)
+
+
+def _pings(port: int) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/v1/ping", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
