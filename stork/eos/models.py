@@ -110,11 +110,19 @@ def fit_second_order(streams: Sequence[float], mbps: Sequence[float]) -> SecondO
     return SecondOrder(a, b, c)
 
 
-def _linear_in_ab(n: np.ndarray, y: np.ndarray, k: float) -> tuple[float, float, float]:
-    design = np.column_stack([np.power(n, k), np.ones_like(n)])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    resid = design @ coef - y
-    return float(coef[0]), float(coef[1]), float(resid @ resid)
+def _linear_in_ab(n: np.ndarray, y: np.ndarray,
+                  ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each order k: the least-squares (a, b) of y = a n^k + b and its squared residual
+    (closed form of the two-parameter regression, vectorised over k)."""
+    x = np.power(n[None, :], ks[:, None])
+    x_mean = x.mean(axis=1, keepdims=True)
+    dx = x - x_mean
+    dy = y - y.mean()
+    sxx = (dx * dx).sum(axis=1)
+    a = (dx * dy).sum(axis=1) / np.where(sxx > 0, sxx, np.inf)
+    b = y.mean() - a * x_mean[:, 0]
+    resid = a[:, None] * x + b[:, None] - y
+    return a, b, (resid * resid).sum(axis=1)
 
 
 def fit_dynamic_order(streams: Sequence[float], mbps: Sequence[float]) -> DynamicOrder:
@@ -123,15 +131,16 @@ def fit_dynamic_order(streams: Sequence[float], mbps: Sequence[float]) -> Dynami
     n, th = _arrays(streams, mbps)
     y = (n / th) ** 2
     grid = np.linspace(*_K_BOUNDS, 60)
-    errors = [_linear_in_ab(n, y, k)[2] for k in grid]
+    errors = _linear_in_ab(n, y, grid)[2]
     i = int(np.argmin(errors))
     lo = grid[max(i - 1, 0)]
     hi = grid[min(i + 1, len(grid) - 1)]
-    found = optimize.minimize_scalar(lambda k: _linear_in_ab(n, y, k)[2], bounds=(lo, hi),
-                                     method="bounded", options={"xatol": 1e-6})
+    found = optimize.minimize_scalar(lambda k: float(_linear_in_ab(n, y, np.array([k]))[2][0]),
+                                     bounds=(lo, hi), method="bounded",
+                                     options={"xatol": 1e-6})
     k = float(found.x) if found.success else float(grid[i])
-    a, b, _ = _linear_in_ab(n, y, k)
-    return DynamicOrder(a, k, b)
+    a, b, _ = _linear_in_ab(n, y, np.array([k]))
+    return DynamicOrder(float(a[0]), k, float(b[0]))
 
 
 @dataclass(frozen=True)
