@@ -75,8 +75,11 @@ def main() -> int:
             path.write_text(text)
             banner(f"submit_examples/{example.name}")
             if "dap_type = estimation" in text:
-                run(server, "stork_submit", "--dry-run", str(path))
-                print("(estimation jobs are answered once the EOS runs in stork_server)")
+                result = run(server, "stork_submit", "--plot", str(demo / "logs" / "estimate.png"),
+                             str(path))
+                if result.returncode != 0:
+                    print("demo: the estimation failed", file=sys.stderr)
+                    return 1
                 continue
             result = run(server, "stork_submit", "-lognotes", f"demo {example.stem}", str(path))
             if result.returncode != 0:

@@ -18,6 +18,10 @@ def progress_text(job: dict[str, Any], now: float) -> str:
         return "starting"
     if state == "IDLE" and job["next_attempt_at"] > now:
         return f"retry in {job['next_attempt_at'] - now:.0f}s"
+    if state == "COMPLETED" and job.get("dap_type") == "estimation":
+        result = job.get("result") or {}
+        return (f"{result.get('optimal_streams')} streams, "
+                f"{result.get('estimated_throughput_mbps', 0):.0f} Mb/s")
     if state == "COMPLETED":
         return human_bytes(job["bytes_done"])
     if state == "FAILED" and job.get("failure_kind"):

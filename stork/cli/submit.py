@@ -15,6 +15,7 @@ from stork.job import DapType, JobState
 from stork.submit import parse_submit
 from stork.transfer.base import summarize_error
 from stork.transfer.registry import Registry
+from stork.urls import parse_url
 
 POLL_S = 0.5
 
@@ -102,7 +103,9 @@ def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:
             from stork.eos.plot import plot_estimate
 
             target = plot if len(ids) == 1 else plot.replace(".png", f"-{job_id}.png")
-            plot_estimate(result, target, title=f"{job['src_url']} -> {job['dest_url']}")
+            src, dest = parse_url(job["src_url"]), parse_url(job["dest_url"])
+            name = src.path.rsplit("/", 1)[-1]
+            plot_estimate(result, target, title=f"{name}: {src.endpoint} -> {dest.endpoint}")
             print(f"plot written to {target}")
     return code
 
