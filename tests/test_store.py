@@ -106,3 +106,29 @@ def test_a_failed_transaction_changes_nothing(store: SqliteStore) -> None:
     with pytest.raises(AttributeError):  # object() has no .value
         store.submit([SPEC, bad], 0, "root", now=1.0)
     assert store.list_jobs() == []
+
+
+def test_history_by_pair_direction_and_age(store: SqliteStore) -> None:
+    from stork.store.base import HistoryEntry
+
+    store.add_history(HistoryEntry(10.0, "a:1", "b:1", "-b 1024", "optimization", 8, 900.0,
+                                   model="second_order", samples=[[1, 100.0], [4, 350.0]]))
+    store.add_history(HistoryEntry(20.0, "b:1", "a:1", "", "transfer", 8, 870.0, 10**9, 9.2,
+                                   job_id=4))
+    both = store.history("a:1", "b:1", symmetric=True)
+    assert [(h.kind, h.time) for h in both] == [("transfer", 20.0), ("optimization", 10.0)]
+    assert both[1].samples == [[1, 100.0], [4, 350.0]] and both[0].job_id == 4
+    assert [h.kind for h in store.history("a:1", "b:1", symmetric=False)] == ["optimization"]
+    assert store.history("a:1", "b:1", symmetric=True, since=15.0)[0].kind == "transfer"
+    assert store.history("a:1", "b:1", symmetric=True, arguments="-b 1024",
+                         kind="optimization")[0].streams == 8
+    assert store.history("a:1", "c:1", symmetric=True) == []
+
+
+def test_update_result_merges(store: SqliteStore) -> None:
+    [job_id] = store.submit([SPEC], 0, "root", now=1.0)
+    store.update_result(job_id, {"optimized_streams": 4})
+    store.update_result(job_id, {"predicted_throughput_mbps": 12.5})
+    assert store.get(job_id).result == {"optimized_streams": 4, "predicted_throughput_mbps": 12.5}
+    with pytest.raises(JobNotFound):
+        store.update_result(99, {"x": 1})
