@@ -1,0 +1,151 @@
+"""The task matrix (Algorithms 3-6 of the EOS paper).
+
+Rows hold tasks on one unordered host pair; the first member of each row (its head) is the
+row's candidate for running. Heads are pairwise 0 or alpha; the members of a row pairwise 1
+or beta. Rows are indexed by host pair, so `add` is O(1) where the paper scans the first
+column, with the same result (a row exists for a pair exactly when a head has that pair).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable
+
+from stork.sched.relations import SchedError, Task, check_weights
+
+Pair = frozenset[Hashable]
+
+
+class TaskMatrix:
+    def __init__(self, alpha: float, beta: float) -> None:
+        check_weights(alpha, beta)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self._rows: dict[Pair, list[Task]] = {}  # insertion order = the first column's order
+        self._running: dict[Pair, Task] = {}  # rows whose head runs
+        self._load: dict[Hashable, float] = defaultdict(float)  # penalty of running heads
+        self.last_selection: list[Task] = []
+
+    # -- Algorithm 3 ---------------------------------------------------------------------------
+
+    def add(self, task: Task) -> None:
+        """Append to the row of the task's host pair, or start a new row (a new head)."""
+        row = self._rows.get(task.pair)
+        if row is None:
+            self._rows[task.pair] = [task]
+        else:
+            row.append(task)
+
+    # -- Algorithms 4 and 5 ----------------------------------------------------------------------
+
+    def select(self, n: int, penalty_limit: float, algorithm: int = 5) -> list[Task]:
+        """Choose heads to start now, mark them running, and return them in order.
+
+        `n` bounds the running heads in total (those still running count); a head is taken
+        only while both its hosts' penalties, running heads included, stay within the limit
+        with it added. Algorithm 5 first takes heads orthogonal to every running
+        or chosen task, then fills up as Algorithm 4 does.
+        """
+        check_weights(self.alpha, self.beta, penalty_limit)
+        if algorithm not in (4, 5):
+            raise SchedError(f"algorithm must be 4 or 5, got {algorithm!r}")
+        if not isinstance(n, int) or n < 0:
+            raise SchedError(f"n must be a whole number >= 0, got {n!r}")
+        chosen: list[Task] = []
+        penalty = dict(self._load)
+        room = n - len(self._running)
+        waiting = [row[0] for pair, row in self._rows.items() if pair not in self._running]
+
+        def fits(task: Task) -> bool:
+            # the paper checks penal < limit before adding alpha; checking the sum keeps every
+            # host at or below the limit for any alpha (identical when the limit is k alpha)
+            return all(penalty.get(h, 0.0) + self.alpha <= penalty_limit + 1e-12
+                       for h in task.pair)
+
+        def take(task: Task) -> None:
+            chosen.append(task)
+            for host in task.pair:
+                penalty[host] = penalty.get(host, 0.0) + self.alpha
+
+        if algorithm == 5:
+            busy: set[Hashable] = {h for t in self._running.values() for h in t.pair}
+            for head in waiting:
+                if len(chosen) >= room:
+                    break
+                if not (head.pair & busy) and fits(head):
+                    take(head)
+                    busy |= head.pair
+        for head in waiting:
+            if len(chosen) >= room:
+                break
+            if head not in chosen and fits(head):
+                take(head)
+        for task in chosen:
+            self._running[task.pair] = task
+            for host in task.pair:
+                self._load[host] += self.alpha
+        self.last_selection = chosen
+        return chosen
+
+    # -- Algorithm 6 ----------------------------------------------------------------------------
+
+    def complete(self, task: Task) -> list[Task]:
+        """A running head finished: remove it and the members equal to it (they receive its
+        result, and are returned); the next member becomes the row's head."""
+        pair = task.pair
+        if self._running.get(pair) is not task:
+            raise SchedError(f"{task!r} is not running")
+        del self._running[pair]
+        for host in pair:
+            self._load[host] -= self.alpha
+            if self._load[host] <= 1e-12:
+                del self._load[host]
+        row = self._rows[pair]
+        # equal = same pair (the row's) and same arguments; comparing cor with 1 would also
+        # take approximate tasks when beta = 1
+        served = [t for t in row[1:] if t.args == task.args]
+        rest = [t for t in row[1:] if t.args != task.args]
+        if rest:
+            self._rows[pair] = rest
+        else:
+            del self._rows[pair]
+        return served
+
+    def discard(self, task: Task) -> bool:
+        """Drop a waiting task (a removed job); False when it is not waiting here."""
+        row = self._rows.get(task.pair)
+        if row is None or self._running.get(task.pair) is task:
+            return False
+        try:
+            row.remove(task)
+        except ValueError:
+            return False
+        if not row:
+            del self._rows[task.pair]
+        return True
+
+    # -- inspection -------------------------------------------------------------------------------
+
+    def rows(self) -> list[list[Task]]:
+        """The matrix row by row (first column = heads)."""
+        return [list(row) for row in self._rows.values()]
+
+    def running(self) -> list[Task]:
+        return list(self._running.values())
+
+    def penalties(self) -> dict[Hashable, float]:
+        """Penalty of every host touched by a running head."""
+        return dict(self._load)
+
+    def gain(self) -> float:
+        """Equation 24 for the running heads: (k + sum of their rows' equal members) / k."""
+        k = len(self._running)
+        if k == 0:
+            return 1.0
+        # a row shares one host pair, so its members equal to the head are those with its args
+        represented = sum(sum(1 for t in self._rows[p][1:] if t.args == head.args)
+                          for p, head in self._running.items())
+        return (k + represented) / k
+
+    def __len__(self) -> int:
+        return sum(len(row) for row in self._rows.values())
