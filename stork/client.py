@@ -107,5 +107,8 @@ class Client:
     def history(self, src: str, dest: str, limit: int = 50) -> dict[str, Any]:
         return self._call("GET", "/v1/history", params={"src": src, "dest": dest, "limit": limit})
 
+    def matrix(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/matrix")
+
     def remove(self, job_id: int) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/jobs/{job_id}")["job"]

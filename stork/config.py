@@ -103,6 +103,13 @@ def _parse_fraction(text: str) -> float:
     return value
 
 
+def _parse_fraction_incl(text: str) -> float:
+    value = _parse_float_min(0.0)(text)
+    if value > 1:
+        raise ValueError(f"must be between 0 and 1, got {value}")
+    return value
+
+
 def _parse_level(text: str) -> str:
     level = text.upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
@@ -189,6 +196,14 @@ KNOBS: tuple[Knob, ...] = (
          "Optimizations the EOS runs at once."),
     Knob("EOS_API_ADDRESS", "eos_api_address", "127.0.0.1:9621", _parse_address,
          "HOST:PORT on which a standalone eos_server listens."),
+    Knob("EOS_ALPHA", "eos_alpha", "0.5", _parse_fraction_incl,
+         "Correlation of two tasks sharing one host; also each task's penalty on its hosts."),
+    Knob("EOS_BETA", "eos_beta", "0.8", _parse_fraction_incl,
+         "Correlation of two tasks on the same host pair with different arguments."),
+    Knob("EOS_PENALTY_LIMIT", "eos_penalty_limit", "2", _parse_float_min(0),
+         "Most penalty per host among running tasks (with EOS_ALPHA = 0.5, 2 allows 4 tasks)."),
+    Knob("EOS_SELECTION", "eos_selection", "5", _parse_choice("4", "5"),
+         "Parallel task selection: 4 (first fit) or 5 (mutually orthogonal tasks first)."),
     Knob("STORK_PROGRESS_INTERVAL", "progress_interval_s", "1", _parse_float_min(0),
          "Least seconds between progress updates written to the queue for one job."),
 )
@@ -238,6 +253,10 @@ class Settings:
     eos_symmetric_pairs: bool
     eos_workers: int
     eos_api_address: str
+    eos_alpha: float
+    eos_beta: float
+    eos_penalty_limit: float
+    eos_selection: str
 
 
 assert {f.name for f in fields(Settings)} == {k.field for k in KNOBS} | {"source"}
@@ -326,4 +345,9 @@ def load(path: str | None = None, env: Mapping[str, str] | None = None) -> Setti
             if knob.name in lines:
                 raise ConfigError(f"{knob.name}: {exc}", path=path, line=lines[knob.name]) from None
             raise ConfigError(f"{knob.name} (default {knob.default!r}): {exc}") from None
+    if values["eos_alpha"] > values["eos_beta"]:
+        where = path or "<defaults>"
+        raise ConfigError(f"EOS_ALPHA ({values['eos_alpha']}) must not exceed EOS_BETA "
+                          f"({values['eos_beta']}): 0 <= alpha <= beta <= 1", path=where,
+                          line=lines.get("EOS_ALPHA") or lines.get("EOS_BETA"))
     return Settings(source=path or "<defaults>", **values)

@@ -126,15 +126,20 @@ def test_equal_requests_in_flight_share_one_sampling_run(tmp_path: Path) -> None
                               "-b 1048576")
     other_args = EstimateRequest("ftp://10.9.9.1:2811/data/a", "ftp://10.9.9.2:2811/data/b", "-b 2M")
     results: dict[str, dict] = {}
-    threads = [threading.Thread(target=lambda k=k, r=r: results.__setitem__(k, eos.estimate(r)))
+    threads = [threading.Thread(target=lambda k=k, r=r: results.__setitem__(k, eos.estimate(r)),
+                                daemon=True)
                for k, r in (("a", a), ("a2", a), ("swapped", swapped), ("other", other_args))]
     for t in threads:
         t.start()
-    wait_for(lambda: len(eos._inflight) == 2, 5, what="two distinct runs in flight")
+    # one row for the host pair: the equal requests behind the first, the -b 2M one waiting
+    # its turn (approximate tasks never sample at the same time)
+    wait_for(lambda: len(eos.matrix) == 4, 5, what="four tasks in the matrix")
+    assert len(eos.matrix.running()) == 1 and len(eos.matrix.rows()) == 1
     gate.set()
     for t in threads:
         t.join(20)
     assert eos.sampling_runs == 2  # one for the equal triple (either direction), one for -b 2M
+    assert len(eos.matrix) == 0
     assert results["a"]["optimal_streams"] == results["a2"]["optimal_streams"] == \
         results["swapped"]["optimal_streams"]
     assert sum(r["shared_run"] for r in results.values()) == 2

@@ -18,6 +18,8 @@ def progress_text(job: dict[str, Any], now: float) -> str:
         return "starting"
     if state == "IDLE" and job["next_attempt_at"] > now:
         return f"retry in {job['next_attempt_at'] - now:.0f}s"
+    if state == "IDLE" and job.get("wait_reason"):
+        return job["wait_reason"][:26]
     if state == "COMPLETED" and job.get("dap_type") == "estimation":
         result = job.get("result") or {}
         return (f"{result.get('optimal_streams')} streams, "
@@ -43,17 +45,50 @@ def table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
     return "\n".join(lines)
 
 
+def matrix_text(title: str, m: dict[str, Any]) -> str:
+    """One task matrix as text: a line per host pair, running tasks marked with *."""
+    head = f"{title}: alpha {m['alpha']:g}, beta {m['beta']:g}"
+    if "n" in m:
+        head += (f", n {m['n']}, penalty limit {m['penalty_limit']:g}, "
+                 f"algorithm {m['selection']}")
+    lines = [head]
+    if not m["rows"]:
+        lines.append("  (empty)")
+    for row in m["rows"]:
+        tasks = " ".join(f"{'*' if t['running'] else ''}{t['id']}" for t in row["tasks"])
+        lines.append(f"  {row['pair']:<36} {tasks}")
+    chosen = ", ".join(f"{t['id']} <{t['src']},{t['dest']}>" for t in m["last_selection"])
+    lines.append(f"  last selection: {chosen or '(none)'}; confusion score {m['confusion']:g}; "
+                 f"gain {m['gain']:.2f}")
+    penalties = ", ".join(f"{h} {v:g}" for h, v in m["penalties"].items())
+    lines.append(f"  host penalties of running tasks: {penalties or '(none)'}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("stork_q", "Show the Stork job queue.")
     add_name(p)
     p.add_argument("-l", "-long", dest="long", action="store_true", help="print the full job ads")
     p.add_argument("-constraint", metavar="EXPR",
                    help='only jobs for which the ClassAd expression is true, e.g. state == "IDLE"')
+    p.add_argument("-matrix", action="store_true",
+                   help="print the task matrices by host pair, the last selection with its "
+                        "confusion score, and each host's penalty")
     p.add_argument("ids", nargs="*", type=int, help="only these job ids")
     args = p.parse_args(argv)
 
     def body() -> int:
         client = Client.from_settings(load_settings(args.config), args.name)
+        if args.matrix:
+            try:
+                info = client.matrix()
+            finally:
+                client.close()
+            print(matrix_text("Transfers", info["transfers"]))
+            if info.get("eos"):
+                print()
+                print(matrix_text("EOS optimization tasks", info["eos"]))
+            return EXIT_OK
         try:
             jobs = client.jobs(args.constraint, long=args.long)
         finally:

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                 info = client.status(job_id)
                 job = info["job"]
                 print(f"Job {job_id}: {job['state']} ({progress_text(job, time.time())})")
+                if job.get("wait_reason"):
+                    print(f"Waiting: {job['wait_reason']}")
                 print(job["ad"].strip())
                 print("Attempts:")
                 if not info["attempts"]:

@@ -7,6 +7,7 @@ being sampled wait for that one sampling run instead of starting their own.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any
 from stork.config import Settings
 from stork.eos.samplers import Sampler, make_sampler
 from stork.eos.sampling import Decision, Sample, decide, doubling, guided
+from stork.sched import Task, TaskMatrix
 from stork.store.base import HistoryEntry, JobStore
 from stork.transfer import verify
 from stork.transfer.options import TransferOptions, parse_arguments
@@ -90,7 +92,11 @@ class EosService:
         self._factory = sampler_factory or self._default_sampler
         self._pool = ThreadPoolExecutor(settings.eos_workers, thread_name_prefix="eos")
         self._lock = threading.Lock()
-        self._inflight: dict[tuple[str, str, str], Future[Optimization]] = {}
+        # optimization tasks wait in the task matrix: equal ones share a run, approximate
+        # ones (same pair, other options) run one after another, hosts stay within limits
+        self.matrix = TaskMatrix(settings.eos_alpha, settings.eos_beta)
+        self._waiting: dict[Task, tuple[EstimateRequest, Future[tuple[Optimization, bool]]]] = {}
+        self._ids = itertools.count(1)
         self.sampling_runs = 0  # optimizations actually sampled (not shared, not from history)
 
     def _default_sampler(self, request: EstimateRequest) -> Sampler:
@@ -110,29 +116,58 @@ class EosService:
             hit = self._history_hit(request)
             if hit is not None:
                 return self._answer(request, hit, from_history=True)
-        key = request.key(self.settings.eos_symmetric_pairs)
+        task = self.task_for(request)
+        future: Future[tuple[Optimization, bool]] = Future()
         with self._lock:
-            future = self._inflight.get(key)
-            shared = future is not None
-            if future is None:
-                future = self._pool.submit(self._optimize, request)
-                self._inflight[key] = future
-                future.add_done_callback(lambda f, k=key: self._forget(k, f))
-        result = self._answer(request, future.result(), from_history=False)
+            self.matrix.add(task)
+            self._waiting[task] = (request, future)
+            self._pump()
+        optimization, shared = future.result()
+        result = self._answer(request, optimization, from_history=False)
         result["shared_run"] = shared
         return result
 
-    def _forget(self, key: tuple[str, str, str], future: Future[Optimization]) -> None:
+    def task_for(self, request: EstimateRequest) -> Task:
+        """The request as a matrix task <source host, destination host, options>. Without
+        EOS_SYMMETRIC_PAIRS the direction is part of the options, so A -> B and B -> A are
+        approximate (run one after another) rather than equal."""
+        src, dest = request.hosts()
+        args = request.triple_arguments
+        if not self.settings.eos_symmetric_pairs:
+            args = f"{args} [{src} -> {dest}]"
+        return Task(src, dest, args, f"eos-{next(self._ids)}")
+
+    def _pump(self) -> None:
+        """Start the tasks the matrix selects (call with the lock held)."""
+        s = self.settings
+        for task in self.matrix.select(s.eos_workers, s.eos_penalty_limit, int(s.eos_selection)):
+            self.sampling_runs += 1
+            self._pool.submit(self._run, task)
+
+    def _run(self, task: Task) -> None:
+        request = self._waiting[task][0]
+        try:
+            outcome: Optimization | BaseException = self._optimize(request)
+        except Exception as exc:  # every waiter gets the sampler's error
+            outcome = exc
         with self._lock:
-            if self._inflight.get(key) is future:
-                del self._inflight[key]
+            served = self.matrix.complete(task)
+            for member in [task, *served]:
+                _, future = self._waiting.pop(member)
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result((outcome, member is not task))
+            self._pump()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self.matrix.snapshot()
 
     def _optimize(self, request: EstimateRequest) -> Optimization:
         s = self.settings
         sampler = self._factory(request)
         start = time.monotonic()
-        with self._lock:
-            self.sampling_runs += 1
         if s.eos_sampling == "doubling":
             samples = doubling(sampler.measure, s.eos_max_streams, s.eos_slope_threshold)
         else:

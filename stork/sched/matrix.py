@@ -11,28 +11,34 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable
 
-from stork.sched.relations import SchedError, Task, check_weights
+from stork.sched.relations import SchedError, Task, check_weights, conf
 
-Pair = frozenset[Hashable]
 
 
 class TaskMatrix:
-    def __init__(self, alpha: float, beta: float) -> None:
+    def __init__(self, alpha: float, beta: float, exclusive_pairs: bool = True) -> None:
+        """`exclusive_pairs` (the paper's matrix): tasks on one host pair share a row and never
+        run together. False gives every task its own row (used for transfers, which move
+        different files): only `n` and the host penalties then limit what runs at once."""
         check_weights(alpha, beta)
         self.alpha = float(alpha)
         self.beta = float(beta)
-        self._rows: dict[Pair, list[Task]] = {}  # insertion order = the first column's order
-        self._running: dict[Pair, Task] = {}  # rows whose head runs
+        self.exclusive_pairs = exclusive_pairs
+        self._rows: dict[Hashable, list[Task]] = {}  # insertion order = the first column's
+        self._running: dict[Hashable, Task] = {}  # rows whose head runs
         self._load: dict[Hashable, float] = defaultdict(float)  # penalty of running heads
         self.last_selection: list[Task] = []
+
+    def _key(self, task: Task) -> Hashable:
+        return task.pair if self.exclusive_pairs else ("task", task.id)
 
     # -- Algorithm 3 ---------------------------------------------------------------------------
 
     def add(self, task: Task) -> None:
         """Append to the row of the task's host pair, or start a new row (a new head)."""
-        row = self._rows.get(task.pair)
+        row = self._rows.get(self._key(task))
         if row is None:
-            self._rows[task.pair] = [task]
+            self._rows[self._key(task)] = [task]
         else:
             row.append(task)
 
@@ -81,7 +87,7 @@ class TaskMatrix:
             if head not in chosen and fits(head):
                 take(head)
         for task in chosen:
-            self._running[task.pair] = task
+            self._running[self._key(task)] = task
             for host in task.pair:
                 self._load[host] += self.alpha
         self.last_selection = chosen
@@ -92,11 +98,11 @@ class TaskMatrix:
     def complete(self, task: Task) -> list[Task]:
         """A running head finished: remove it and the members equal to it (they receive its
         result, and are returned); the next member becomes the row's head."""
-        pair = task.pair
+        pair = self._key(task)
         if self._running.get(pair) is not task:
             raise SchedError(f"{task!r} is not running")
         del self._running[pair]
-        for host in pair:
+        for host in task.pair:
             self._load[host] -= self.alpha
             if self._load[host] <= 1e-12:
                 del self._load[host]
@@ -113,15 +119,15 @@ class TaskMatrix:
 
     def discard(self, task: Task) -> bool:
         """Drop a waiting task (a removed job); False when it is not waiting here."""
-        row = self._rows.get(task.pair)
-        if row is None or self._running.get(task.pair) is task:
+        row = self._rows.get(self._key(task))
+        if row is None or self._running.get(self._key(task)) is task:
             return False
         try:
             row.remove(task)
         except ValueError:
             return False
         if not row:
-            del self._rows[task.pair]
+            del self._rows[self._key(task)]
         return True
 
     # -- inspection -------------------------------------------------------------------------------
@@ -146,6 +152,41 @@ class TaskMatrix:
         represented = sum(sum(1 for t in self._rows[p][1:] if t.args == head.args)
                           for p, head in self._running.items())
         return (k + represented) / k
+
+    def wait_reason(self, task: Task, n: int, penalty_limit: float) -> str | None:
+        """Why a waiting task is not running (None when it runs or is not here)."""
+        row = self._rows.get(self._key(task))
+        if row is None or self._running.get(self._key(task)) is task:
+            return None
+        head = self._running.get(self._key(task))
+        if head is not None:
+            kind = "equal task" if head.args == task.args else "same pair"
+            return f"{kind} running ({head.id})"
+        if row[0] is not task:
+            return f"behind {row[0].id} on the same pair"
+        full = [h for h in sorted(task.pair, key=str)
+                if self._load.get(h, 0.0) + self.alpha > penalty_limit + 1e-12]
+        if full:
+            return f"host {full[0]} at penalty limit"
+        if len(self._running) >= n:
+            return "slots full"
+        return "waiting for the next dispatch"
+
+    def snapshot(self) -> dict[str, object]:
+        """The matrix by host pair, the last selection, its confusion score and penalties."""
+        def item(t: Task) -> dict[str, object]:
+            return {"id": t.id, "src": str(t.src_host), "dest": str(t.dest_host),
+                    "args": str(t.args), "running": self._running.get(self._key(t)) is t}
+
+        return {
+            "alpha": self.alpha, "beta": self.beta,
+            "rows": [{"pair": " <-> ".join(sorted(str(h) for h in row[0].pair)),
+                      "tasks": [item(t) for t in row]} for row in self._rows.values()],
+            "last_selection": [item(t) for t in self.last_selection],
+            "confusion": conf(self.last_selection, self.alpha, self.beta),
+            "penalties": {str(h): v for h, v in sorted(self._load.items(), key=lambda x: str(x[0]))},
+            "gain": self.gain(),
+        }
 
     def __len__(self) -> int:
         return sum(len(row) for row in self._rows.values())

@@ -126,6 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise InvalidRequest("GET /v1/history needs src and dest (hosts or URLs)")
             limit = (query.get("limit") or ["50"])[0]
             return HTTPStatus.OK, service.history(src, dest, int(limit) if limit.isdigit() else 50)
+        if url.path == "/v1/matrix" and method == "GET":
+            return HTTPStatus.OK, service.matrix()
         if url.path == "/v1/estimate" and method == "POST":
             return HTTPStatus.OK, service.estimate(self._body())
         match = _JOB.match(url.path)

@@ -127,7 +127,8 @@ class Daemon:
         except ConfigError as exc:
             log.error("SIGHUP: keeping the old configuration: %s", exc)
             return
-        for name in ("socket", "api_address", "database", "state_dir"):
+        for name in ("socket", "api_address", "database", "state_dir", "eos_alpha", "eos_beta",
+                     "eos_workers"):
             if getattr(new, name) != getattr(self.settings, name):
                 log.warning("SIGHUP: %s changed; it takes effect at the next restart", name)
         assert self.dispatcher is not None

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stork.config import Settings
-from stork.errors import PermissionDenied
+from stork.errors import JobNotFound, PermissionDenied
 from stork.eos.client import Estimator
 from stork.eos.service import EosService, EstimateRequest
-from stork.job import Job, JobSpec, JobState
+from stork.job import DapType, Job, JobSpec, JobState
+from stork.sched import Task, TaskMatrix
 from stork.server.runner import AttemptProcess, AttemptResult
 from stork.store.base import JobStore, Transition
 from stork.transfer import verify
@@ -31,6 +32,7 @@ from stork.userlog import UserLog
 
 log = logging.getLogger(__name__)
 
+RESYNC_S = 10.0  # how often the dispatcher re-reads the runnable jobs as a safety net
 KILL_TIMEOUT = "timeout"
 KILL_REMOVED = "removed"
 KILL_SHUTDOWN = "shutdown"
@@ -94,6 +96,11 @@ class Dispatcher:
         self._tick_lock = threading.Lock()
         self._tick_again = False
         self._idle = threading.Condition(self._lock)
+        # transfers move different files: each its own row; n and host penalties decide
+        self.matrix = TaskMatrix(settings.eos_alpha, settings.eos_beta, exclusive_pairs=False)
+        self._tasks: dict[int, Task] = {}  # job id -> its task in the matrix
+        self._due: dict[int, float] = {}  # known jobs not yet in the matrix -> when runnable
+        self._last_resync = float("-inf")
 
     # -- dispatching --------------------------------------------------------------------------
 
@@ -119,19 +126,101 @@ class Dispatcher:
             finally:
                 self._tick_lock.release()
 
-    def _fill_slots(self) -> None:
-        while self.accepting:
-            with self._lock:
-                free = self.settings.max_num_jobs - len(self._running)
-            if free <= 0:
-                return
-            jobs = self.store.runnable(self.clock(), free)
-            if not jobs:
-                return
-            for job in jobs:
-                self._start(job)
+    def enqueue(self, job_ids: list[int], due: float = 0.0) -> None:
+        """Make transfer jobs known to the dispatcher (runnable from `due` on)."""
+        with self._lock:
+            for job_id in job_ids:
+                if job_id not in self._tasks:
+                    self._due[job_id] = due
 
-    def _start(self, job: Job) -> None:
+    def _resync(self, now: float) -> None:
+        """Pick up runnable jobs the dispatcher was not told about (start-up, safety net)."""
+        for job in self.store.runnable(now, 1_000_000):
+            if job.id not in self._tasks and job.id not in self._due:
+                self._due[job.id] = job.next_attempt_at
+        self._last_resync = now
+
+    def _admit(self, now: float) -> None:
+        """Move jobs whose time has come into the task matrix."""
+        ready = [job_id for job_id, due in self._due.items() if due <= now]
+        for job_id in ready:
+            del self._due[job_id]
+            try:
+                job = self.store.get(job_id)
+            except JobNotFound:
+                continue
+            if job.state is not JobState.IDLE or job.dap_type != DapType.TRANSFER.value:
+                continue
+            if job.next_attempt_at > now:
+                self._due[job_id] = job.next_attempt_at
+                continue
+            task = Task(_host(job.src_url), _host(job.dest_url), f"job {job.id}", job.id)
+            self._tasks[job_id] = task
+            self.matrix.add(task)
+
+    def _release(self, job_id: int) -> None:
+        """The job's attempt is over (or never started): free its place in the matrix."""
+        with self._lock:
+            task = self._tasks.pop(job_id, None)
+            if task is None:
+                return
+            if task in self.matrix.running():
+                self.matrix.complete(task)
+            else:
+                self.matrix.discard(task)
+
+    def _fill_slots(self) -> None:
+        """Start what the task matrix selects: at most STORK_MAX_NUM_JOBS at once, and no
+        host beyond EOS_PENALTY_LIMIT (each running transfer adds EOS_ALPHA to both hosts)."""
+        while self.accepting:
+            s = self.settings
+            now = self.clock()
+            with self._lock:
+                if now - self._last_resync >= RESYNC_S:
+                    self._resync(now)
+                self._admit(now)
+                chosen = self.matrix.select(s.max_num_jobs, s.eos_penalty_limit,
+                                            int(s.eos_selection))
+            if not chosen:
+                return
+            for task in chosen:
+                try:
+                    job = self.store.get(int(task.id))
+                except JobNotFound:
+                    job = None
+                if job is None or not self._start(job):
+                    self._release(int(task.id))
+
+    def wait_reason(self, job: Job) -> str | None:
+        """Why an IDLE transfer is not running yet."""
+        if job.state is not JobState.IDLE or job.dap_type != DapType.TRANSFER.value:
+            return None
+        now = self.clock()
+        if job.next_attempt_at > now:
+            return f"retry in {job.next_attempt_at - now:.0f} s (after {job.failures} failure(s))"
+        if not self.accepting:
+            return "stork_server is shutting down"
+        s = self.settings
+        with self._lock:
+            task = self._tasks.get(job.id)
+            if task is None:
+                return "waiting for the next dispatch"
+            reason = self.matrix.wait_reason(task, s.max_num_jobs, s.eos_penalty_limit)
+        if reason and reason.startswith("same pair running"):
+            return reason.replace("same pair running (", "same host pair busy (job ")
+        if reason and reason.startswith("behind "):
+            return f"behind job {reason[7:]}"
+        return reason
+
+    def matrix_snapshot(self) -> dict[str, object]:
+        with self._lock:
+            snapshot = self.matrix.snapshot()
+        snapshot["n"] = self.settings.max_num_jobs
+        snapshot["penalty_limit"] = self.settings.eos_penalty_limit
+        snapshot["selection"] = int(self.settings.eos_selection)
+        return snapshot
+
+    def _start(self, job: Job) -> bool:
         attempt_no = job.attempts + 1
         src, dest = urls_for_attempt(job, attempt_no)
         module = self.registry.find(parse_url(src).scheme, parse_url(dest).scheme)
@@ -141,10 +230,10 @@ class Dispatcher:
             if started is not None:
                 self._finish(started, attempt_no, module=None, now=now, result=AttemptResult(
                     127, f"no transfer module handles {src} -> {dest}", 0, 0.0, None))
-            return
+            return False
         started = self.store.start_attempt(job.id, now, src, dest, module.name)
         if started is None:
-            return
+            return False
         write_userlog(started, lambda u: u.execute(now))
         request = TransferRequest(src, dest, job.spec.options, self.settings.default_streams,
                                   job.spec.verify_checksum)
@@ -161,6 +250,7 @@ class Dispatcher:
         with self._lock:
             self._running[job.id] = _Running(started, attempt_no, src, dest, module, process)
         process.start()
+        return True
 
     def _wants_optimization(self, job: Job, module: TransferModule) -> bool:
         """optimization = "YES" and no explicit -p, on a module that takes a stream count."""
@@ -215,6 +305,7 @@ class Dispatcher:
             with self._lock:
                 self._running.pop(job_id, None)
                 self._idle.notify_all()
+            self._release(job_id)
         self.tick()
 
     # -- judging an attempt -----------------------------------------------------------------------
@@ -309,6 +400,7 @@ class Dispatcher:
         short = summarize_error(error)
         if retry:
             delay = retry_delay_s(self.settings, failures)
+            self.enqueue([job.id], due=now + delay)
             done = self.store.finish_attempt(job.id, attempt_no, now, Transition(
                 JobState.IDLE, "attempt_failed", "failed", count_failure=True,
                 next_attempt_at=now + delay, exit_code=exit_code, error=error,
@@ -341,8 +433,11 @@ class Dispatcher:
         _, after = self.store.remove(job_id, now, caller)
         with self._lock:
             running = self._running.get(job_id)
+            self._due.pop(job_id, None)
         if running is not None:
             running.process.kill(KILL_REMOVED)
+        else:
+            self._release(job_id)
         write_userlog(after, lambda u: u.aborted(now, f"removed by {caller} via stork_rm"))
         return after
 
@@ -389,6 +484,11 @@ class Dispatcher:
                 self.clock(), f"attempt {j.attempts} interrupted: stork_server restarted; "
                               "job requeued"))
         return jobs
+
+
+def _host(url: str) -> str:
+    """The machine a URL touches (file URLs: this one), for host penalties."""
+    return parse_url(url).host or "localhost"
 
 
 def _kill_leftover(pid: int) -> None:

@@ -85,6 +85,8 @@ class Service:
                 write_userlog(self.store.get(job_id), lambda u, s=spec: u.submit(now, s.lognotes))
             if spec.dap_type is DapType.ESTIMATION and self.estimations is not None:
                 self.estimations.start(job_id)
+        self.dispatcher.enqueue([i for i, s in zip(ids, specs, strict=True)
+                                 if s.dap_type is DapType.TRANSFER])
         self.dispatcher.tick()
         return {"ids": ids}
 
@@ -106,6 +108,7 @@ class Service:
         out = []
         for job in jobs:
             item = job_summary(job)
+            item["wait_reason"] = self.dispatcher.wait_reason(job)
             if long:
                 item["ad"] = str(job_ad(job))
             out.append(item)
@@ -114,6 +117,7 @@ class Service:
     def status(self, job_id: int) -> dict[str, Any]:
         job = self.store.get(job_id)
         item = job_summary(job)
+        item["wait_reason"] = self.dispatcher.wait_reason(job)
         item["ad"] = str(job_ad(job))
         return {
             "job": item,
@@ -133,6 +137,11 @@ class Service:
         symmetric = self.eos.settings.eos_symmetric_pairs if self.eos else True
         rows = self.store.history(host(src), host(dest), symmetric=symmetric, limit=limit)
         return {"symmetric": symmetric, "history": [asdict(r) for r in rows]}
+
+    def matrix(self) -> dict[str, Any]:
+        """The transfer matrix and the EOS's, with their last selections."""
+        return {"transfers": self.dispatcher.matrix_snapshot(),
+                "eos": self.eos.snapshot() if self.eos else None}
 
     def estimate(self, body: dict[str, Any]) -> dict[str, Any]:
         """An estimation answered directly (the eos_server endpoint)."""
