@@ -49,7 +49,7 @@ def peak_per_host(attempts: list[dict]) -> dict[str, int]:
 def test_burst_respects_host_limits_and_shares_sampling(sites: list[GridFtpServer],
                                                         tmp_path: Path) -> None:
     a, b, c = sites
-    src = make_file(a.workdir / "burst-src.dat", 120 * MB, seed=21)
+    src = make_file(a.workdir / "burst-src.dat", 100 * MB, seed=21)
     server = StorkServer(tmp_path, {"EOS_ALPHA": "0.5", "EOS_PENALTY_LIMIT": "1",
                                     "STORK_MAX_NUM_JOBS": "10", "EOS_SAMPLE_SIZE": "4M",
                                     "EOS_MAX_STREAMS": "8"}).start()
@@ -57,8 +57,11 @@ def test_burst_respects_host_limits_and_shares_sampling(sites: list[GridFtpServe
         transfers = "".join(
             f'[ dap_type = transfer; src_url = "{a.url(src)}"; '
             f'dest_url = "{dest.url(dest.workdir / f"burst-{i}.dat")}"; arguments = "-p 2" ]\n'
-            for i, dest in enumerate([b, c] * 4))
-        ids = server.submit(transfers)
+            for i, dest in enumerate([b, c] * 6))
+        # submitted through the API (no client start-up), so the burst is still queued when
+        # the listing below looks at it
+        ids = server.api("POST", "/v1/jobs", json={"text": transfers, "filename": "burst.dap",
+                                                   "iwd": str(tmp_path)}).json()["ids"]
         # while the burst runs, waiting jobs say why; the matrix shows the selection
         reasons = {j["wait_reason"] for j in server.api("GET", "/v1/jobs").json()["jobs"]
                    if j["wait_reason"]}
