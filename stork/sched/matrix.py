@@ -58,8 +58,11 @@ class TaskMatrix:
         if not isinstance(n, int) or n < 0:
             raise SchedError(f"n must be a whole number >= 0, got {n!r}")
         chosen: list[Task] = []
-        penalty = dict(self._load)
         room = n - len(self._running)
+        if room <= 0:  # all slots taken: nothing to scan
+            self.last_selection = []
+            return chosen
+        penalty = dict(self._load)
         waiting = [row[0] for pair, row in self._rows.items() if pair not in self._running]
 
         def fits(task: Task) -> bool:

@@ -133,6 +133,16 @@ class Dispatcher:
                 if job_id not in self._tasks:
                     self._due[job_id] = due
 
+    def admit_new(self, jobs: list[tuple[int, str, str]]) -> None:
+        """Freshly submitted transfers (id, src_url, dest_url): into the matrix at once,
+        without reading them back from the store."""
+        with self._lock:
+            for job_id, src_url, dest_url in jobs:
+                if job_id not in self._tasks:
+                    task = Task(_host(src_url), _host(dest_url), f"job {job_id}", job_id)
+                    self._tasks[job_id] = task
+                    self.matrix.add(task)
+
     def _resync(self, now: float) -> None:
         """Pick up runnable jobs the dispatcher was not told about (start-up, safety net)."""
         for job in self.store.runnable(now, 1_000_000):

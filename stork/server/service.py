@@ -85,8 +85,9 @@ class Service:
                 write_userlog(self.store.get(job_id), lambda u, s=spec: u.submit(now, s.lognotes))
             if spec.dap_type is DapType.ESTIMATION and self.estimations is not None:
                 self.estimations.start(job_id)
-        self.dispatcher.enqueue([i for i, s in zip(ids, specs, strict=True)
-                                 if s.dap_type is DapType.TRANSFER])
+        self.dispatcher.admit_new([(i, s.src_url, s.dest_url)
+                                   for i, s in zip(ids, specs, strict=True)
+                                   if s.dap_type is DapType.TRANSFER])
         self.dispatcher.tick()
         return {"ids": ids}
 
