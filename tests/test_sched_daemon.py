@@ -4,7 +4,6 @@ loopback addresses (127.0.0.2, .3, .4 are distinct hosts)."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path

@@ -19,6 +19,7 @@ from stork.cli.common import EXIT_INVALID, EXIT_OK, error, load_settings, parser
 from stork.cli.server import LOG_FORMAT
 from stork.eos.service import EosService, EstimateRequest
 from stork.errors import ConfigError
+from stork.server.api import send_json
 from stork.store import open_store
 
 log = logging.getLogger("stork.eos_server")
@@ -32,12 +33,7 @@ def _handler(eos: EosService) -> type[BaseHTTPRequestHandler]:
             log.debug(format, *args)
 
         def _send(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, body)
 
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/v1/ping":

@@ -37,6 +37,16 @@ _JOB = re.compile(r"^/v1/jobs/([0-9]{1,18})$")
 REMOTE_UID = -1
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: HTTPStatus, body: dict[str, Any]) -> None:
+    """Write one JSON response (both APIs, stork_server's and eos_server's, use it)."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _UnixServer | _TcpServer
     protocol_version = "HTTP/1.1"
@@ -63,12 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing -------------------------------------------------------------------------
 
     def _send(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, body)
 
     def _body(self) -> dict[str, Any]:
         length_text = self.headers.get("Content-Length", "0")
