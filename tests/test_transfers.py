@@ -198,3 +198,28 @@ def test_the_ads_stork_server_picks_the_server(stork: StorkServer, tmp_path: Pat
     assert result.returncode == 0, result.stderr
     assert "Request assigned id: 1" in result.stdout
     assert stork.job(1)["job"]["state"] == "COMPLETED"
+
+
+def test_x509proxy_reaches_the_module_environment(stork: StorkServer, tmp_path: Path) -> None:
+    """An external module sees X509_USER_PROXY (globus-url-copy reads its proxy from it)."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    probe = modules / "stork.transfer.file-file"
+    probe.write_text('#!/bin/sh\nprintf "%s" "$X509_USER_PROXY" > "${2#file://}.proxy"\n'
+                     'cp "${1#file://}" "${2#file://}"\n')
+    probe.chmod(0o755)
+    stork.write_config(STORK_MODULE_DIR=modules)
+    import signal
+
+    stork.signal(signal.SIGHUP)
+    time.sleep(1.0)
+    src = make_file(tmp_path / "s.dat", 1000)
+    ids = stork.submit(f"""
+    [ dap_type = transfer; x509proxy = "/tmp/x509up_u1234";
+      src_url = "file://{src}"; dest_url = "file://{tmp_path}/a.dat" ]
+    [ dap_type = transfer; x509proxy = "default";
+      src_url = "file://{src}"; dest_url = "file://{tmp_path}/b.dat" ]""")
+    for job_id in ids:
+        assert stork.wait_state(job_id)["state"] == "COMPLETED"
+    assert (tmp_path / "a.dat.proxy").read_text() == "/tmp/x509up_u1234"
+    assert (tmp_path / "b.dat.proxy").read_text() == ""

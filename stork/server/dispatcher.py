@@ -246,14 +246,14 @@ class Dispatcher:
             return False
         write_userlog(started, lambda u: u.execute(now))
         request = TransferRequest(src, dest, job.spec.options, self.settings.default_streams,
-                                  job.spec.verify_checksum)
+                                  job.spec.verify_checksum, job.spec.x509proxy)
         argv: list[str] | Callable[[], list[str]] = module.command(request)
         if self._wants_optimization(job, module):
             argv = lambda: self._optimized_command(started, module, request)  # noqa: E731
         else:
             log.info("job %d attempt %d: %s", job.id, attempt_no, " ".join(argv))
         process = AttemptProcess(
-            argv, output=job.spec.output, err=job.spec.err,
+            argv, output=job.spec.output, err=job.spec.err, env=module.environment(request),
             on_progress=lambda p, j=job.id: self._progress(j, p),
             on_exit=lambda r, j=job.id: self._exited(j, r))
         process.on_pid(lambda pid, j=job.id, a=attempt_no: self.store.set_pid(j, a, pid))
@@ -283,7 +283,8 @@ class Dispatcher:
         options = request.options
         chosen = TransferRequest(request.src_url, request.dest_url, TransferOptions(
             streams, options.tcp_buffer_bytes, options.block_size_bytes,
-            options.sample_size_bytes), request.default_streams, request.verify_checksum)
+            options.sample_size_bytes), request.default_streams, request.verify_checksum,
+            request.x509proxy)
         argv = module.command(chosen)
         log.info("job %d attempt %d (EOS chose %d streams): %s", job.id, job.attempts, streams,
                  " ".join(argv))

@@ -44,12 +44,13 @@ class AttemptProcess:
     """One running child process. `start` returns at once; `on_exit` runs on its thread."""
 
     def __init__(self, argv: list[str] | Callable[[], list[str]], *, output: str | None,
-                 err: str | None,
+                 err: str | None, env: dict[str, str] | None = None,
                  on_progress: Callable[[Progress], None],
                  on_exit: Callable[[AttemptResult], None]) -> None:
         self.argv = argv
         self.output = output
         self.err = err
+        self.env = {**os.environ, **env} if env else None
         self._on_progress = on_progress
         self._on_exit = on_exit
         self._pid_callback: Callable[[int], None] | None = None
@@ -120,7 +121,7 @@ class AttemptProcess:
                 proc = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, preexec_fn=child_setup, start_new_session=True,
-                    close_fds=True)
+                    close_fds=True, env=self.env)
             except OSError as exc:
                 self._started.set()
                 self._on_exit(AttemptResult(127, f"cannot run {self.argv[0]}: {exc.strerror}", 0,

@@ -36,6 +36,7 @@ class TransferRequest:
     options: TransferOptions
     default_streams: int
     verify_checksum: bool = False
+    x509proxy: str | None = None  # a proxy file; None or "default" for the tool's own search
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,12 @@ class TransferModule(ABC):
     @abstractmethod
     def command(self, request: TransferRequest) -> list[str]:
         """The argv of the child process that performs the transfer."""
+
+    def environment(self, request: TransferRequest) -> dict[str, str]:
+        """Variables to add to the child's environment (credentials, for example)."""
+        if request.x509proxy and request.x509proxy != "default":
+            return {"X509_USER_PROXY": request.x509proxy}
+        return {}
 
     def classify(self, exit_code: int, stderr_tail: str) -> FailureKind:
         """Judge a non-zero exit. Modules that know their tool's messages override this."""
