@@ -70,6 +70,7 @@ def test_failed_attempt_goes_back_to_idle_until_its_retry_time(store: SqliteStor
         JobState.IDLE, 1, "boom", "transient")
     assert store.runnable(9.0, 10) == []
     assert [j.id for j in store.runnable(10.0, 10)] == [job_id]
+    assert store.waiting_transfers() == [(job_id, 10.0)]
 
 
 def test_requeue_after_crash_counts_the_attempt(store: SqliteStore) -> None:

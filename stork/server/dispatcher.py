@@ -145,9 +145,9 @@ class Dispatcher:
 
     def _resync(self, now: float) -> None:
         """Pick up runnable jobs the dispatcher was not told about (start-up, safety net)."""
-        for job in self.store.runnable(now, 1_000_000):
-            if job.id not in self._tasks and job.id not in self._due:
-                self._due[job.id] = job.next_attempt_at
+        for job_id, due in self.store.waiting_transfers():
+            if job_id not in self._tasks and job_id not in self._due:
+                self._due[job_id] = due
         self._last_resync = now
 
     def _admit(self, now: float) -> None:

@@ -84,6 +84,10 @@ class JobStore(ABC):
         run by the EOS, never by the dispatcher)."""
 
     @abstractmethod
+    def waiting_transfers(self) -> list[tuple[int, float]]:
+        """(id, next_attempt_at) of every IDLE transfer job: cheap, for the dispatcher."""
+
+    @abstractmethod
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str) -> Job | None:
         """IDLE -> RUNNING with attempts + 1 and an execute event; None if no longer IDLE."""

@@ -252,6 +252,11 @@ class SqliteStore(JobStore):
                                "ORDER BY next_attempt_at, id LIMIT ?",
                                (JobState.IDLE.value, now, DapType.TRANSFER.value, limit))
 
+    def waiting_transfers(self) -> list[tuple[int, float]]:
+        rows = self._read("SELECT id, next_attempt_at FROM jobs WHERE state = ? AND dap_type = ?",
+                          (JobState.IDLE.value, DapType.TRANSFER.value))
+        return [(int(r[0]), float(r[1])) for r in rows]
+
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str) -> Job | None:
         with self._tx() as db:
