@@ -237,3 +237,16 @@ def _pings(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/v1/ping", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_gridftp_samples_use_the_jobs_proxy(tmp_path: Path) -> None:
+    """The sampler hands x509proxy to globus-url-copy as X509_USER_PROXY."""
+    fake = tmp_path / "globus-url-copy"
+    fake.write_text(f'#!/bin/sh\nprintf "%s" "$X509_USER_PROXY" > {tmp_path}/seen\n'
+                    'echo "error: no server here" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    sampler = GridFtpSampler("gsiftp://a.example/x", "gsiftp://b.example/y", MB, str(fake),
+                             x509proxy="/tmp/x509up_u77")
+    with pytest.raises(SamplingError, match="no server here"):
+        sampler.measure(2)
+    assert (tmp_path / "seen").read_text() == "/tmp/x509up_u77"

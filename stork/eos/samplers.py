@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -54,7 +55,7 @@ class GridFtpSampler(Sampler):
 
     def __init__(self, src_url: str, dest_url: str, sample_bytes: int,
                  globus_url_copy: str = "globus-url-copy", tcp_buffer_bytes: int | None = None,
-                 timeout_s: float = 600) -> None:
+                 timeout_s: float = 600, x509proxy: str | None = None) -> None:
         parse_url(src_url)
         parse_url(dest_url)
         self.src_url = src_url
@@ -63,6 +64,8 @@ class GridFtpSampler(Sampler):
         self.globus_url_copy = globus_url_copy
         self.tcp_buffer_bytes = tcp_buffer_bytes
         self.timeout_s = timeout_s
+        self.env = ({**os.environ, "X509_USER_PROXY": x509proxy}
+                    if x509proxy and x509proxy != "default" else None)
 
     def command(self, streams: int, scratch: str) -> list[str]:
         argv = [self.globus_url_copy, "-vb", "-p", str(streams), "-partial-offset", "0",
@@ -78,7 +81,8 @@ class GridFtpSampler(Sampler):
         start = time.monotonic()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, preexec_fn=child_setup)
+                                    stderr=subprocess.PIPE, preexec_fn=child_setup,
+                                    env=self.env)
             assert proc.stdout is not None and proc.stderr is not None
             pending = b""
             while chunk := proc.stdout.read1(65536):  # type: ignore[attr-defined]
@@ -152,11 +156,12 @@ class Iperf3Sampler(Sampler):
 
 def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
                  seconds: float, iperf_port: int, globus_url_copy: str,
-                 tcp_buffer_bytes: int | None) -> Sampler:
+                 tcp_buffer_bytes: int | None, x509proxy: str | None = None) -> Sampler:
     if kind == "iperf3":
         return Iperf3Sampler(parse_url(dest_url).host or "127.0.0.1", iperf_port, seconds,
                              tcp_buffer_bytes=tcp_buffer_bytes)
-    return GridFtpSampler(src_url, dest_url, sample_bytes, globus_url_copy, tcp_buffer_bytes)
+    return GridFtpSampler(src_url, dest_url, sample_bytes, globus_url_copy, tcp_buffer_bytes,
+                          x509proxy=x509proxy)
 
 
 __all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "make_sampler",

@@ -35,6 +35,7 @@ class EstimateRequest:
     arguments: str = ""  # the job's transfer options (-p is ignored: the EOS chooses it)
     size_bytes: int | None = None
     use_history: bool = False
+    x509proxy: str | None = None  # the job's proxy, for GridFTP samples
 
     @property
     def options(self) -> TransferOptions:
@@ -58,13 +59,15 @@ class EstimateRequest:
 
     def to_json(self) -> dict[str, Any]:
         return {"src_url": self.src_url, "dest_url": self.dest_url, "arguments": self.arguments,
-                "size": self.size_bytes, "use_history": self.use_history}
+                "size": self.size_bytes, "use_history": self.use_history,
+                "x509proxy": self.x509proxy}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> EstimateRequest:
         request = cls(str(body["src_url"]), str(body["dest_url"]), str(body.get("arguments") or ""),
                       int(body["size"]) if body.get("size") else None,
-                      bool(body.get("use_history")))
+                      bool(body.get("use_history")),
+                      str(body["x509proxy"]) if body.get("x509proxy") else None)
         parse_url(request.src_url)
         parse_url(request.dest_url)
         parse_arguments(request.arguments)
@@ -106,7 +109,8 @@ class EosService:
                             sample_bytes=options.sample_size_bytes or s.eos_sample_size,
                             seconds=s.eos_sample_time_s, iperf_port=s.eos_iperf_port,
                             globus_url_copy=s.globus_url_copy,
-                            tcp_buffer_bytes=options.tcp_buffer_bytes)
+                            tcp_buffer_bytes=options.tcp_buffer_bytes,
+                            x509proxy=request.x509proxy)
 
     # -- the request path -----------------------------------------------------------------
 

@@ -272,7 +272,8 @@ class Dispatcher:
         """Ask the EOS (on the attempt's thread), record its answer, build the command."""
         assert self.estimator_for is not None
         result = self.estimator_for(job.spec).estimate(EstimateRequest(
-            request.src_url, request.dest_url, job.spec.arguments, None, job.spec.use_history))
+            request.src_url, request.dest_url, job.spec.arguments, None, job.spec.use_history,
+            job.spec.x509proxy))
         streams = int(result["optimal_streams"])
         self.store.update_result(job.id, {
             "optimized_streams": streams,

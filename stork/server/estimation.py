@@ -43,7 +43,7 @@ class EstimationRunner:
     def _answer(self, job: Job) -> None:
         spec = job.spec
         request = EstimateRequest(spec.src_url, spec.dest_url, spec.arguments, spec.size_bytes,
-                                  spec.use_history)
+                                  spec.use_history, spec.x509proxy)
         try:
             result = self.estimator_for(spec).estimate(request)
         except Exception as exc:  # the sampler's or the remote EOS's own message
