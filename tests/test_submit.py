@@ -154,3 +154,18 @@ def test_error_summary_picks_the_telling_line() -> None:
             "500-globus_xio: A system call failed: No such file or directory\n500 End.\n")
     assert summarize_error(text) == "globus_xio: System error in open: No such file or directory"
     assert summarize_error("just one line") == "just one line"
+
+
+def test_progress_is_read_from_vb_lines_split_across_chunks() -> None:
+    import io
+
+    from stork.transfer.base import read_progress
+
+    text = (b"Source: ftp://h/\n  f -> g\n\n   1048576 bytes  1.00 MB/sec avg  1.00 MB/sec inst\r"
+            b"   2097152 bytes  1.50 MB/sec avg  2.00 MB/sec inst\n")
+    stream = io.BufferedReader(io.BytesIO(text), buffer_size=7)  # tiny reads split the lines
+    chunks: list[bytes] = []
+    seen = list(read_progress(stream, chunks.append))
+    assert [p.bytes_done for p in seen] == [1048576, 2097152]
+    assert seen[1].rate_mbps == pytest.approx(2 * 1024 * 1024 * 8 / 1e6)
+    assert b"".join(chunks) == text

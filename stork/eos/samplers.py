@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 import uuid
@@ -24,10 +23,9 @@ from stork.eos.sampling import Sample
 from stork.errors import StorkError
 from stork.server.runner import child_setup
 from stork.transfer import verify
-from stork.transfer.base import parse_progress, summarize_error
+from stork.transfer.base import read_progress, summarize_error
 from stork.urls import parse_url
 
-_SPLIT = re.compile(rb"[\r\n]")
 
 
 class SamplingError(StorkError):
@@ -84,15 +82,8 @@ class GridFtpSampler(Sampler):
                                     stderr=subprocess.PIPE, preexec_fn=child_setup,
                                     env=self.env)
             assert proc.stdout is not None and proc.stderr is not None
-            pending = b""
-            while chunk := proc.stdout.read1(65536):  # type: ignore[attr-defined]
-                now = time.monotonic()
-                pending += chunk
-                *lines, pending = _SPLIT.split(pending)
-                for line in lines:
-                    progress = parse_progress(line.decode(errors="replace"))
-                    if progress is not None:
-                        marks.append((now, progress.bytes_done))
+            for progress in read_progress(proc.stdout):
+                marks.append((time.monotonic(), progress.bytes_done))
             stderr = proc.stderr.read().decode(errors="replace")
             code = proc.wait(timeout=self.timeout_s)
             elapsed = time.monotonic() - start

@@ -140,20 +140,12 @@ def decide(samples: Sequence[Sample], n_max: int, tolerance: float,
     model_name, reason, params = "best_sample", "fewer than 3 stream counts sampled", {}
     if fitted is not None:
         model_name, reason, params = fitted.model, fitted.reason, fitted.params
-        if fitted.model == "second_order":
-            model: SecondOrder | DynamicOrder = SecondOrder(**params)
-        elif fitted.model == "dynamic_order":
-            model = DynamicOrder(**params)
-        else:
-            model = None  # type: ignore[assignment]
-        if model is not None:
-            predicted = model.predict(allowed)
+        if params:  # a fitted model (best_sample carries none): predict the unsampled counts
+            kind = SecondOrder if fitted.model == "second_order" else DynamicOrder
+            predicted = kind(**params).predict(allowed)
             values = {n: float(v) for n, v in zip(allowed, predicted, strict=True)}
     for sample in samples:  # a measurement beats a prediction
         values[sample.streams] = sample.mbps
     best = max(values.values())
     chosen = min(n for n, v in values.items() if v >= best * (1 - max(tolerance, 1e-9)))
-    measured = {s.streams for s in samples}
-    if model_name == "best_sample" or (chosen in measured and not params):
-        model_name = "best_sample"
     return Decision(chosen, values[chosen], model_name, reason, params)

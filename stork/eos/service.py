@@ -51,12 +51,6 @@ class EstimateRequest:
     def hosts(self) -> tuple[str, str]:
         return parse_url(self.src_url).endpoint, parse_url(self.dest_url).endpoint
 
-    def key(self, symmetric: bool) -> tuple[str, str, str]:
-        src, dest = self.hosts()
-        if symmetric and dest < src:
-            src, dest = dest, src
-        return src, dest, self.triple_arguments
-
     def to_json(self) -> dict[str, Any]:
         return {"src_url": self.src_url, "dest_url": self.dest_url, "arguments": self.arguments,
                 "size": self.size_bytes, "use_history": self.use_history,

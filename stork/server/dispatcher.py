@@ -138,10 +138,14 @@ class Dispatcher:
         without reading them back from the store."""
         with self._lock:
             for job_id, src_url, dest_url in jobs:
-                if job_id not in self._tasks:
-                    task = Task(_host(src_url), _host(dest_url), f"job {job_id}", job_id)
-                    self._tasks[job_id] = task
-                    self.matrix.add(task)
+                self._add_task(job_id, src_url, dest_url)
+
+    def _add_task(self, job_id: int, src_url: str, dest_url: str) -> None:
+        """Put a transfer into the matrix (call with the lock held)."""
+        if job_id not in self._tasks:
+            task = Task(_host(src_url), _host(dest_url), f"job {job_id}", job_id)
+            self._tasks[job_id] = task
+            self.matrix.add(task)
 
     def _resync(self, now: float) -> None:
         """Pick up runnable jobs the dispatcher was not told about (start-up, safety net)."""
@@ -164,9 +168,7 @@ class Dispatcher:
             if job.next_attempt_at > now:
                 self._due[job_id] = job.next_attempt_at
                 continue
-            task = Task(_host(job.src_url), _host(job.dest_url), f"job {job.id}", job.id)
-            self._tasks[job_id] = task
-            self.matrix.add(task)
+            self._add_task(job.id, job.src_url, job.dest_url)
 
     def _release(self, job_id: int) -> None:
         """The job's attempt is over (or never started): free its place in the matrix."""

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
-from stork.transfer.base import Progress, parse_progress
+from stork.transfer.base import Progress, read_progress
 
 _PR_SET_PDEATHSIG = 1
 _TAIL_BYTES = 4096
 _LIBC = ctypes.CDLL(None, use_errno=True)
-_SPLIT = re.compile(rb"[\r\n]")
 
 
 def child_setup() -> None:
@@ -154,25 +153,17 @@ class AttemptProcess:
             killed_reason=self._killed_reason)
         self._on_exit(result)
 
-    def _pump_stdout(self, proc: subprocess.Popen[bytes], out_file: object) -> None:
+    def _pump_stdout(self, proc: subprocess.Popen[bytes], out_file: BinaryIO | None) -> None:
         assert proc.stdout is not None
-        pending = b""
-        while chunk := proc.stdout.read1(65536):
+
+        def copy(chunk: bytes) -> None:
             if out_file is not None:
-                out_file.write(chunk)  # type: ignore[attr-defined]
-                out_file.flush()  # type: ignore[attr-defined]
-            pending += chunk
-            *lines, pending = _SPLIT.split(pending)
-            for line in lines:
-                progress = parse_progress(line.decode(errors="replace"))
-                if progress is not None:
-                    self.bytes_done = progress.bytes_done
-                    self._on_progress(progress)
-        if pending:
-            progress = parse_progress(pending.decode(errors="replace"))
-            if progress is not None:
-                self.bytes_done = progress.bytes_done
-                self._on_progress(progress)
+                out_file.write(chunk)
+                out_file.flush()
+
+        for progress in read_progress(proc.stdout, copy):
+            self.bytes_done = progress.bytes_done
+            self._on_progress(progress)
 
     @staticmethod
     def _pump_stderr(proc: subprocess.Popen[bytes], err_file: object, tail: bytearray) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import enum
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from stork.transfer.options import TransferOptions
 
@@ -61,6 +63,30 @@ def parse_progress(line: str) -> Progress | None:
         return None
     inst_mbyte = float(match.group(3))
     return Progress(int(match.group(1)), inst_mbyte * 1024 * 1024 * 8 / 1e6)
+
+
+_LINE_END = re.compile(rb"[\r\n]")
+
+
+def read_progress(stream: BinaryIO,
+                  on_chunk: Callable[[bytes], None] | None = None) -> Iterator[Progress]:
+    """Progress from a child's stdout as it arrives (-vb lines end in \\r or \\n).
+
+    `on_chunk` sees every raw chunk first (to copy the stream to the job's output file).
+    """
+    pending = b""
+    while chunk := stream.read1(65536):  # type: ignore[attr-defined]
+        if on_chunk is not None:
+            on_chunk(chunk)
+        *lines, pending = _LINE_END.split(pending + chunk)
+        for line in lines:
+            progress = parse_progress(line.decode(errors="replace"))
+            if progress is not None:
+                yield progress
+    if pending:
+        progress = parse_progress(pending.decode(errors="replace"))
+        if progress is not None:
+            yield progress
 
 
 def format_progress(bytes_done: int, avg_mbyte_s: float, inst_mbyte_s: float) -> str:
