@@ -91,8 +91,10 @@ class GridFtpServer:
 class StorkServer:
     """A personal stork_server (foreground, real process) with its own config and state."""
 
-    def __init__(self, workdir: Path, knobs: dict[str, Any] | None = None) -> None:
+    def __init__(self, workdir: Path, knobs: dict[str, Any] | None = None,
+                 prefix: list[str] | None = None) -> None:
         self.workdir = workdir
+        self.prefix = prefix or []  # e.g. ["ip", "netns", "exec", SITE] to run inside a site
         self.state = workdir / "state"
         self.config = workdir / "stork_config"
         self.knobs = {"STORK_STATE_DIR": str(self.state), "STORK_DISPATCH_INTERVAL": "0.2",
@@ -118,7 +120,7 @@ class StorkServer:
 
     def start(self) -> StorkServer:
         stderr = open(self.stderr_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen([str(BIN / "stork_server"), "-f"], env=self.env(),
+        self.proc = subprocess.Popen([*self.prefix, str(BIN / "stork_server"), "-f"], env=self.env(),
                                      stdout=stderr, stderr=stderr, cwd=self.workdir)
         stderr.close()
         wait_for(self.ready, 20, what="stork_server to answer")
