@@ -127,7 +127,7 @@ def sampling_overhead() -> None:
                           f"{r['transfer_time_s']:.2f} s | {total:.2f} s | "
                           f"{r['achieved_throughput_mbps']:.0f} Mbit/s |")
                 print("\nOn loopback every stream count moves data at memory speed, so sampling "
-                      "cannot save time here; the emulated WAN testbed (issue 5) measures the gain.")
+                      "cannot save time here; bench/bench_wan_eos.py and bench/bench_batch.py measure the gain on emulated WAN links.")
             finally:
                 server.stop()
 

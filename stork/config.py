@@ -185,7 +185,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("EOS_SAMPLE_SIZE", "eos_sample_size", "64M", _parse_size_knob,
          "Bytes per GridFTP sample when the job gives no -s."),
     Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1),
-         "Seconds per iperf3 sample (the first second is discarded as slow start)."),
+         "Seconds per iperf3 sample (the first second is discarded as slow start); a GridFTP "
+         "sample still running after this long is stopped and judged on what it moved."),
     Knob("EOS_IPERF_PORT", "eos_iperf_port", "5201", _parse_int_min(1),
          "Port of the iperf3 server at the destination host."),
     Knob("EOS_HISTORY_TTL", "eos_history_ttl_s", "86400", _parse_float_min(0),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from stork import config
-from stork.eos.samplers import GridFtpSampler, Iperf3Sampler, SamplingError
+from stork.eos.samplers import GridFtpSampler, Iperf3Sampler, SamplingError, steady_rate
 from stork.eos.service import EosService, EstimateRequest
 from stork.eos.sampling import Sample
 from stork.store import SqliteStore
@@ -71,6 +71,14 @@ def test_gridftp_sampler_moves_a_slice_and_cleans_up(gridftp: GridFtpServer, big
                             gridftp.url(dest_dir / "t.dat"), MB)
     with pytest.raises(SamplingError, match="No such file or directory"):
         broken.measure(1)
+
+
+def test_steady_rate_runs_from_the_first_byte_to_the_last() -> None:
+    points = [(0.1, 0), (0.3, 0), (0.5, 1_000_000), (1.0, 6_000_000), (1.5, 11_000_000)]
+    mbps, setup = steady_rate(points)  # type: ignore[misc]
+    assert setup == 0.5 and mbps == pytest.approx(80.0)
+    assert steady_rate(points[:3]) is None  # one point with data: cannot tell a rate
+    assert steady_rate([(0.5, 1), (0.55, 2), (0.6, 3)]) is None  # under 0.2 s of data
 
 
 def test_iperf3_sampler_reads_the_json_report(iperf3_server: int) -> None:

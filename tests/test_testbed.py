@@ -126,6 +126,34 @@ def test_daemon_in_a_site_moves_files_and_estimates(bed: Testbed) -> None:
     assert "198.18." in (work / "state" / "stork_server.log").read_text()
 
 
+SAMPLE = """
+import json, sys
+from stork.eos.samplers import GridFtpSampler
+s = GridFtpSampler(sys.argv[1], sys.argv[2], 64 << 20, seconds=2).measure(1)
+print(json.dumps({"mbps": s.mbps, "setup": s.setup_s, "bytes": s.bytes_moved,
+                  "elapsed": s.duration_s, "raw": s.raw}))
+"""
+
+
+@needs_testbed
+def test_gridftp_sample_is_cut_at_the_time_limit_and_measured_at_the_destination(
+        bed: Testbed) -> None:
+    import json
+
+    source = make_file(bed.site_dir("a") / "sample-src.dat", 64 << 20, seed=9)
+    result = bed.run("a", [sys.executable, "-c", SAMPLE, bed.url("a", source),
+                           bed.url("b", bed.site_dir("b") / "sample.dat")], timeout=120,
+                     cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    sample = json.loads(result.stdout)
+    assert sample["raw"]["stopped_after_s"] == 2 and sample["elapsed"] < 10
+    assert 0 < sample["bytes"] < 64 << 20  # one stream cannot move 64 MiB in 2 s here
+    assert sample["raw"]["method"].startswith("destination size")
+    assert sample["setup"] >= 0.04  # at least one round trip before the first byte
+    assert 0 < sample["mbps"] <= 100
+    assert not list(bed.site_dir("b").glob(".stork-sample-*"))  # scratch removed
+
+
 @needs_testbed
 def test_teardown_on_sigterm_and_on_error(tmp_path: Path) -> None:
     script = ("import sys, time; from pathlib import Path; from tests.testbed import Testbed,"

@@ -2,18 +2,24 @@
 
 * `GridFtpSampler`: ``globus-url-copy -p N -partial-offset 0 -partial-length L`` of the real
   source file to a scratch file beside the real destination (third party between two
-  servers), removed afterwards. The rate comes from the ``-vb`` performance markers after the
-  first one (TCP slow start); a sample too short to print two markers falls back to bytes
-  over wall time.
+  servers), removed afterwards, and stopped early after `seconds`. While it runs, the
+  scratch file's size is polled (FTP ``SIZE`` on one control connection, or ``stat`` for a
+  local file): the first byte gives the set-up time (control and data channels), and the
+  rate is taken from the first byte to the end.
+  Where the size cannot be polled (gsiftp needs GSI), the rate comes from the ``-vb``
+  performance markers after the first one, or bytes over wall time.
 * `Iperf3Sampler`: ``iperf3 -c HOST -P N -t T -O 1 -J`` against an iperf3 server at the
   destination host, memory to memory; ``-O 1`` drops the first second (slow start).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ftplib
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -48,12 +54,81 @@ def scratch_url(dest_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+Point = tuple[float, int]  # (seconds since the sample started, bytes at the destination)
+
+
+def steady_rate(points: list[Point]) -> tuple[float, float] | None:
+    """(Mbit/s from the first byte at the destination to the last, set-up seconds), or None
+    when the points are too few to tell. Pure: the points come from `SizeWatch`. (The size
+    is the highest offset written, which parallel streams advance unevenly, so only the
+    first and last points are used.)"""
+    flowing = [(t, b) for t, b in points if b > 0]
+    if len(flowing) < 3 or flowing[-1][0] - flowing[0][0] < 0.2:
+        return None
+    (t0, b0), (t1, b1) = flowing[0], flowing[-1]
+    return (b1 - b0) * 8 / 1e6 / (t1 - t0), t0
+
+
+class SizeWatch:
+    """Polls the size of a file:// or ftp:// URL on a thread while a sample runs."""
+
+    def __init__(self, url: str, start: float, interval_s: float = 0.1) -> None:
+        self.url = parse_url(url)
+        self.start = start
+        self.interval_s = interval_s
+        self.points: list[Point] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="size-watch", daemon=True)
+
+    @staticmethod
+    def possible(url: str) -> bool:
+        return parse_url(url).scheme in ("file", "ftp")
+
+    def __enter__(self) -> SizeWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        ftp = None
+        try:
+            if self.url.scheme == "ftp":
+                ftp = verify.open_ftp(self.url.host, self.url.port)
+                ftp.voidcmd("TYPE I")
+            while not self._stop.is_set():
+                size = self._size(ftp)
+                if size is not None:
+                    self.points.append((time.monotonic() - self.start, size))
+                self._stop.wait(self.interval_s)
+        except (OSError, ftplib.Error, EOFError):
+            pass  # polling is best effort: the markers or wall time remain
+        finally:
+            if ftp is not None:
+                ftp.close()
+
+    def _size(self, ftp: ftplib.FTP | None) -> int | None:
+        if ftp is None:
+            try:
+                return os.stat(self.url.path).st_size
+            except FileNotFoundError:
+                return None
+        try:
+            size = ftp.size(self.url.path)
+        except ftplib.error_perm:  # not created yet
+            return None
+        return int(size) if size is not None else None
+
+
 class GridFtpSampler(Sampler):
     name = "gridftp"
 
     def __init__(self, src_url: str, dest_url: str, sample_bytes: int,
                  globus_url_copy: str = "globus-url-copy", tcp_buffer_bytes: int | None = None,
-                 timeout_s: float = 600, x509proxy: str | None = None) -> None:
+                 timeout_s: float = 600, x509proxy: str | None = None,
+                 seconds: float | None = None) -> None:
         parse_url(src_url)
         parse_url(dest_url)
         self.src_url = src_url
@@ -62,6 +137,7 @@ class GridFtpSampler(Sampler):
         self.globus_url_copy = globus_url_copy
         self.tcp_buffer_bytes = tcp_buffer_bytes
         self.timeout_s = timeout_s
+        self.seconds = seconds  # stop a sample after this long; its rate comes from what moved
         self.env = ({**os.environ, "X509_USER_PROXY": x509proxy}
                     if x509proxy and x509proxy != "default" else None)
 
@@ -77,17 +153,33 @@ class GridFtpSampler(Sampler):
         argv = self.command(streams, scratch)
         marks: list[tuple[float, int]] = []
         start = time.monotonic()
+        watch = SizeWatch(scratch, start) if SizeWatch.possible(scratch) else None
+        stopped_early = threading.Event()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, preexec_fn=child_setup,
                                     env=self.env)
             assert proc.stdout is not None and proc.stderr is not None
-            for progress in read_progress(proc.stdout):
-                marks.append((time.monotonic(), progress.bytes_done))
-            stderr = proc.stderr.read().decode(errors="replace")
-            code = proc.wait(timeout=self.timeout_s)
+
+            def stop_early() -> None:
+                if proc.poll() is None:
+                    stopped_early.set()
+                    proc.terminate()
+
+            timer = threading.Timer(self.seconds, stop_early) if self.seconds else None
+            if timer is not None:
+                timer.start()
+            with contextlib.ExitStack() as stack:
+                if timer is not None:
+                    stack.callback(timer.cancel)
+                if watch is not None:
+                    stack.enter_context(watch)
+                for progress in read_progress(proc.stdout):
+                    marks.append((time.monotonic(), progress.bytes_done))
+                stderr = proc.stderr.read().decode(errors="replace")
+                code = proc.wait(timeout=self.timeout_s)
             elapsed = time.monotonic() - start
-            if code != 0:
+            if code != 0 and not stopped_early.is_set():
                 raise SamplingError(f"sample with {streams} streams failed: "
                                     f"{summarize_error(stderr) or f'exit status {code}'}")
             moved = verify.size_of(scratch)
@@ -95,17 +187,28 @@ class GridFtpSampler(Sampler):
             verify.remove(scratch)
         if moved is None:
             moved = marks[-1][1] if marks else self.sample_bytes
+        raw: dict[str, object] = {"argv": argv, "markers": len(marks),
+                                  "stopped_after_s": self.seconds if stopped_early.is_set()
+                                  else None}
+        points = list(watch.points) if watch is not None else []
+        if points and points[-1][1] < moved and not stopped_early.is_set():
+            points.append((elapsed, moved))  # finished between two polls
+        steady = steady_rate(points)
+        if steady is not None:
+            mbps, setup = steady
+            raw.update(method="destination size, first byte to end",
+                       polls=len(points))
+            return Sample(streams, mbps, elapsed, moved, raw, setup)
         if len(marks) >= 3:  # drop the first marker: slow start
             (t0, b0), (t1, b1) = marks[1], marks[-1]
             if moved > b1:  # the tail after the last marker, up to the process exit
                 t1, b1 = start + elapsed, moved
             mbps = (b1 - b0) * 8 / 1e6 / max(t1 - t0, 1e-6)
-            method = "steady (performance markers after the first)"
+            raw["method"] = "steady (performance markers after the first)"
         else:
             mbps = moved * 8 / 1e6 / max(elapsed, 1e-6)
-            method = "bytes over wall time (sample too short for markers)"
-        return Sample(streams, mbps, elapsed, moved,
-                      {"argv": argv, "markers": len(marks), "method": method})
+            raw["method"] = "bytes over wall time (sample too short for markers)"
+        return Sample(streams, mbps, elapsed, moved, raw)
 
 
 class Iperf3Sampler(Sampler):
@@ -152,8 +255,8 @@ def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
         return Iperf3Sampler(parse_url(dest_url).host or "127.0.0.1", iperf_port, seconds,
                              tcp_buffer_bytes=tcp_buffer_bytes)
     return GridFtpSampler(src_url, dest_url, sample_bytes, globus_url_copy, tcp_buffer_bytes,
-                          x509proxy=x509proxy)
+                          x509proxy=x509proxy, seconds=seconds)
 
 
-__all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "make_sampler",
-           "scratch_url"]
+__all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "SizeWatch",
+           "make_sampler", "scratch_url", "steady_rate"]

@@ -33,6 +33,7 @@ class Sample:
     duration_s: float = 0.0
     bytes_moved: int = 0
     raw: dict[str, object] = field(default_factory=dict)  # what the tool reported
+    setup_s: float = 0.0  # from the start of the sample to the first byte at the destination
 
 
 Measure = Callable[[int], Sample]

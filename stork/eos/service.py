@@ -8,6 +8,7 @@ being sampled wait for that one sampling run instead of starting their own.
 from __future__ import annotations
 
 import itertools
+import math
 import logging
 import threading
 import time
@@ -184,7 +185,7 @@ class EosService:
                 arguments=request.triple_arguments, kind="optimization",
                 streams=decision.streams, throughput_mbps=decision.throughput_mbps,
                 duration_s=elapsed, model=decision.model,
-                samples=[[x.streams, x.mbps] for x in samples]))
+                samples=[[x.streams, x.mbps, x.setup_s] for x in samples]))
         return optimization
 
     def _history_hit(self, request: EstimateRequest) -> Optimization | None:
@@ -197,7 +198,8 @@ class EosService:
         if not rows:
             return None
         row = rows[0]
-        samples = tuple(Sample(int(n), float(m)) for n, m in row.samples)
+        samples = tuple(Sample(int(x[0]), float(x[1]), setup_s=float(x[2]) if len(x) > 2 else 0.0)
+                        for x in row.samples)
         decision = Decision(row.streams, row.throughput_mbps, row.model, "from history", {})
         return Optimization(samples, decision, 0.0, "history")
 
@@ -225,8 +227,15 @@ class EosService:
             "from_history": from_history,
         }
         if size:
+            # set-up (control and data channels) as in the sample nearest in stream count,
+            # then the steady rate: the answer is what a transfer of this size will see
+            nearest = min(opt.samples, key=lambda x: abs(math.log(x.streams / d.streams)))
+            seconds = nearest.setup_s + size * 8 / 1e6 / max(d.throughput_mbps, 1e-9)
             result["size_bytes"] = size
-            result["estimated_time_s"] = round(size * 8 / 1e6 / max(d.throughput_mbps, 1e-9), 3)
+            result["setup_time_s"] = round(nearest.setup_s, 3)
+            result["steady_throughput_mbps"] = result["estimated_throughput_mbps"]
+            result["estimated_time_s"] = round(seconds, 3)
+            result["estimated_throughput_mbps"] = round(size * 8 / 1e6 / seconds, 3)
         return result
 
     def record_transfer(self, src_url: str, dest_url: str, arguments: str, streams: int,

@@ -20,7 +20,7 @@ class VerifyError(Exception):
     """The end could not be inspected (missing file, server refused)."""
 
 
-def _ftp(host: str, port: int | None) -> ftplib.FTP:
+def open_ftp(host: str, port: int | None) -> ftplib.FTP:
     ftp = ftplib.FTP(timeout=TIMEOUT_S)
     ftp.connect(host, port or 21)
     ftp.login()
@@ -34,7 +34,7 @@ def size_of(url: str) -> int | None:
         if u.scheme == "file":
             return os.stat(u.path).st_size
         if u.scheme == "ftp":
-            ftp = _ftp(u.host, u.port)
+            ftp = open_ftp(u.host, u.port)
             try:
                 ftp.voidcmd("TYPE I")
                 size = ftp.size(u.path)
@@ -63,7 +63,7 @@ def md5_of(url: str) -> str | None:
                     digest.update(chunk)
             return digest.hexdigest()
         if u.scheme == "ftp":
-            ftp = _ftp(u.host, u.port)
+            ftp = open_ftp(u.host, u.port)
             try:
                 reply = ftp.sendcmd(f"CKSM MD5 0 -1 {u.path}")
             finally:
@@ -81,7 +81,7 @@ def remove(url: str) -> None:
         if u.scheme == "file":
             os.unlink(u.path)
         elif u.scheme == "ftp":
-            ftp = _ftp(u.host, u.port)
+            ftp = open_ftp(u.host, u.port)
             try:
                 ftp.delete(u.path)
             finally:

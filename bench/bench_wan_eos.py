@@ -1,0 +1,120 @@
+"""EOS accuracy on emulated wide-area paths (needs root, /dev/net/tun and `ip netns`).
+
+    .venv/bin/python bench/bench_wan_eos.py [--profile wan40 ...] [--size 100M] [--repeat 3]
+
+For each link profile: build two sites, measure the ground-truth curve (third-party GridFTP,
+1..32 streams, median of --repeat), then submit an estimation job to a real stork_server
+running inside site a and judge its answer against the curve: the chosen stream count's
+throughput as a share of the best, predicted versus measured throughput, samples and
+sampling time. Targets: share >= 0.9 on every profile, prediction within 15% of measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import classad2  # noqa: E402
+
+from stork.transfer.options import parse_size  # noqa: E402
+from tests.support import StorkServer, make_file  # noqa: E402
+from tests.testbed.cli import add_link_options, topologies  # noqa: E402
+from tests.testbed.measure import gridftp_mbps, medians, sweep  # noqa: E402
+from tests.testbed.netns import Testbed, TestbedUnavailable  # noqa: E402
+from tests.testbed.topology import PROFILES, Link  # noqa: E402
+
+STREAMS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass
+class Outcome:
+    link: Link
+    curve: dict[int, float]
+    chosen: int
+    measured: float
+    predicted: float
+    samples: list[tuple[int, float]]
+    sampling_s: float
+    model: str
+
+    @property
+    def share(self) -> float:
+        return self.measured / max(self.curve.values())
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+
+def estimate(bed: Testbed, source: Path, knobs: dict[str, str]) -> classad2.ClassAd:
+    work = bed.workdir / "stork"
+    with StorkServer(work, knobs, prefix=bed.argv("a", [])) as server:
+        job = work / "estimate.dap"
+        job.write_text(f'[ dap_type = estimation; src_url = "{bed.url("a", source)}"; '
+                       f'dest_url = "{bed.url("b", bed.site_dir("b") / "estimate.dat")}"; '
+                       f'size = {source.stat().st_size}; ]')
+        out = server.cli("stork_submit", str(job), check=True, timeout=1800).stdout
+    return classad2.ClassAd(out[out.index("["):out.rindex("]") + 1])
+
+
+def run_profile(name: str, bed: Testbed, size: int, repeat: int,
+                knobs: dict[str, str]) -> Outcome:
+    link = bed.topology.links[0]
+    source = make_file(bed.site_dir("a") / "data.dat", size)
+    curve = medians(sweep(bed, "a", "b", source, STREAMS, repeat))
+    ad = estimate(bed, source, knobs)
+    chosen = int(ad["optimal_streams"])
+    if chosen in curve:
+        measured = curve[chosen]
+    else:
+        measured = statistics.median(gridftp_mbps(bed, "a", "b", source, chosen, size)
+                                     for _ in range(repeat))
+    samples = [(int(s["streams"]), float(s["mbps"])) for s in ad["samples"]]
+    outcome = Outcome(link, curve, chosen, measured, float(ad["estimated_throughput_mbps"]),
+                      samples, float(ad["sampling_time_s"]), str(ad["model"]))
+    cells = ", ".join(f"{n}: {v:.1f}" for n, v in curve.items())
+    shown = ", ".join(f"{n}: {v:.1f}" for n, v in samples)
+    print(f"<!-- {name}: sweep {{{cells}}}; samples {{{shown}}} -->", flush=True)
+    return outcome
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_link_options(parser)
+    parser.add_argument("--size", default="100M", help="file size for sweep and estimate")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per stream count")
+    parser.add_argument("--sample-size", default="16M", help="EOS_SAMPLE_SIZE")
+    parser.add_argument("--sampling", default="guided", choices=("guided", "doubling"))
+    args = parser.parse_args()
+    knobs = {"EOS_SAMPLE_SIZE": args.sample_size, "EOS_SAMPLING": args.sampling}
+    size = parse_size(args.size)
+    outcomes = []
+    try:
+        for name, topology in topologies(args, tuple(PROFILES)):
+            with Testbed(topology, args.workdir / name, congestion=args.cc) as bed:
+                outcomes.append(run_profile(name, bed, size, args.repeat, knobs))
+    except TestbedUnavailable as exc:
+        print(f"bench_wan_eos: cannot build the testbed here: {exc}", file=sys.stderr)
+        return 2
+    print(f"\n## EOS on emulated paths ({args.size} file, sweep median of {args.repeat}, "
+          f"{args.sampling} sampling, {args.sample_size} samples, {args.cc})\n")
+    print("| link | best (streams: Mbit/s) | chosen | its Mbit/s | share of best | "
+          "predicted | error | samples | sampling time | model |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for o in outcomes:
+        best = max(o.curve, key=lambda n: o.curve[n])
+        print(f"| {o.link.label} | {best}: {o.curve[best]:.1f} | {o.chosen} | "
+              f"{o.measured:.1f} | {o.share:.3f} | {o.predicted:.1f} | {o.error:+.1%} | "
+              f"{len(o.samples)} | {o.sampling_s:.1f} s | {o.model} |")
+    ok = all(o.share >= 0.9 and abs(o.error) <= 0.15 for o in outcomes)
+    print(f"\nTargets (share >= 0.9 and |error| <= 15% on every profile): "
+          f"{'met' if ok else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
