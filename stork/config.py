@@ -147,6 +147,10 @@ KNOBS: tuple[Knob, ...] = (
          "Directory of external transfer modules named stork.transfer.<src>-<dst>; empty for none."),
     Knob("STORK_MAX_NUM_JOBS", "max_num_jobs", "10", _parse_int_min(1),
          "Most transfers running at once."),
+    Knob("STORK_MAX_SUBMIT_BYTES", "max_submit_bytes", "16M", _parse_size_knob,
+         "Largest submit file (or API request body) the daemon accepts."),
+    Knob("STORK_MAX_ADS_PER_SUBMIT", "max_ads_per_submit", "10000", _parse_int_min(1),
+         "Most ads in one submit file."),
     Knob("STORK_MAX_RETRY", "max_retry", "5", _parse_int_min(0),
          "Retries of a failed transfer when the job sets no max_retries."),
     Knob("STORK_RETRY_DELAY", "retry_delay_s", "5", _parse_float_min(0),
@@ -229,6 +233,8 @@ class Settings:
     log_level: str
     module_dir: str
     max_num_jobs: int
+    max_submit_bytes: int
+    max_ads_per_submit: int
     max_retry: int
     retry_delay_s: float
     retry_delay_max_s: float

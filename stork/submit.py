@@ -255,11 +255,16 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
 
 
 def parse_submit(text: str, filename: str, *, iwd: str, registry: Registry,
-                 lognotes: str | None = None) -> list[JobSpec]:
+                 lognotes: str | None = None, max_ads: int | None = None) -> list[JobSpec]:
     """Every ad in `text`, validated; raises SubmitError listing every problem."""
     specs: list[JobSpec] = []
     problems: list[SubmitProblem] = []
-    for raw in split_ads(text, filename):
+    raws = split_ads(text, filename)
+    if max_ads is not None and len(raws) > max_ads:
+        raise SubmitError([SubmitProblem(filename, max_ads + 1, raws[max_ads].line, None,
+                                         f"{len(raws)} ads is more than the limit "
+                                         f"STORK_MAX_ADS_PER_SUBMIT = {max_ads}")])
+    for raw in raws:
         try:
             ad = classad2.ClassAd(raw.text)
         except Exception as exc:

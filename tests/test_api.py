@@ -204,3 +204,47 @@ def test_unix_socket_speaks_plain_http(stork: StorkServer) -> None:
         while chunk := s.recv(65536):
             data += chunk
     assert data.startswith(b"HTTP/1.1 200") and b'"server": "stork_server"' in data
+
+
+def test_oversized_submissions_are_refused_naming_the_limit(tmp_path: Path) -> None:
+    ad = '[ dap_type = transfer; src_url = "file:///tmp/a"; dest_url = "file:///tmp/b"; ]\n'
+    with StorkServer(tmp_path, {"STORK_MAX_SUBMIT_BYTES": "4K",
+                                "STORK_MAX_ADS_PER_SUBMIT": "3"}) as server:
+        too_many = server.api("POST", "/v1/jobs", json={"text": ad * 4, "filename": "many.dap",
+                                                        "iwd": "/"})
+        assert too_many.status_code == 400
+        assert "4 ads is more than the limit STORK_MAX_ADS_PER_SUBMIT = 3" in too_many.text
+        assert "many.dap:" in too_many.text
+        big = ad[:-3] + " pad = \"" + "x" * 5000 + "\"; ]\n"
+        too_big = server.api("POST", "/v1/jobs", json={"text": big, "filename": "big.dap",
+                                                       "iwd": "/"})
+        assert too_big.status_code == 400
+        assert "STORK_MAX_SUBMIT_BYTES = 4096" in too_big.text and "big.dap" in too_big.text
+        # a body far past the limit is refused from its Content-Length, before it is read
+        huge = server.api("POST", "/v1/jobs", content=b"{" + b" " * 200_000 + b"}",
+                          headers={"Content-Type": "application/json"})
+        assert huge.status_code == 400 and "STORK_MAX_SUBMIT_BYTES = 4096" in huge.text
+        (tmp_path / "many.dap").write_text(ad * 4)
+        cli = server.cli("stork_submit", "many.dap")
+        assert cli.returncode != 0 and "STORK_MAX_ADS_PER_SUBMIT = 3" in cli.stderr
+        assert server.api("GET", "/v1/jobs").json()["jobs"] == []  # nothing queued
+        ok = server.api("POST", "/v1/jobs", json={"text": ad * 3, "filename": "ok.dap",
+                                                  "iwd": "/"})
+        assert ok.status_code == 201 and len(ok.json()["ids"]) == 3
+
+
+def test_defaults_refuse_a_50_mb_ad_and_100000_ads(stork: StorkServer, tmp_path: Path) -> None:
+    fifty = tmp_path / "fifty.dap"
+    fifty.write_text('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+                     f'pad = "{"x" * (50 << 20)}"; ]')
+    result = stork.cli("stork_submit", str(fifty))
+    assert result.returncode != 0 and "STORK_MAX_SUBMIT_BYTES = 16777216" in result.stderr
+    raw = stork.api("POST", "/v1/jobs", json={"text": fifty.read_text(), "iwd": "/"})
+    assert raw.status_code == 400 and "STORK_MAX_SUBMIT_BYTES" in raw.text
+    many = tmp_path / "many.dap"
+    many.write_text('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b" ]\n'
+                    * 100_000)
+    result = stork.cli("stork_submit", str(many))
+    assert result.returncode != 0
+    assert "100000 ads is more than the limit STORK_MAX_ADS_PER_SUBMIT = 10000" in result.stderr
+    assert stork.api("GET", "/v1/jobs").json()["jobs"] == []

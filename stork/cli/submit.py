@@ -49,10 +49,16 @@ def _submit(args) -> int:  # type: ignore[no-untyped-def]
         except (OSError, UnicodeDecodeError) as exc:
             error(f"{filename}: cannot read: {getattr(exc, 'strerror', None) or exc}")
             return EXIT_INVALID
+    size = len(text.encode())
+    if size > settings.max_submit_bytes:
+        error(f"{filename}: {size} bytes is more than the limit STORK_MAX_SUBMIT_BYTES = "
+              f"{settings.max_submit_bytes}; nothing was submitted")
+        return EXIT_INVALID
     iwd = os.getcwd()
     registry = Registry.default(settings.module_dir, settings.globus_url_copy)
     try:
-        specs = parse_submit(text, filename, iwd=iwd, registry=registry, lognotes=args.lognotes)
+        specs = parse_submit(text, filename, iwd=iwd, registry=registry, lognotes=args.lognotes,
+                             max_ads=settings.max_ads_per_submit)
     except SubmitError as exc:
         for problem in exc.problems:
             print(f"stork_submit: error: {problem}", file=sys.stderr)

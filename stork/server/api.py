@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from stork.errors import (InvalidRequest, JobNotFound, PermissionDenied, StorkError,
                           SubmitError)
-from stork.server.service import MAX_SUBMIT_BYTES, Caller, Service
+from stork.server.service import Caller, Service
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +80,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not length_text.isdigit():
             raise InvalidRequest("Content-Length must be a number")
         length = int(length_text)
-        if length > MAX_SUBMIT_BYTES + 65536:
-            raise InvalidRequest(f"request body of {length} bytes is larger than the limit of "
-                                 f"{MAX_SUBMIT_BYTES} bytes")
+        limit = self.server.service.dispatcher.settings.max_submit_bytes
+        if length > limit + 65536:  # the submit file plus its JSON wrapping
+            raise InvalidRequest(f"request body of {length} bytes is more than the limit "
+                                 f"STORK_MAX_SUBMIT_BYTES = {limit} (plus 64 KiB)")
         raw = self.rfile.read(length)
         try:
             body = json.loads(raw or b"{}")

@@ -22,9 +22,6 @@ from stork.store.base import JobStore
 from stork.urls import parse_url
 from stork.submit import parse_submit
 
-MAX_SUBMIT_BYTES = 16 * 1024 * 1024
-
-
 @dataclass(frozen=True)
 class Caller:
     uid: int
@@ -63,14 +60,17 @@ class Service:
         lognotes = body.get("lognotes")
         if not isinstance(text, str):
             raise InvalidRequest("'text' must be the submit file's contents as a string")
-        if len(text.encode()) > MAX_SUBMIT_BYTES:
-            raise InvalidRequest(f"submit file is larger than the limit of {MAX_SUBMIT_BYTES} bytes")
         if not isinstance(filename, str) or not isinstance(iwd, str) or not iwd.startswith("/"):
             raise InvalidRequest("'filename' must be a string and 'iwd' an absolute path")
+        settings = self.dispatcher.settings
+        size = len(text.encode())
+        if size > settings.max_submit_bytes:
+            raise InvalidRequest(f"{filename}: {size} bytes is more than the limit "
+                                 f"STORK_MAX_SUBMIT_BYTES = {settings.max_submit_bytes}")
         if lognotes is not None and not isinstance(lognotes, str):
             raise InvalidRequest("'lognotes' must be a string")
         specs = parse_submit(text, filename, iwd=iwd, registry=self.dispatcher.registry,
-                             lognotes=lognotes)
+                             lognotes=lognotes, max_ads=settings.max_ads_per_submit)
         estimation = [i for i, s in enumerate(specs, 1) if s.dap_type is DapType.ESTIMATION]
         if estimation and self.estimations is None:
             raise InvalidRequest(
