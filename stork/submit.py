@@ -226,6 +226,8 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
     for attr in ("stork_server", "opt_server", "x509proxy"):
         if has(attr):
             fields[attr] = _string(ad, attr)
+    if fields.get("x509proxy") not in (None, "default"):  # a file, relative to the submit dir
+        fields["x509proxy"] = os.path.normpath(os.path.join(iwd, fields["x509proxy"]))
     for attr in ("output", "err", "log"):
         if has(attr):
             fields[attr] = _local_path(ad, attr, iwd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 
 _HOST = "<127.0.0.1:0>"
 
@@ -26,14 +27,16 @@ def _clean(text: str) -> str:
 class UserLog:
     """Appends events to one job's user log file."""
 
-    def __init__(self, path: str, job_id: int, host: str | None = None) -> None:
+    def __init__(self, path: str, job_id: int, host: str | None = None,
+                 opener: Callable[[str, int, int], int] = os.open) -> None:
         self.path = path
         self.job_id = job_id
         self.host = host or f"<{socket.gethostname()}>"
+        self.opener = opener  # the daemon passes one that opens as the job's owner
 
     def _append(self, text: str) -> None:
         data = text.encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = self.opener(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, data)
         finally:

@@ -25,7 +25,7 @@ def ad(tmp: Path, name: str = "a", extra: str = "") -> str:
 
 
 def as_user(uid: int, socket_path: str, method: str, path: str,
-            body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+            body: dict[str, Any] | None = None, gid: int | None = None) -> tuple[int, dict[str, Any]]:
     """Call the API from a forked child that has dropped to `uid`: a real other user."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -33,7 +33,7 @@ def as_user(uid: int, socket_path: str, method: str, path: str,
         try:
             os.close(read_fd)
             os.setgroups([])
-            os.setgid(uid)
+            os.setgid(uid if gid is None else gid)
             os.setuid(uid)
             transport = httpx.HTTPTransport(uds=socket_path)
             with httpx.Client(transport=transport, base_url="http://stork") as client:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import time
 from pathlib import Path
 
@@ -214,12 +216,36 @@ def test_x509proxy_reaches_the_module_environment(stork: StorkServer, tmp_path: 
     stork.signal(signal.SIGHUP)
     time.sleep(1.0)
     src = make_file(tmp_path / "s.dat", 1000)
+    proxy = tmp_path / "x509up_u0"
+    proxy.write_text("not a real proxy")
+    proxy.chmod(0o600)
     ids = stork.submit(f"""
-    [ dap_type = transfer; x509proxy = "/tmp/x509up_u1234";
+    [ dap_type = transfer; x509proxy = "x509up_u0";
       src_url = "file://{src}"; dest_url = "file://{tmp_path}/a.dat" ]
     [ dap_type = transfer; x509proxy = "default";
       src_url = "file://{src}"; dest_url = "file://{tmp_path}/b.dat" ]""")
     for job_id in ids:
         assert stork.wait_state(job_id)["state"] == "COMPLETED"
-    assert (tmp_path / "a.dat.proxy").read_text() == "/tmp/x509up_u1234"
+    assert (tmp_path / "a.dat.proxy").read_text() == str(proxy)  # relative to the submit dir
     assert (tmp_path / "b.dat.proxy").read_text() == ""
+
+
+def test_x509proxy_must_be_the_submitters_own_0600_file(stork: StorkServer,
+                                                        tmp_path: Path) -> None:
+    proxy = tmp_path / "x509up"
+    proxy.write_text("proxy")
+    ad = ('[ dap_type = transfer; x509proxy = "{p}"; src_url = "file:///tmp/a"; '
+          'dest_url = "file:///tmp/b" ]')
+    proxy.chmod(0o644)
+    (tmp_path / "j.dap").write_text(ad.format(p=proxy))
+    loose = stork.cli("stork_submit", "j.dap")
+    assert loose.returncode != 0
+    assert f"attribute 'x509proxy': {proxy} has mode 0644; a proxy must be 0600" in loose.stderr
+    os.chown(proxy, 65534, 65534)
+    proxy.chmod(0o600)
+    theirs = stork.cli("stork_submit", "j.dap")
+    assert theirs.returncode != 0 and "belongs to uid 65534, not to the submitter" in theirs.stderr
+    (tmp_path / "j.dap").write_text(ad.format(p=tmp_path / "missing"))
+    missing = stork.cli("stork_submit", "j.dap")
+    assert missing.returncode != 0 and "No such file or directory" in missing.stderr
+    assert stork.api("GET", "/v1/jobs").json()["jobs"] == []  # nothing was queued

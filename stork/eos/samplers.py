@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from stork.eos.sampling import Sample
 from stork.errors import StorkError
+from stork.identity import RunAs, popen_kwargs, unlink_as
 from stork.server.runner import child_setup
 from stork.transfer import verify
 from stork.transfer.base import read_progress, summarize_error
@@ -128,7 +129,7 @@ class GridFtpSampler(Sampler):
     def __init__(self, src_url: str, dest_url: str, sample_bytes: int,
                  globus_url_copy: str = "globus-url-copy", tcp_buffer_bytes: int | None = None,
                  timeout_s: float = 600, x509proxy: str | None = None,
-                 seconds: float | None = None) -> None:
+                 seconds: float | None = None, run_as: RunAs | None = None) -> None:
         parse_url(src_url)
         parse_url(dest_url)
         self.src_url = src_url
@@ -138,6 +139,7 @@ class GridFtpSampler(Sampler):
         self.tcp_buffer_bytes = tcp_buffer_bytes
         self.timeout_s = timeout_s
         self.seconds = seconds  # stop a sample after this long; its rate comes from what moved
+        self.run_as = run_as  # the requesting job's owner, when the daemon is root
         self.env = ({**os.environ, "X509_USER_PROXY": x509proxy}
                     if x509proxy and x509proxy != "default" else None)
 
@@ -158,7 +160,7 @@ class GridFtpSampler(Sampler):
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, preexec_fn=child_setup,
-                                    env=self.env)
+                                    env=self.env, **popen_kwargs(self.run_as))
             assert proc.stdout is not None and proc.stderr is not None
 
             def stop_early() -> None:
@@ -184,7 +186,7 @@ class GridFtpSampler(Sampler):
                                     f"{summarize_error(stderr) or f'exit status {code}'}")
             moved = verify.size_of(scratch)
         finally:
-            verify.remove(scratch)
+            verify.remove(scratch, unlink=lambda path: unlink_as(self.run_as, path))
         if moved is None:
             moved = marks[-1][1] if marks else self.sample_bytes
         raw: dict[str, object] = {"argv": argv, "markers": len(marks),
@@ -215,12 +217,14 @@ class Iperf3Sampler(Sampler):
     name = "iperf3"
 
     def __init__(self, host: str, port: int = 5201, seconds: float = 5.0,
-                 executable: str = "iperf3", tcp_buffer_bytes: int | None = None) -> None:
+                 executable: str = "iperf3", tcp_buffer_bytes: int | None = None,
+                 run_as: RunAs | None = None) -> None:
         self.host = host
         self.port = port
         self.seconds = seconds
         self.executable = executable
         self.tcp_buffer_bytes = tcp_buffer_bytes
+        self.run_as = run_as
 
     def command(self, streams: int) -> list[str]:
         argv = [self.executable, "-c", self.host, "-p", str(self.port), "-P", str(streams),
@@ -233,7 +237,8 @@ class Iperf3Sampler(Sampler):
         argv = self.command(streams)
         start = time.monotonic()
         proc = subprocess.run(argv, capture_output=True, text=True, preexec_fn=child_setup,
-                              timeout=self.seconds + 60, stdin=subprocess.DEVNULL)
+                              timeout=self.seconds + 60, stdin=subprocess.DEVNULL,
+                              **popen_kwargs(self.run_as))
         elapsed = time.monotonic() - start
         try:
             report = json.loads(proc.stdout)
@@ -250,12 +255,13 @@ class Iperf3Sampler(Sampler):
 
 def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
                  seconds: float, iperf_port: int, globus_url_copy: str,
-                 tcp_buffer_bytes: int | None, x509proxy: str | None = None) -> Sampler:
+                 tcp_buffer_bytes: int | None, x509proxy: str | None = None,
+                 run_as: RunAs | None = None) -> Sampler:
     if kind == "iperf3":
         return Iperf3Sampler(parse_url(dest_url).host or "127.0.0.1", iperf_port, seconds,
-                             tcp_buffer_bytes=tcp_buffer_bytes)
+                             tcp_buffer_bytes=tcp_buffer_bytes, run_as=run_as)
     return GridFtpSampler(src_url, dest_url, sample_bytes, globus_url_copy, tcp_buffer_bytes,
-                          x509proxy=x509proxy, seconds=seconds)
+                          x509proxy=x509proxy, seconds=seconds, run_as=run_as)
 
 
 __all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "SizeWatch",

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stork.config import Settings
@@ -105,7 +105,7 @@ class EosService:
                             seconds=s.eos_sample_time_s, iperf_port=s.eos_iperf_port,
                             globus_url_copy=s.globus_url_copy,
                             tcp_buffer_bytes=options.tcp_buffer_bytes,
-                            x509proxy=request.x509proxy)
+                            x509proxy=request.x509proxy, run_as=request.run_as)
 
     # -- the request path -----------------------------------------------------------------
 

@@ -125,7 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return HTTPStatus.OK, service.list_jobs(
                     constraint=(query.get("constraint") or [None])[0],
                     long=(query.get("long") or ["0"])[0] in ("1", "true"),
-                    states=query.get("state"))
+                    states=query.get("state"), caller=caller)
         if url.path == "/v1/history" and method == "GET":
             src, dest = (query.get("src") or [""])[0], (query.get("dest") or [""])[0]
             if not src or not dest:
@@ -140,7 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
         if match:
             job_id = int(match.group(1))
             if method == "GET":
-                return HTTPStatus.OK, service.status(job_id)
+                return HTTPStatus.OK, service.status(job_id, caller)
             if method == "DELETE":
                 return HTTPStatus.OK, service.remove(job_id, caller)
         raise InvalidRequest(f"no endpoint {method} {url.path}")

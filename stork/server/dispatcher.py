@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stork.config import Settings
-from stork.errors import JobNotFound, PermissionDenied
+from stork.errors import JobNotFound, PermissionDenied, StorkError
 from stork.eos.client import Estimator
 from stork.eos.service import EosService, EstimateRequest
 from stork.job import DapType, Job, JobSpec, JobState
 from stork.sched import Task, TaskMatrix
+from stork.identity import IdentityError, RunAs, open_as, unlink_as
 from stork.server.runner import AttemptProcess, AttemptResult
 from stork.store.base import JobStore, Transition
 from stork.transfer import verify
@@ -65,7 +66,11 @@ def retry_delay_s(settings: Settings, failures: int) -> float:
 
 
 def userlog_for(job: Job) -> UserLog | None:
-    return UserLog(job.spec.log, job.id) if job.spec.log else None
+    """The job's user log, written with its owner's rights."""
+    if not job.spec.log:
+        return None
+    return UserLog(job.spec.log, job.id, opener=lambda path, flags, mode: open_as(
+        RunAs.for_owner(job.owner_uid), path, flags, mode))
 
 
 def write_userlog(job: Job, action: Callable[[UserLog], None]) -> None:
@@ -75,7 +80,7 @@ def write_userlog(job: Job, action: Callable[[UserLog], None]) -> None:
         return
     try:
         action(ulog)
-    except OSError as exc:
+    except (OSError, StorkError) as exc:
         log.warning("job %d: cannot write user log %s: %s", job.id, job.spec.log, exc)
 
 
@@ -243,6 +248,14 @@ class Dispatcher:
                 self._finish(started, attempt_no, module=None, now=now, result=AttemptResult(
                     127, f"no transfer module handles {src} -> {dest}", 0, 0.0, None))
             return False
+        try:
+            run_as = RunAs.for_owner(job.owner_uid)
+        except IdentityError as exc:
+            started = self.store.start_attempt(job.id, now, src, dest, "none")
+            if started is not None:
+                self._finish(started, attempt_no, module=None, now=now,
+                             result=AttemptResult(126, str(exc), 0, 0.0, None))
+            return False
         started = self.store.start_attempt(job.id, now, src, dest, module.name)
         if started is None:
             return False
@@ -256,7 +269,7 @@ class Dispatcher:
             log.info("job %d attempt %d: %s", job.id, attempt_no, " ".join(argv))
         process = AttemptProcess(
             argv, output=job.spec.output, err=job.spec.err, env=module.environment(request),
-            on_progress=lambda p, j=job.id: self._progress(j, p),
+            run_as=run_as, on_progress=lambda p, j=job.id: self._progress(j, p),
             on_exit=lambda r, j=job.id: self._exited(j, r))
         process.on_pid(lambda pid, j=job.id, a=attempt_no: self.store.set_pid(j, a, pid))
         with self._lock:
@@ -275,7 +288,7 @@ class Dispatcher:
         assert self.estimator_for is not None
         result = self.estimator_for(job.spec).estimate(EstimateRequest(
             request.src_url, request.dest_url, job.spec.arguments, None, job.spec.use_history,
-            job.spec.x509proxy))
+            job.spec.x509proxy, RunAs.for_owner(job.owner_uid)))
         streams = int(result["optimal_streams"])
         self.store.update_result(job.id, {
             "optimized_streams": streams,
@@ -346,11 +359,11 @@ class Dispatcher:
         reason = result.killed_reason
         if reason == KILL_REMOVED:
             if dest:
-                verify.remove(dest)
+                self._remove_partial(job, dest)
             return
         if reason == KILL_SHUTDOWN:
             if dest:
-                verify.remove(dest)
+                self._remove_partial(job, dest)
             self.store.finish_attempt(job.id, attempt_no, now, Transition(
                 JobState.IDLE, "requeue", "interrupted", exit_code=result.exit_code,
                 error="stork_server shut down during the attempt",
@@ -373,8 +386,17 @@ class Dispatcher:
                 FailureKind.PERMANENT
             error = result.stderr_tail or f"exit status {result.exit_code}"
         if dest and kind in (FailureKind.TRANSIENT, FailureKind.TIMEOUT, FailureKind.VERIFY):
-            verify.remove(dest)  # never leave a partial file that looks like a result
+            self._remove_partial(job, dest)  # never leave a partial file that looks like a result
         self._fail(job, attempt_no, now, result.exit_code, kind, error)
+
+    @staticmethod
+    def _remove_partial(job: Job, dest: str) -> None:
+        """Delete a partial destination with the rights of the job's owner."""
+        try:
+            run_as = RunAs.for_owner(job.owner_uid)
+        except IdentityError:
+            return
+        verify.remove(dest, unlink=lambda path: unlink_as(run_as, path))
 
     def _complete(self, job: Job, attempt_no: int, module: TransferModule, now: float,
                   result: AttemptResult, src: str, dest: str) -> None:
@@ -493,7 +515,7 @@ class Dispatcher:
         for job in jobs:
             if job.pid:
                 _kill_leftover(job.pid)
-            verify.remove(urls_for_attempt(job, job.attempts)[1])  # the killed attempt's partial file
+            self._remove_partial(job, urls_for_attempt(job, job.attempts)[1])  # killed attempt's
             write_userlog(job, lambda u, j=job: u.generic(
                 self.clock(), f"attempt {j.attempts} interrupted: stork_server restarted; "
                               "job requeued"))

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from stork.eos.client import Estimator
 from stork.eos.service import EstimateRequest
+from stork.identity import RunAs
 from stork.job import Job, JobSpec, JobState
 from stork.store.base import JobStore, Transition
 from stork.transfer.base import FailureKind
@@ -42,9 +43,10 @@ class EstimationRunner:
 
     def _answer(self, job: Job) -> None:
         spec = job.spec
-        request = EstimateRequest(spec.src_url, spec.dest_url, spec.arguments, spec.size_bytes,
-                                  spec.use_history, spec.x509proxy)
         try:
+            request = EstimateRequest(spec.src_url, spec.dest_url, spec.arguments,
+                                      spec.size_bytes, spec.use_history, spec.x509proxy,
+                                      RunAs.for_owner(job.owner_uid))
             result = self.estimator_for(spec).estimate(request)
         except Exception as exc:  # the sampler's or the remote EOS's own message
             self.store.finish_attempt(job.id, job.attempts, self.clock(), Transition(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from stork.identity import IdentityError, RunAs, open_as, popen_kwargs
 from stork.transfer.base import Progress, read_progress
 
 _PR_SET_PDEATHSIG = 1
@@ -44,12 +45,15 @@ class AttemptProcess:
 
     def __init__(self, argv: list[str] | Callable[[], list[str]], *, output: str | None,
                  err: str | None, env: dict[str, str] | None = None,
+                 run_as: RunAs | None = None,
                  on_progress: Callable[[Progress], None],
                  on_exit: Callable[[AttemptResult], None]) -> None:
         self.argv = argv
         self.output = output
         self.err = err
-        self.env = {**os.environ, **env} if env else None
+        self.run_as = run_as  # the job's owner when the daemon is root
+        extra = {**(run_as.env() if run_as else {}), **(env or {})}
+        self.env = {**os.environ, **extra} if extra else None
         self._on_progress = on_progress
         self._on_exit = on_exit
         self._pid_callback: Callable[[int], None] | None = None
@@ -113,14 +117,19 @@ class AttemptProcess:
                 return
         self.start_time = time.monotonic()  # the transfer itself starts now
         tail = bytearray()
-        out_file = open(self.output, "ab") if self.output else None  # noqa: SIM115
-        err_file = open(self.err, "ab") if self.err else None  # noqa: SIM115
+        try:  # as the job's owner: the daemon must not write where they could not
+            out_file = self._open(self.output)
+            err_file = self._open(self.err)
+        except IdentityError as exc:
+            self._started.set()
+            self._on_exit(AttemptResult(1, str(exc), 0, 0.0, None))
+            return
         try:
             try:
                 proc = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, preexec_fn=child_setup, start_new_session=True,
-                    close_fds=True, env=self.env)
+                    close_fds=True, env=self.env, **popen_kwargs(self.run_as))
             except OSError as exc:
                 self._started.set()
                 self._on_exit(AttemptResult(127, f"cannot run {self.argv[0]}: {exc.strerror}", 0,
@@ -152,6 +161,12 @@ class AttemptProcess:
             duration_s=time.monotonic() - self.start_time,
             killed_reason=self._killed_reason)
         self._on_exit(result)
+
+    def _open(self, path: str | None) -> BinaryIO | None:
+        if not path:
+            return None
+        fd = open_as(self.run_as, path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        return os.fdopen(fd, "ab")
 
     def _pump_stdout(self, proc: subprocess.Popen[bytes], out_file: BinaryIO | None) -> None:
         assert proc.stdout is not None

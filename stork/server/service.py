@@ -7,12 +7,13 @@ TCP) and passed in as a `Caller`.
 from __future__ import annotations
 
 import os
+import stat
 import pwd
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from stork import __version__
-from stork.errors import InvalidRequest
+from stork.errors import InvalidRequest, PermissionDenied, SubmitError, SubmitProblem
 from stork.job import DapType, JobState
 from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
 from stork.server.dispatcher import Dispatcher, write_userlog
@@ -33,6 +34,32 @@ class Caller:
             return cls(uid, pwd.getpwuid(uid).pw_name)
         except KeyError:
             return cls(uid, str(uid))
+
+
+def proxy_problem(path: str | None, caller: Caller) -> str | None:
+    """Why the x509proxy at `path` may not be used by `caller`, or None if it may: it must
+    be the caller's own regular file with mode 0600 (GSI refuses anything looser)."""
+    if path is None or path == "default":
+        return None
+    if caller.uid < 0:
+        return "a proxy file needs a local submitter (the Unix socket), not the TCP API"
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file"
+    if info.st_uid != caller.uid:
+        return f"{path} belongs to uid {info.st_uid}, not to the submitter ({caller.name})"
+    if info.st_mode & 0o077:
+        return (f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; a proxy must be 0600 "
+                f"(chmod 600 {path})")
+    return None
+
+
+def may_see(caller: Caller, owner_uid: int) -> bool:
+    """A job's details are for its owner and root."""
+    return caller.uid in (0, owner_uid)
 
 
 class Service:
@@ -71,6 +98,11 @@ class Service:
             raise InvalidRequest("'lognotes' must be a string")
         specs = parse_submit(text, filename, iwd=iwd, registry=self.dispatcher.registry,
                              lognotes=lognotes, max_ads=settings.max_ads_per_submit)
+        problems = [SubmitProblem(filename, index, None, "x509proxy", message)
+                    for index, spec in enumerate(specs, 1)
+                    if (message := proxy_problem(spec.x509proxy, caller)) is not None]
+        if problems:
+            raise SubmitError(problems)
         estimation = [i for i, s in enumerate(specs, 1) if s.dap_type is DapType.ESTIMATION]
         if estimation and self.estimations is None:
             raise InvalidRequest(
@@ -91,7 +123,8 @@ class Service:
         self.dispatcher.tick()
         return {"ids": ids}
 
-    def list_jobs(self, constraint: str | None, long: bool, states: list[str] | None) -> dict[str, Any]:
+    def list_jobs(self, constraint: str | None, long: bool, states: list[str] | None,
+                  caller: Caller | None = None) -> dict[str, Any]:
         wanted = None
         if states:
             try:
@@ -110,13 +143,16 @@ class Service:
         for job in jobs:
             item = job_summary(job)
             item["wait_reason"] = self.dispatcher.wait_reason(job)
-            if long:
-                item["ad"] = str(job_ad(job))
+            if long and (caller is None or may_see(caller, job.owner_uid)):
+                item["ad"] = str(job_ad(job))  # other users' full ads are not shown
             out.append(item)
         return {"jobs": out}
 
-    def status(self, job_id: int) -> dict[str, Any]:
+    def status(self, job_id: int, caller: Caller | None = None) -> dict[str, Any]:
         job = self.store.get(job_id)
+        if caller is not None and not may_see(caller, job.owner_uid):
+            raise PermissionDenied(f"job {job_id} belongs to {job.owner}; only its owner or "
+                                   "root may see its details")
         item = job_summary(job)
         item["wait_reason"] = self.dispatcher.wait_reason(job)
         item["ad"] = str(job_ad(job))

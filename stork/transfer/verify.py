@@ -10,7 +10,9 @@ from __future__ import annotations
 import ftplib
 import hashlib
 import os
+from collections.abc import Callable
 
+from stork.errors import StorkError
 from stork.urls import parse_url
 
 TIMEOUT_S = 30
@@ -74,17 +76,18 @@ def md5_of(url: str) -> str | None:
     return None
 
 
-def remove(url: str) -> None:
-    """Delete a partial destination file (file:// and ftp://); ignore what is not there."""
+def remove(url: str, unlink: Callable[[str], None] = os.unlink) -> None:
+    """Delete a partial destination file (file:// and ftp://); ignore what is not there.
+    `unlink` removes a local file (the daemon passes one that acts as the job's owner)."""
     u = parse_url(url)
     try:
         if u.scheme == "file":
-            os.unlink(u.path)
+            unlink(u.path)
         elif u.scheme == "ftp":
             ftp = open_ftp(u.host, u.port)
             try:
                 ftp.delete(u.path)
             finally:
                 ftp.close()
-    except (OSError, ftplib.Error, EOFError):
+    except (OSError, ftplib.Error, EOFError, StorkError):
         pass
