@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,3 +34,26 @@ def stork(tmp_path: Path) -> Iterator[StorkServer]:
     server.start()
     yield server
     server.stop()
+
+
+USERS = ("storkt1", "storkt2")
+
+
+@pytest.fixture(scope="session")
+def users() -> Iterator[list[pwd.struct_passwd]]:
+    """Two real unprivileged users, created for the session and removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates users and runs the daemon as root")
+    if shutil.which("useradd") is None:
+        pytest.skip("useradd is missing (Debian package passwd)")
+    made = []
+    for name in USERS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
+                            "--shell", "/usr/sbin/nologin", name], check=True)
+            made.append(name)
+    yield [pwd.getpwnam(n) for n in USERS]
+    for name in made:
+        subprocess.run(["userdel", name], check=False)

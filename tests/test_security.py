@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,27 +16,6 @@ import pytest
 
 from tests.support import GridFtpServer, StorkServer, make_file, md5
 from tests.test_api import as_user
-
-USERS = ("storkt1", "storkt2")
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[list[pwd.struct_passwd]]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates users and runs the daemon as root")
-    if shutil.which("useradd") is None:
-        pytest.skip("useradd is missing (Debian package passwd)")
-    made = []
-    for name in USERS:
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
-                            "--shell", "/usr/sbin/nologin", name], check=True)
-            made.append(name)
-    yield [pwd.getpwnam(n) for n in USERS]
-    for name in made:
-        subprocess.run(["userdel", name], check=False)
 
 
 @pytest.fixture

@@ -381,11 +381,14 @@ class Dispatcher:
                 self._complete(job, attempt_no, module, now, result, src, dest)
                 return
             kind = FailureKind.VERIFY
+        elif module is None:
+            kind, error = FailureKind.PERMANENT, result.stderr_tail
         else:
-            kind = module.classify(result.exit_code, result.stderr_tail) if module else \
-                FailureKind.PERMANENT
-            error = result.stderr_tail or f"exit status {result.exit_code}"
-        if dest and kind in (FailureKind.TRANSIENT, FailureKind.TIMEOUT, FailureKind.VERIFY):
+            failure = module.judge(result.exit_code, result.stderr_tail)
+            kind, error = failure.kind, failure.message
+            if failure.tool_killed and dest:
+                self._remove_partial(job, dest)
+        if dest and kind.retryable:
             self._remove_partial(job, dest)  # never leave a partial file that looks like a result
         self._fail(job, attempt_no, now, result.exit_code, kind, error)
 

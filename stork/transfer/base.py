@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +30,18 @@ class FailureKind(enum.Enum):
     @property
     def retryable(self) -> bool:
         return self is not FailureKind.PERMANENT
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: FailureKind
+    message: str  # the tool's own words, or what killed it
+    tool_killed: bool = False  # by a signal: whatever it wrote is partial
+
+
+# Signals that mean no retry can help: the file size limit (a full destination).
+_PERMANENT_SIGNALS = {int(signal.SIGXFSZ): "file size limit exceeded (destination full)"}
+_SIGNAL_NUMBERS = {int(s) for s in signal.Signals}
 
 
 @dataclass(frozen=True)
@@ -134,3 +147,16 @@ class TransferModule(ABC):
     def classify(self, exit_code: int, stderr_tail: str) -> FailureKind:
         """Judge a non-zero exit. Modules that know their tool's messages override this."""
         return FailureKind.TRANSIENT
+
+    def judge(self, exit_code: int, stderr_tail: str) -> Failure:
+        """The failure of a non-zero exit: its kind and the words to show the user."""
+        signum = exit_code - 128 if exit_code > 128 else None
+        if signum in _PERMANENT_SIGNALS:
+            what = _PERMANENT_SIGNALS[signum]
+            text = f"{stderr_tail}\n" if stderr_tail else ""
+            return Failure(FailureKind.PERMANENT, f"{text}killed by {signal.Signals(signum).name}: "
+                                                  f"{what}", tool_killed=True)
+        kind = self.classify(exit_code, stderr_tail)
+        if not stderr_tail and signum is not None and signum in _SIGNAL_NUMBERS:
+            return Failure(kind, f"killed by {signal.Signals(signum).name}", tool_killed=True)
+        return Failure(kind, stderr_tail or f"exit status {exit_code}")

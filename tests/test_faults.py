@@ -1,0 +1,99 @@
+"""Faults in the middle of a transfer, each against the real GridFTP server: the server
+killed mid-transfer, the destination directory missing, permission denied at the
+destination, the destination full. Transient faults are retried with backoff and permanent
+ones fail at once; either way the job carries the tool's own error and `failure_kind`.
+(The unreachable server and the missing source are in test_transfers.py.)"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import GridFtpServer, StorkServer, make_file, md5, wait_for
+from tests.test_security import server, shared_dir, submit_as  # noqa: F401  (fixtures)
+
+
+def test_server_killed_mid_transfer_is_retried_and_the_file_arrives_whole(
+        tmp_path: Path) -> None:
+    root = tmp_path / "ftp"
+    root.mkdir()
+    src = make_file(root / "big.dat", 1 << 30, seed=4)
+    dest = tmp_path / "big.out"
+    gridftp = GridFtpServer(root).start()
+    port = gridftp.port
+    with StorkServer(tmp_path / "stork", {"STORK_RETRY_DELAY": "1"}) as stork:
+        # -p 1 and a small block size keep loopback slow enough to be caught mid-way
+        [job_id] = stork.submit(f'[ dap_type = transfer; max_retries = 10; '
+                                f'arguments = "-p 1 -bs 64K"; src_url = "{gridftp.url(src)}"; '
+                                f'dest_url = "file://{dest}" ]')
+        wait_for(lambda: stork.job(job_id)["job"]["bytes_done"] > 0, 60,
+                 what="the transfer to move bytes")
+        gridftp.stop()  # the server and the process serving this transfer die
+        failed = wait_for(lambda: stork.job(job_id)["job"]["failures"] >= 1 and
+                          stork.job(job_id)["job"], 60, what="the attempt to fail")
+        assert failed["failure_kind"] == "transient", failed
+        assert failed["last_error"]  # the tool's own words
+        assert failed["state"] in ("IDLE", "RUNNING")  # retried, not failed
+        gridftp = GridFtpServer(root, port=port).start()
+        try:
+            job = stork.wait_state(job_id, timeout_s=180)
+        finally:
+            gridftp.stop()
+    assert job["state"] == "COMPLETED" and job["failures"] >= 1
+    assert md5(dest) == md5(src)
+    assert job["attempts"] >= 2 and job["attempts"] == job["failures"] + 1
+
+
+def test_missing_destination_directory_fails_at_once(stork: StorkServer,
+                                                     gridftp: GridFtpServer,
+                                                     gridftp_root: Path,
+                                                     tmp_path: Path) -> None:
+    src = make_file(gridftp_root / "small.dat", 100_000)
+    ids = stork.submit(
+        f'[ dap_type = transfer; max_retries = 5; src_url = "{gridftp.url(src)}"; '
+        f'dest_url = "file://{tmp_path}/no/such/dir/x.dat" ]\n'
+        f'[ dap_type = transfer; max_retries = 5; src_url = "file://{src}"; '
+        f'dest_url = "{gridftp.url(gridftp_root / "no-such-dir" / "x.dat")}" ]')
+    for job_id in ids:
+        job = stork.wait_state(job_id)
+        assert job["state"] == "FAILED" and job["attempts"] == 1, job
+        assert job["failure_kind"] == "permanent"
+        assert "No such file or directory" in job["last_error"] or \
+            "PATH_NOT_FOUND" in job["last_error"], job["last_error"]
+
+
+def test_permission_denied_at_the_destination_fails_at_once(
+        users: list[pwd.struct_passwd], server: StorkServer,  # noqa: F811
+        gridftp: GridFtpServer, gridftp_root: Path, shared_dir: Path) -> None:  # noqa: F811
+    src = make_file(gridftp_root / "pd.dat", 100_000)
+    locked = shared_dir / "locked"
+    locked.mkdir(mode=0o755)  # root's; the job's owner may not write here
+    job_id = submit_as(users[0], server, f'[ dap_type = transfer; max_retries = 5; '
+                       f'src_url = "{gridftp.url(src)}"; dest_url = "file://{locked}/x.dat" ]')
+    job = server.wait_state(job_id)
+    assert job["state"] == "FAILED" and job["attempts"] == 1
+    assert job["failure_kind"] == "permanent" and "Permission denied" in job["last_error"]
+    assert not (locked / "x.dat").exists()
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="prlimit (util-linux) is missing")
+def test_destination_full_fails_at_once_and_leaves_no_partial_file(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = make_file(gridftp_root / "8M.dat", 8 << 20)
+    dest = tmp_path / "full" / "x.dat"
+    dest.parent.mkdir()
+    # the daemon and so its modules may write files of at most 4 MiB: "File too large"
+    with StorkServer(tmp_path / "stork", prefix=["prlimit", f"--fsize={4 << 20}"]) as stork:
+        [job_id] = stork.submit(f'[ dap_type = transfer; max_retries = 5; '
+                                f'src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]')
+        job = stork.wait_state(job_id)
+    assert job["state"] == "FAILED" and job["attempts"] == 1, job
+    assert job["failure_kind"] == "permanent"
+    assert "killed by SIGXFSZ: file size limit exceeded" in job["last_error"], job["last_error"]
+    assert not dest.exists()  # the partial file is gone
