@@ -43,6 +43,8 @@ def send_json(handler: BaseHTTPRequestHandler, status: HTTPStatus, body: dict[st
     handler.send_response(status)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(data)))
+    if handler.close_connection:  # tell the client, so it does not reuse the connection
+        handler.send_header("Connection", "close")
     handler.end_headers()
     handler.wfile.write(data)
 
@@ -85,6 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise InvalidRequest(f"request body of {length} bytes is more than the limit "
                                  f"STORK_MAX_SUBMIT_BYTES = {limit} (plus 64 KiB)")
         raw = self.rfile.read(length)
+        self._body_read = True
         try:
             body = json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError):
@@ -93,7 +96,15 @@ class _Handler(BaseHTTPRequestHandler):
             raise InvalidRequest("request body must be a JSON object")
         return body
 
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """Protocol errors (bad request line, unknown method, ...) in JSON like the rest."""
+        self.close_connection = True
+        status = HTTPStatus(code)
+        self._send(status, {"error": f"{status.phrase}: {message}" if message else status.phrase})
+
     def _dispatch(self, method: str) -> None:
+        self._body_read = False
         try:
             status, body = self._route(method)
         except SubmitError as exc:
@@ -109,6 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send(code, {"error": str(exc) or type(exc).__name__})
             return
+        if not self._body_read and self.headers.get("Content-Length", "0") not in ("0", ""):
+            self.close_connection = True  # an unread body must not be taken for a request
         self._send(status, body)
 
     def _route(self, method: str) -> tuple[HTTPStatus, dict[str, Any]]:
@@ -153,6 +166,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:  # noqa: N802
         self._dispatch("DELETE")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
 
 
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
