@@ -30,7 +30,7 @@ def test_server_killed_mid_transfer_is_retried_and_the_file_arrives_whole(
     with StorkServer(tmp_path / "stork", {"STORK_RETRY_DELAY": "1"}) as stork:
         # -p 1 and a small block size keep loopback slow enough to be caught mid-way
         [job_id] = stork.submit(f'[ dap_type = transfer; max_retries = 10; '
-                                f'arguments = "-p 1 -bs 64K"; src_url = "{gridftp.url(src)}"; '
+                                f'arguments = "-p 1 -bs 4K"; src_url = "{gridftp.url(src)}"; '
                                 f'dest_url = "file://{dest}" ]')
         wait_for(lambda: stork.job(job_id)["job"]["bytes_done"] > 0, 60,
                  what="the transfer to move bytes")

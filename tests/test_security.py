@@ -106,3 +106,16 @@ def test_one_user_cannot_touch_anothers_job(users: list[pwd.struct_passwd],
     code, body = as_user(first.pw_uid, server.socket, "DELETE", f"/v1/jobs/{job}",
                          gid=first.pw_gid)
     assert code == 200 and body["job"]["state"] == "REMOVED"
+
+
+def test_eos_samples_run_as_the_job_owner(users: list[pwd.struct_passwd], server: StorkServer,
+                                          gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    out = gridftp_root / "eos-leak"
+    out.mkdir(exist_ok=True)
+    ad = (f'[ dap_type = estimation; src_url = "file:///etc/shadow"; '
+          f'dest_url = "{gridftp.url(out / "s")}" ]')
+    job = server.wait_state(submit_as(users[0], server, ad), timeout_s=60)
+    assert job["state"] == "FAILED" and "Permission denied" in job["last_error"], job
+    [root_job] = server.submit(ad)
+    assert server.wait_state(root_job, timeout_s=60)["state"] == "COMPLETED"
+    assert list(out.iterdir()) == []  # samples are scratch files, removed either way

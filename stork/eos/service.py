@@ -19,6 +19,7 @@ from typing import Any
 
 from stork.config import Settings
 from stork.eos.samplers import Sampler, make_sampler
+from stork.identity import RunAs
 from stork.eos.sampling import Decision, Sample, decide, doubling, guided
 from stork.sched import Task, TaskMatrix
 from stork.store.base import HistoryEntry, JobStore
@@ -37,6 +38,7 @@ class EstimateRequest:
     size_bytes: int | None = None
     use_history: bool = False
     x509proxy: str | None = None  # the job's proxy, for GridFTP samples
+    run_as: RunAs | None = field(default=None, compare=False)  # samples run as the job's owner
 
     @property
     def options(self) -> TransferOptions:

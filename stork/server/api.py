@@ -176,7 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
-    request_queue_size = 128
+    request_queue_size = 1024
 
     def __init__(self, path: str, service: Service) -> None:
         self.service = service
@@ -185,7 +185,7 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class _TcpServer(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 128
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], service: Service, token: str) -> None:
         self.service = service
