@@ -62,6 +62,8 @@ def _parse_path(text: str) -> str:
 def _parse_address(text: str) -> str:
     if not text:
         return ""
+    if text.startswith(":"):  # no host: loopback only
+        text = "127.0.0.1" + text
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
@@ -134,7 +136,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_SOCKET", "socket", "$(STORK_STATE_DIR)/stork.sock", _parse_path,
          "Unix socket on which the daemon serves its HTTP/JSON API."),
     Knob("STORK_API_ADDRESS", "api_address", "", _parse_address,
-         "HOST:PORT for the API on TCP as well; empty for the Unix socket only."),
+         "HOST:PORT (or :PORT for loopback) for the API on TCP as well; empty for the Unix "
+         "socket only."),
     Knob("STORK_API_TOKEN_FILE", "api_token_file", "", _parse_path,
          "File holding the bearer token TCP clients must send; required with STORK_API_ADDRESS."),
     Knob("STORK_PID_FILE", "pid_file", "$(STORK_STATE_DIR)/stork_server.pid", _parse_path,

@@ -80,3 +80,10 @@ def test_docs_describe_every_knob() -> None:
     docs = (REPO / "docs" / "CONFIG.md").read_text()
     for knob in config.KNOBS:
         assert f"`{knob.name}`" in docs, f"{knob.name} missing from docs/CONFIG.md"
+
+
+def test_tcp_api_address_without_a_host_binds_loopback(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg"
+    cfg.write_text("STORK_API_ADDRESS = :9618\n")
+    assert config.load(str(cfg), env={"HOME": "/root"}).api_address == "127.0.0.1:9618"
+    assert config.load(None, env={"HOME": "/root"}).api_address == ""  # off by default
