@@ -45,7 +45,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def clients(root: Path, count: int, seconds: float) -> None:
+def clients(root: Path, count: int, seconds: float) -> dict[str, float]:
     server = StorkServer(root / "load", {"STORK_MODULE_DIR": str(module_dir(root, QUICK)),
                                          "STORK_MAX_NUM_JOBS": "4"}).start()
     latencies: list[float] = []
@@ -103,9 +103,11 @@ def clients(root: Path, count: int, seconds: float) -> None:
           f"{memory:.0f} MB |")
     if failures:
         print(f"\nfirst failures: {failures[:3]}")
+    return {"requests": len(latencies), "failed": len(failures), "alive": alive,
+            "p50_ms": p50, "p99_ms": p99}
 
 
-def queued(root: Path, count: int) -> None:
+def queued(root: Path, count: int) -> dict[str, float]:
     server = StorkServer(root / "queued", {"STORK_MODULE_DIR": str(module_dir(root, FOREVER)),
                                            "STORK_MAX_NUM_JOBS": "1"}).start()
     assert server.proc is not None
@@ -132,6 +134,7 @@ def queued(root: Path, count: int) -> None:
     print("| ---: | ---: | --- | ---: | ---: | ---: |")
     print(f"| {submit_s:.1f} s | {memory:.0f} MB | < 500 MB | {q_s:.1f} s | "
           f"{result.returncode} | {lines} |")
+    return {"rss_mb": memory, "stork_q_exit": result.returncode, "lines": lines}
 
 
 def main() -> int:
