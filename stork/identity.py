@@ -60,6 +60,13 @@ def popen_kwargs(run_as: RunAs | None) -> dict[str, Any]:
     return run_as.popen_kwargs() if run_as is not None else {}
 
 
+def _become(run_as: RunAs) -> None:
+    """In a forked child: drop to `run_as` for good (groups, then gid, then uid)."""
+    os.setgroups(list(run_as.groups))
+    os.setgid(run_as.gid)
+    os.setuid(run_as.uid)
+
+
 def open_as(run_as: RunAs | None, path: str, flags: int, mode: int = 0o644) -> int:
     """os.open(path, flags, mode) with the rights of `run_as` (the daemon's own if None)."""
     if run_as is None:
@@ -70,9 +77,7 @@ def open_as(run_as: RunAs | None, path: str, flags: int, mode: int = 0o644) -> i
         code = 0
         try:
             parent.close()
-            os.setgroups(list(run_as.groups))
-            os.setgid(run_as.gid)
-            os.setuid(run_as.uid)
+            _become(run_as)
             fd = os.open(path, flags | os.O_NOFOLLOW, mode)
             socket.send_fds(child, [b"0"], [fd])
         except OSError as exc:
@@ -104,9 +109,7 @@ def unlink_as(run_as: RunAs | None, path: str) -> None:
     if pid == 0:  # the child: only system calls from here on, then _exit
         code = 0
         try:
-            os.setgroups(list(run_as.groups))
-            os.setgid(run_as.gid)
-            os.setuid(run_as.uid)
+            _become(run_as)
             os.unlink(path)
         except FileNotFoundError:
             pass
