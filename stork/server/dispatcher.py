@@ -371,6 +371,7 @@ class Dispatcher:
                 detail={"reason": "shutdown"}))
             return
         error: str | None
+        partial = False  # the tool was killed mid-write: what it wrote is partial
         if reason == KILL_TIMEOUT:
             kind = FailureKind.TIMEOUT
             error = (f"killed after running longer than STORK_MAXDELAY_INMINUTES = "
@@ -385,10 +386,8 @@ class Dispatcher:
             kind, error = FailureKind.PERMANENT, result.stderr_tail
         else:
             failure = module.judge(result.exit_code, result.stderr_tail)
-            kind, error = failure.kind, failure.message
-            if failure.tool_killed and dest:
-                self._remove_partial(job, dest)
-        if dest and kind.retryable:
+            kind, error, partial = failure.kind, failure.message, failure.tool_killed
+        if dest and (kind.retryable or partial):
             self._remove_partial(job, dest)  # never leave a partial file that looks like a result
         self._fail(job, attempt_no, now, result.exit_code, kind, error)
 

@@ -124,7 +124,7 @@ class Service:
         return {"ids": ids}
 
     def list_jobs(self, constraint: str | None, long: bool, states: list[str] | None,
-                  caller: Caller | None = None) -> dict[str, Any]:
+                  caller: Caller) -> dict[str, Any]:
         wanted = None
         if states:
             try:
@@ -143,14 +143,14 @@ class Service:
         for job in jobs:
             item = job_summary(job)
             item["wait_reason"] = self.dispatcher.wait_reason(job)
-            if long and (caller is None or may_see(caller, job.owner_uid)):
+            if long and may_see(caller, job.owner_uid):
                 item["ad"] = str(job_ad(job))  # other users' full ads are not shown
             out.append(item)
         return {"jobs": out}
 
-    def status(self, job_id: int, caller: Caller | None = None) -> dict[str, Any]:
+    def status(self, job_id: int, caller: Caller) -> dict[str, Any]:
         job = self.store.get(job_id)
-        if caller is not None and not may_see(caller, job.owner_uid):
+        if not may_see(caller, job.owner_uid):
             raise PermissionDenied(f"job {job_id} belongs to {job.owner}; only its owner or "
                                    "root may see its details")
         item = job_summary(job)
