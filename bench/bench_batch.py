@@ -5,7 +5,8 @@
 N transfer jobs (file sizes drawn from 10, 25, 50, 100, 250 MB with a fixed seed) go from
 site a to site b, submitted together to a real stork_server running inside site a, under four
 policies run one after another on the same testbed: non-optimized (1 stream), fixed 4
-streams, optimized (sampling for every job) and optimized with history (the optimized pass
+streams, optimized (use_history = "NO": the EOS samples; jobs already queued when an equal
+run ends take its answer, EOS_SHARE_WINDOW) and optimized with history (the optimized pass
 filled the history). Per policy: makespan (first submission to last completion), total
 throughput, mean job throughput (transfer only), mean queue wait, sampling time, and total
 throughput as a share of the bottleneck rate. Prints Markdown tables and writes a PNG in the
@@ -66,7 +67,7 @@ class Outcome:
 
 
 HEADER = ("| policy | STORK_MAX_NUM_JOBS | completed | makespan | total Mbit/s | mean job Mbit/s "
-          "| mean queue wait | sampling time, sum over jobs (jobs that sampled) | share of link rate |\n"
+          "| mean queue wait | sampling time (sampling runs) | share of link rate |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 
 
@@ -88,8 +89,9 @@ def run_policy(server: StorkServer, bed: Testbed, files: list[Path], policy: str
     wait_for(finished, 6 * 3600, 1.0, what=f"{policy} jobs to finish")
     jobs = [server.job(i)["job"] for i in ids]
     done = [j for j in jobs if j["state"] == "COMPLETED"]
-    sampled = [j["result"].get("eos_sampling_time_s", 0.0) for j in done
-               if not j["result"].get("eos_from_history", True)]
+    sampled = [j["result"].get("eos_sampling_time_s", 0.0) for j in done  # own runs only
+               if not (j["result"].get("eos_from_history", True)
+                       or j["result"].get("eos_shared_run", False))]
     return Outcome(
         policy, max_num_jobs, len(jobs), len(jobs) - len(done),
         sum(j["bytes_done"] for j in done),
@@ -136,6 +138,8 @@ def main() -> int:
     parser.add_argument("--policies", default=",".join(POLICIES),
                         help="comma-separated, from: " + ", ".join(POLICIES))
     parser.add_argument("--sample-size", default="64M", help="EOS_SAMPLE_SIZE")
+    parser.add_argument("--share-window", default=None,
+                        help="EOS_SHARE_WINDOW (0: every optimized job samples)")
     parser.add_argument("--png", type=Path, default=Path("batch.png"))
     args = parser.parse_args()
     policies = [p.strip() for p in args.policies.split(",")]
@@ -157,6 +161,8 @@ def main() -> int:
             for limit in (int(x) for x in args.max_num_jobs.split(",")):
                 work = bed.workdir / f"stork-{limit}-{time.monotonic_ns()}"
                 knobs = {"STORK_MAX_NUM_JOBS": str(limit), "EOS_SAMPLE_SIZE": args.sample_size}
+                if args.share_window is not None:
+                    knobs["EOS_SHARE_WINDOW"] = args.share_window
                 with StorkServer(work, knobs, prefix=bed.argv("a", [])) as server:
                     for policy in policies:
                         outcome = run_policy(server, bed, files, policy, limit)

@@ -12,6 +12,7 @@ sampling time. Targets: share >= 0.9 on every profile, prediction within 15% of 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from dataclasses import dataclass
@@ -61,11 +62,24 @@ def estimate(bed: Testbed, source: Path, knobs: dict[str, str]) -> classad2.Clas
     return classad2.ClassAd(out[out.index("["):out.rindex("]") + 1])
 
 
+def ground_truth(name: str, bed: Testbed, source: Path, repeat: int,
+                 cache: Path | None) -> dict[int, float]:
+    """The sweep's median curve, from the cache file when it holds this profile."""
+    key = f"{name} {bed.topology.links[0].label} {source.stat().st_size} x{repeat}"
+    saved = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    if key in saved:
+        return {int(n): float(v) for n, v in saved[key].items()}
+    curve = medians(sweep(bed, "a", "b", source, STREAMS, repeat))
+    if cache is not None:
+        cache.write_text(json.dumps({**saved, key: curve}, indent=1))
+    return curve
+
+
 def run_profile(name: str, bed: Testbed, size: int, repeat: int,
-                knobs: dict[str, str]) -> Outcome:
+                knobs: dict[str, str], sweeps: Path | None) -> Outcome:
     link = bed.topology.links[0]
     source = make_file(bed.site_dir("a") / "data.dat", size)
-    curve = medians(sweep(bed, "a", "b", source, STREAMS, repeat))
+    curve = ground_truth(name, bed, source, repeat, sweeps)
     ad = estimate(bed, source, knobs)
     chosen = int(ad["optimal_streams"])
     if chosen in curve:
@@ -87,21 +101,27 @@ def main() -> int:
     add_link_options(parser)
     parser.add_argument("--size", default="100M", help="file size for sweep and estimate")
     parser.add_argument("--repeat", type=int, default=3, help="runs per stream count")
-    parser.add_argument("--sample-size", default="16M", help="EOS_SAMPLE_SIZE")
+    parser.add_argument("--sample-size", default=None,
+                        help="EOS_SAMPLE_SIZE (default: the daemon's)")
+    parser.add_argument("--sweeps", type=Path, default=None,
+                        help="JSON file of sweep curves: reused when it holds the profile "
+                             "(same size and repeat), else measured and added")
     parser.add_argument("--sampling", default="guided", choices=("guided", "doubling"))
     args = parser.parse_args()
-    knobs = {"EOS_SAMPLE_SIZE": args.sample_size, "EOS_SAMPLING": args.sampling}
+    knobs = {"EOS_SAMPLING": args.sampling}
+    if args.sample_size:
+        knobs["EOS_SAMPLE_SIZE"] = args.sample_size
     size = parse_size(args.size)
     outcomes = []
     try:
         for name, topology in topologies(args, tuple(PROFILES)):
             with Testbed(topology, args.workdir / name, congestion=args.cc) as bed:
-                outcomes.append(run_profile(name, bed, size, args.repeat, knobs))
+                outcomes.append(run_profile(name, bed, size, args.repeat, knobs, args.sweeps))
     except TestbedUnavailable as exc:
         print(f"bench_wan_eos: cannot build the testbed here: {exc}", file=sys.stderr)
         return 2
     print(f"\n## EOS on emulated paths ({args.size} file, sweep median of {args.repeat}, "
-          f"{args.sampling} sampling, {args.sample_size} samples, {args.cc})\n")
+          f"{args.sampling} sampling, {args.sample_size or 'default'} samples, {args.cc})\n")
     print("| link | best (streams: Mbit/s) | chosen | its Mbit/s | share of best | "
           "predicted | error | samples | sampling time | model |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")

@@ -198,6 +198,9 @@ KNOBS: tuple[Knob, ...] = (
          "Port of the iperf3 server at the destination host."),
     Knob("EOS_HISTORY_TTL", "eos_history_ttl_s", "86400", _parse_float_min(0),
          "Seconds an optimization result stays valid for use_history."),
+    Knob("EOS_SHARE_WINDOW", "eos_share_window_s", "3600", _parse_float_min(0),
+         "A sampling run also answers equal optimizations of jobs that were already queued "
+         "when it ended, for this many seconds after it ended; 0 samples for every job."),
     Knob("EOS_SYMMETRIC_PAIRS", "eos_symmetric_pairs", "true", _parse_bool,
          "Treat A -> B and B -> A as the same pair in the history (as the paper does)."),
     Knob("EOS_WORKERS", "eos_workers", "8", _parse_int_min(1),
@@ -260,6 +263,7 @@ class Settings:
     eos_sample_time_s: float
     eos_iperf_port: int
     eos_history_ttl_s: float
+    eos_share_window_s: float
     eos_symmetric_pairs: bool
     eos_workers: int
     eos_api_address: str

@@ -73,10 +73,22 @@ def test_gridftp_sampler_moves_a_slice_and_cleans_up(gridftp: GridFtpServer, big
         broken.measure(1)
 
 
-def test_steady_rate_runs_from_the_first_byte_to_the_last() -> None:
+def test_steady_rate_leaves_out_the_start_up() -> None:
     points = [(0.1, 0), (0.3, 0), (0.5, 1_000_000), (1.0, 6_000_000), (1.5, 11_000_000)]
-    mbps, setup = steady_rate(points)  # type: ignore[misc]
-    assert setup == 0.5 and mbps == pytest.approx(80.0)
+    steady = steady_rate(points)
+    assert steady is not None and steady.setup_s == 0.5 and steady.mbps == pytest.approx(80.0)
+    # a slow-start burst of 10 MB in half a second, then 1 MB/s: the rate is the 1 MB/s
+    burst = [(0.5, 1_000_000), (1.0, 11_000_000), (2.0, 12_000_000), (3.0, 13_000_000),
+             (4.0, 14_000_000), (5.0, 15_000_000)]
+    steady = steady_rate(burst)
+    assert steady is not None and steady.setup_s == 0.5 and steady.mbps == pytest.approx(8.0)
+    assert (steady.startup_s, steady.startup_bytes) == (1.5, 12_000_000)
+    # a transfer of a given size repeats the set-up and start-up, then runs at the steady rate
+    sample = Sample(1, steady.mbps, setup_s=steady.setup_s, startup_s=steady.startup_s,
+                    startup_bytes=steady.startup_bytes)
+    assert sample.seconds_for(15_000_000, steady.mbps) == pytest.approx(5.0)
+    assert sample.seconds_for(112_000_000, steady.mbps) == pytest.approx(102.0)
+    assert sample.seconds_for(6_000_000, steady.mbps) == pytest.approx(1.25)
     assert steady_rate(points[:3]) is None  # one point with data: cannot tell a rate
     assert steady_rate([(0.5, 1), (0.55, 2), (0.6, 3)]) is None  # under 0.2 s of data
 
@@ -171,6 +183,64 @@ def test_optimized_transfer_records_its_parameters(eos_stork: StorkServer, gridf
     assert f"-p {streams} " in (eos_stork.state / "stork_server.log").read_text()
     ad = eos_stork.cli("stork_q", "-l", check=True).stdout
     assert f"optimized_streams = {streams}" in ad and "achieved_throughput_mbps" in ad
+
+
+def test_queued_equal_jobs_take_the_run_that_ended_after_they_were_queued(
+        tmp_path: Path, gridftp: GridFtpServer, big: Path) -> None:
+    server = StorkServer(tmp_path, {**EOS_KNOBS, "STORK_MAX_NUM_JOBS": "1"}).start()
+    try:
+        ads = "".join(f'''[ dap_type = transfer; optimization = "YES";
+            src_url = "{gridftp.url(big)}"; dest_url = "file://{tmp_path}/q{i}.dat" ]'''
+                      for i in range(3))
+        ids = server.submit(ads)  # one at a time: the first samples, the others wait queued
+        results = [server.wait_state(i)["result"] for i in ids]
+        assert [r["eos_shared_run"] for r in results] == [False, True, True]
+        assert len({r["optimized_streams"] for r in results}) == 1
+        [late] = server.submit(ads.split("]")[0] + "]")  # queued after that run ended
+        assert server.wait_state(late)["result"]["eos_shared_run"] is False
+        store = SqliteStore(str(server.state / "stork.db"))
+        src, dest = EstimateRequest(gridftp.url(big), f"file://{tmp_path}/q0.dat").hosts()
+        runs = store.history(src, dest, symmetric=False, kind="optimization")
+        assert len(runs) == 2  # four jobs, two sampling runs
+    finally:
+        server.stop()
+
+
+def test_share_window_zero_samples_for_every_job(tmp_path: Path) -> None:
+    settings = config.load(None, env={"HOME": str(tmp_path)})
+    now = [1000.0]
+    runs: list[int] = []
+
+    class Curve:
+        name = "fake-curve"
+
+        def measure(self, n: int) -> Sample:  # a stand-in network (the logic is under test)
+            runs.append(n)
+            return Sample(n, 100 * n / (1 + n / 8))
+
+    def service(window: str) -> EosService:
+        s = config.load(None, env={"HOME": str(tmp_path), "_STORK_EOS_SHARE_WINDOW": window})
+        return EosService(s, None, sampler_factory=lambda r: Curve(), clock=lambda: now[0])
+
+    def request(queued: float | None) -> EstimateRequest:
+        return EstimateRequest("ftp://10.9.9.1:2811/a", "ftp://10.9.9.2:2811/b",
+                               size_bytes=10**9, queued_since=queued)
+
+    eos = service("3600")
+    assert eos.estimate(request(900.0))["shared_run"] is False
+    assert eos.estimate(request(990.0))["shared_run"] is True  # queued before it ended
+    assert eos.estimate(request(None))["shared_run"] is False  # an estimation job samples
+    now[0] = 1001.0
+    assert eos.estimate(request(1000.5))["shared_run"] is False  # queued after it ended
+    now[0] = 1001.0 + 3601
+    assert eos.estimate(request(900.0))["shared_run"] is False  # the run is too old
+    assert eos.sampling_runs == 4
+    eager = service("0")
+    assert eager.estimate(request(900.0))["shared_run"] is False
+    assert eager.estimate(request(900.0))["shared_run"] is False
+    assert eager.sampling_runs == 2 and settings.eos_share_window_s == 3600
+    eos.shutdown()
+    eager.shutdown()
 
 
 def test_explicit_streams_win_and_no_means_default(tmp_path: Path, gridftp: GridFtpServer,

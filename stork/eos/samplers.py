@@ -5,7 +5,7 @@
   servers), removed afterwards, and stopped early after `seconds`. While it runs, the
   scratch file's size is polled (FTP ``SIZE`` on one control connection, or ``stat`` for a
   local file): the first byte gives the set-up time (control and data channels), and the
-  rate is taken from the first byte to the end.
+  rate is taken over the later part of the time data flowed (`steady_rate`).
   Where the size cannot be polled (gsiftp needs GSI), the rate comes from the ``-vb``
   performance markers after the first one, or bytes over wall time.
 * `Iperf3Sampler`: ``iperf3 -c HOST -P N -t T -O 1 -J`` against an iperf3 server at the
@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from stork.eos.sampling import Sample
@@ -58,16 +59,30 @@ def scratch_url(dest_url: str) -> str:
 Point = tuple[float, int]  # (seconds since the sample started, bytes at the destination)
 
 
-def steady_rate(points: list[Point]) -> tuple[float, float] | None:
-    """(Mbit/s from the first byte at the destination to the last, set-up seconds), or None
-    when the points are too few to tell. Pure: the points come from `SizeWatch`. (The size
-    is the highest offset written, which parallel streams advance unevenly, so only the
-    first and last points are used.)"""
+@dataclass(frozen=True)
+class Steady:
+    mbps: float  # the rate in the steady part
+    setup_s: float  # from the start of the sample to the first byte at the destination
+    startup_s: float  # from the first byte to the start of the steady part
+    startup_bytes: int  # bytes at the destination by the start of the steady part
+
+
+def steady_rate(points: list[Point], skip: float = 0.4) -> Steady | None:
+    """The steady rate and the start-up before it, or None when the points are too few to
+    tell. Pure: the points come from `SizeWatch`. The rate leaves out the first `skip` of the
+    time data flowed: TCP's start-up, whose slow-start burst can run far above what a lossy
+    path sustains. (The size is the highest offset written, which parallel streams advance
+    unevenly, so the rate is taken between two points far apart, not fitted through all.)"""
     flowing = [(t, b) for t, b in points if b > 0]
     if len(flowing) < 3 or flowing[-1][0] - flowing[0][0] < 0.2:
         return None
-    (t0, b0), (t1, b1) = flowing[0], flowing[-1]
-    return (b1 - b0) * 8 / 1e6 / (t1 - t0), t0
+    first, last = flowing[0], flowing[-1]
+    cut = first[0] + skip * (last[0] - first[0])
+    start = max((p for p in flowing if p[0] <= cut), key=lambda p: p[0])
+    if last[0] - start[0] < 0.2:
+        start = first
+    return Steady((last[1] - start[1]) * 8 / 1e6 / (last[0] - start[0]), first[0],
+                  start[0] - first[0], start[1])
 
 
 class SizeWatch:
@@ -200,10 +215,9 @@ class GridFtpSampler(Sampler):
             points.append((elapsed, moved))  # finished between two polls
         steady = steady_rate(points)
         if steady is not None:
-            mbps, setup = steady
-            raw.update(method="destination size, first byte to end",
-                       polls=len(points))
-            return Sample(streams, mbps, elapsed, moved, raw, setup)
+            raw.update(method="destination size, steady part", polls=len(points))
+            return Sample(streams, steady.mbps, elapsed, moved, raw, steady.setup_s,
+                          steady.startup_s, steady.startup_bytes)
         if len(marks) >= 3:  # drop the first marker: slow start
             (t0, b0), (t1, b1) = marks[1], marks[-1]
             if moved > b1:  # the tail after the last marker, up to the process exit
@@ -267,5 +281,5 @@ def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
                           x509proxy=x509proxy, seconds=seconds, run_as=run_as)
 
 
-__all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "SizeWatch",
+__all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "SizeWatch", "Steady",
            "make_sampler", "scratch_url", "steady_rate"]

@@ -2,7 +2,10 @@
 
 A request names a source and destination URL and the transfer options. Equal requests (same
 host pair and options, either direction when EOS_SYMMETRIC_PAIRS) that arrive while one is
-being sampled wait for that one sampling run instead of starting their own.
+being sampled wait for that one sampling run instead of starting their own. A transfer job
+that was already queued when an equal run ended takes that run's answer too (within
+EOS_SHARE_WINDOW): the paper's Algorithm 6, where a finished EOS task's result goes to every
+equal task in its row, applied to the optimizations of jobs waiting in the queue.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class EstimateRequest:
     use_history: bool = False
     x509proxy: str | None = None  # the job's proxy, for GridFTP samples
     run_as: RunAs | None = field(default=None, compare=False)  # samples run as the job's owner
+    queued_since: float | None = None  # a transfer job's submission time (unix seconds)
 
     @property
     def options(self) -> TransferOptions:
@@ -57,14 +61,16 @@ class EstimateRequest:
     def to_json(self) -> dict[str, Any]:
         return {"src_url": self.src_url, "dest_url": self.dest_url, "arguments": self.arguments,
                 "size": self.size_bytes, "use_history": self.use_history,
-                "x509proxy": self.x509proxy}
+                "x509proxy": self.x509proxy, "queued_since": self.queued_since}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> EstimateRequest:
         request = cls(str(body["src_url"]), str(body["dest_url"]), str(body.get("arguments") or ""),
                       int(body["size"]) if body.get("size") else None,
                       bool(body.get("use_history")),
-                      str(body["x509proxy"]) if body.get("x509proxy") else None)
+                      str(body["x509proxy"]) if body.get("x509proxy") else None,
+                      queued_since=(float(body["queued_since"])
+                                    if body.get("queued_since") is not None else None))
         parse_url(request.src_url)
         parse_url(request.dest_url)
         parse_arguments(request.arguments)
@@ -97,6 +103,8 @@ class EosService:
         self.matrix = TaskMatrix(settings.eos_alpha, settings.eos_beta)
         self._waiting: dict[Task, tuple[EstimateRequest, Future[tuple[Optimization, bool]]]] = {}
         self._ids = itertools.count(1)
+        # equal-task key -> (when its last sampling run ended, what it found)
+        self._last_run: dict[tuple[object, ...], tuple[float, Optimization]] = {}
         self.sampling_runs = 0  # optimizations actually sampled (not shared, not from history)
 
     def _default_sampler(self, request: EstimateRequest) -> Sampler:
@@ -120,9 +128,13 @@ class EosService:
         task = self.task_for(request)
         future: Future[tuple[Optimization, bool]] = Future()
         with self._lock:
-            self.matrix.add(task)
-            self._waiting[task] = (request, future)
-            self._pump()
+            earlier = self._run_while_queued(request, task)
+            if earlier is not None:
+                future.set_result((earlier, True))
+            else:
+                self.matrix.add(task)
+                self._waiting[task] = (request, future)
+                self._pump()
         optimization, shared = future.result()
         result = self._answer(request, optimization, from_history=False)
         result["shared_run"] = shared
@@ -138,6 +150,21 @@ class EosService:
             args = f"{args} [{src} -> {dest}]"
         return Task(src, dest, args, f"eos-{next(self._ids)}")
 
+    @staticmethod
+    def _equal_key(task: Task) -> tuple[object, ...]:
+        return (task.pair, task.args)
+
+    def _run_while_queued(self, request: EstimateRequest, task: Task) -> Optimization | None:
+        """The last equal run, if it ended after the request's job was queued and less than
+        EOS_SHARE_WINDOW ago (call with the lock held)."""
+        last = self._last_run.get(self._equal_key(task))
+        if last is None or request.queued_since is None:
+            return None
+        ended, optimization = last
+        if request.queued_since <= ended and self.clock() - ended < self.settings.eos_share_window_s:
+            return optimization
+        return None
+
     def _pump(self) -> None:
         """Start the tasks the matrix selects (call with the lock held)."""
         s = self.settings
@@ -152,6 +179,8 @@ class EosService:
         except Exception as exc:  # every waiter gets the sampler's error
             outcome = exc
         with self._lock:
+            if not isinstance(outcome, BaseException):
+                self._last_run[self._equal_key(task)] = (self.clock(), outcome)
             served = self.matrix.complete(task)
             for member in [task, *served]:
                 _, future = self._waiting.pop(member)
@@ -187,7 +216,8 @@ class EosService:
                 arguments=request.triple_arguments, kind="optimization",
                 streams=decision.streams, throughput_mbps=decision.throughput_mbps,
                 duration_s=elapsed, model=decision.model,
-                samples=[[x.streams, x.mbps, x.setup_s] for x in samples]))
+                samples=[[x.streams, x.mbps, x.setup_s, x.startup_s, x.startup_bytes]
+                         for x in samples]))
         return optimization
 
     def _history_hit(self, request: EstimateRequest) -> Optimization | None:
@@ -200,7 +230,10 @@ class EosService:
         if not rows:
             return None
         row = rows[0]
-        samples = tuple(Sample(int(x[0]), float(x[1]), setup_s=float(x[2]) if len(x) > 2 else 0.0)
+        samples = tuple(Sample(int(x[0]), float(x[1]),
+                               setup_s=float(x[2]) if len(x) > 2 else 0.0,
+                               startup_s=float(x[3]) if len(x) > 3 else 0.0,
+                               startup_bytes=int(x[4]) if len(x) > 4 else 0)
                         for x in row.samples)
         decision = Decision(row.streams, row.throughput_mbps, row.model, "from history", {})
         return Optimization(samples, decision, 0.0, "history")
@@ -229,12 +262,13 @@ class EosService:
             "from_history": from_history,
         }
         if size:
-            # set-up (control and data channels) as in the sample nearest in stream count,
-            # then the steady rate: the answer is what a transfer of this size will see
+            # set-up (control and data channels) and TCP start-up as in the sample nearest in
+            # stream count, then the steady rate: what a transfer of this size will see
             nearest = min(opt.samples, key=lambda x: abs(math.log(x.streams / d.streams)))
-            seconds = nearest.setup_s + size * 8 / 1e6 / max(d.throughput_mbps, 1e-9)
+            seconds = nearest.seconds_for(size, d.throughput_mbps)
             result["size_bytes"] = size
             result["setup_time_s"] = round(nearest.setup_s, 3)
+            result["startup_time_s"] = round(nearest.startup_s, 3)
             result["steady_throughput_mbps"] = result["estimated_throughput_mbps"]
             result["estimated_time_s"] = round(seconds, 3)
             result["estimated_throughput_mbps"] = round(size * 8 / 1e6 / seconds, 3)
