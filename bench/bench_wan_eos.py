@@ -99,7 +99,7 @@ def run_profile(name: str, bed: Testbed, size: int, repeat: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_link_options(parser)
-    parser.add_argument("--size", default="100M", help="file size for sweep and estimate")
+    parser.add_argument("--size", default="64M", help="file size for sweep and estimate")
     parser.add_argument("--repeat", type=int, default=3, help="runs per stream count")
     parser.add_argument("--sample-size", default=None,
                         help="EOS_SAMPLE_SIZE (default: the daemon's)")

@@ -89,6 +89,14 @@ def test_steady_rate_leaves_out_the_start_up() -> None:
     assert sample.seconds_for(15_000_000, steady.mbps) == pytest.approx(5.0)
     assert sample.seconds_for(112_000_000, steady.mbps) == pytest.approx(102.0)
     assert sample.seconds_for(6_000_000, steady.mbps) == pytest.approx(1.25)
+    # a completed sample: the size reaches its total while gaps still fill (4.0 -> 5.0 s);
+    # the rate is taken between polls of the steady part, where the lead is the same
+    tail = [(0.5, 1_000_000), (1.0, 3_000_000), (2.0, 5_000_000), (3.0, 7_000_000),
+            (4.0, 10_000_000), (5.0, 10_000_000)]
+    steady = steady_rate(tail, total=10_000_000)
+    assert steady is not None and steady.mbps == pytest.approx(16.0)  # 2.0 -> 3.0 s
+    assert steady.finish_s == pytest.approx(0.5)  # 3 MB in 2 s where the rate moves it in 1.5
+    assert steady_rate(tail).mbps == pytest.approx(13.33, rel=1e-3)  # type: ignore[union-attr]
     assert steady_rate(points[:3]) is None  # one point with data: cannot tell a rate
     assert steady_rate([(0.5, 1), (0.55, 2), (0.6, 3)]) is None  # under 0.2 s of data
 

@@ -65,24 +65,35 @@ class Steady:
     setup_s: float  # from the start of the sample to the first byte at the destination
     startup_s: float  # from the first byte to the start of the steady part
     startup_bytes: int  # bytes at the destination by the start of the steady part
+    finish_s: float = 0.0  # time at the end beyond the steady rate (streams filling gaps)
 
 
-def steady_rate(points: list[Point], skip: float = 0.4) -> Steady | None:
+def steady_rate(points: list[Point], skip: float = 0.4,
+                total: int | None = None) -> Steady | None:
     """The steady rate and the start-up before it, or None when the points are too few to
     tell. Pure: the points come from `SizeWatch`. The rate leaves out the first `skip` of the
     time data flowed: TCP's start-up, whose slow-start burst can run far above what a lossy
-    path sustains. (The size is the highest offset written, which parallel streams advance
-    unevenly, so the rate is taken between two points far apart, not fitted through all.)"""
+    path sustains. The size is the highest offset written, which parallel streams advance
+    ahead of the bytes that have arrived; that lead is about the same at any two moments of
+    the steady part, so the rate is taken between two polls inside it. For a sample that
+    moved all of its `total` bytes, the polls after 95% of it are left out: there the size
+    stops growing while the streams behind fill their gaps."""
     flowing = [(t, b) for t, b in points if b > 0]
     if len(flowing) < 3 or flowing[-1][0] - flowing[0][0] < 0.2:
         return None
-    first, last = flowing[0], flowing[-1]
+    first, end = flowing[0], flowing[-1]
+    last = end
     cut = first[0] + skip * (last[0] - first[0])
     start = max((p for p in flowing if p[0] <= cut), key=lambda p: p[0])
+    if total is not None:
+        inside = [p for p in flowing if start[0] < p[0] and p[1] < 0.95 * total]
+        if inside and inside[-1][0] - start[0] >= 0.2:
+            last = inside[-1]
     if last[0] - start[0] < 0.2:
-        start = first
-    return Steady((last[1] - start[1]) * 8 / 1e6 / (last[0] - start[0]), first[0],
-                  start[0] - first[0], start[1])
+        start, last = first, end
+    mbps = (last[1] - start[1]) * 8 / 1e6 / (last[0] - start[0])
+    finish = (end[0] - last[0]) - (end[1] - last[1]) * 8 / 1e6 / max(mbps, 1e-9)
+    return Steady(mbps, first[0], start[0] - first[0], start[1], max(finish, 0.0))
 
 
 class SizeWatch:
@@ -211,13 +222,14 @@ class GridFtpSampler(Sampler):
                                   "stopped_after_s": self.seconds if stopped_early.is_set()
                                   else None}
         points = list(watch.points) if watch is not None else []
-        if points and points[-1][1] < moved and not stopped_early.is_set():
+        complete = not stopped_early.is_set()
+        if points and points[-1][1] < moved and complete:
             points.append((elapsed, moved))  # finished between two polls
-        steady = steady_rate(points)
+        steady = steady_rate(points, total=moved if complete else None)
         if steady is not None:
             raw.update(method="destination size, steady part", polls=len(points))
             return Sample(streams, steady.mbps, elapsed, moved, raw, steady.setup_s,
-                          steady.startup_s, steady.startup_bytes)
+                          steady.startup_s, steady.startup_bytes, steady.finish_s)
         if len(marks) >= 3:  # drop the first marker: slow start
             (t0, b0), (t1, b1) = marks[1], marks[-1]
             if moved > b1:  # the tail after the last marker, up to the process exit

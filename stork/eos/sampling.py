@@ -36,14 +36,17 @@ class Sample:
     setup_s: float = 0.0  # from the start of the sample to the first byte at the destination
     startup_s: float = 0.0  # from the first byte to the steady part (TCP start-up)
     startup_bytes: int = 0  # bytes at the destination when the steady part began
+    finish_s: float = 0.0  # time at the end beyond the steady rate (streams filling gaps)
 
     def seconds_for(self, size_bytes: int, steady_mbps: float) -> float:
         """Time for a transfer of `size_bytes`: this sample's set-up and start-up, then the
-        steady rate (a transfer smaller than the start-up moves at the start-up's pace)."""
+        steady rate, then its finish (a transfer smaller than the start-up moves at the
+        start-up's pace)."""
         if self.startup_bytes and size_bytes <= self.startup_bytes:
             return self.setup_s + self.startup_s * size_bytes / self.startup_bytes
         rest = size_bytes - self.startup_bytes
-        return self.setup_s + self.startup_s + rest * 8 / 1e6 / max(steady_mbps, 1e-9)
+        return (self.setup_s + self.startup_s + rest * 8 / 1e6 / max(steady_mbps, 1e-9)
+                + self.finish_s)
 
 
 Measure = Callable[[int], Sample]

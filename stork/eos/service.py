@@ -216,8 +216,8 @@ class EosService:
                 arguments=request.triple_arguments, kind="optimization",
                 streams=decision.streams, throughput_mbps=decision.throughput_mbps,
                 duration_s=elapsed, model=decision.model,
-                samples=[[x.streams, x.mbps, x.setup_s, x.startup_s, x.startup_bytes]
-                         for x in samples]))
+                samples=[[x.streams, x.mbps, x.setup_s, x.startup_s, x.startup_bytes,
+                          x.finish_s] for x in samples]))
         return optimization
 
     def _history_hit(self, request: EstimateRequest) -> Optimization | None:
@@ -233,7 +233,8 @@ class EosService:
         samples = tuple(Sample(int(x[0]), float(x[1]),
                                setup_s=float(x[2]) if len(x) > 2 else 0.0,
                                startup_s=float(x[3]) if len(x) > 3 else 0.0,
-                               startup_bytes=int(x[4]) if len(x) > 4 else 0)
+                               startup_bytes=int(x[4]) if len(x) > 4 else 0,
+                               finish_s=float(x[5]) if len(x) > 5 else 0.0)
                         for x in row.samples)
         decision = Decision(row.streams, row.throughput_mbps, row.model, "from history", {})
         return Optimization(samples, decision, 0.0, "history")
