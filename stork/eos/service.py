@@ -161,9 +161,8 @@ class EosService:
         if last is None or request.queued_since is None:
             return None
         ended, optimization = last
-        if request.queued_since <= ended and self.clock() - ended < self.settings.eos_share_window_s:
-            return optimization
-        return None
+        fresh = self.clock() - ended < self.settings.eos_share_window_s
+        return optimization if fresh and request.queued_since <= ended else None
 
     def _pump(self) -> None:
         """Start the tasks the matrix selects (call with the lock held)."""
