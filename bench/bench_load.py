@@ -51,19 +51,15 @@ def clients(root: Path, count: int, seconds: float) -> dict[str, float]:
     latencies: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
-    deadline = [0.0]  # set when the last client is ready: starting 1,000 threads takes a while
-
-    def go() -> None:
-        deadline[0] = time.monotonic() + seconds
-
-    barrier = threading.Barrier(count, action=go)
+    barrier = threading.Barrier(count)
 
     def client(n: int) -> None:
         transport = httpx.HTTPTransport(uds=server.socket)
         mine: list[float] = []
         with httpx.Client(transport=transport, base_url="http://stork", timeout=120) as http:
-            barrier.wait()
-            while time.monotonic() < deadline[0]:
+            barrier.wait()  # the window opens when every client is ready, not before
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
                 ad = (f'[ dap_type = transfer; src_url = "load://client/{n}"; '
                       f'dest_url = "file://{root}/out/{n}-{len(mine)}" ]')
                 for method, path, body in (("POST", "/v1/jobs", {"text": ad, "iwd": "/"}),
