@@ -64,3 +64,34 @@ def with_scheme(url: str, scheme: str) -> str:
     """The same URL under another scheme (for alt_protocols)."""
     parts = urlsplit(url)
     return urlunsplit((scheme, parts.netloc, parts.path, parts.query, parts.fragment))
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str  # without brackets, even for IPv6 literals
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_hostport(text: str, default_port: int | None = None) -> HostPort:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback) -> HostPort; a bare HOST takes
+    `default_port` when one is given. The one parser of addresses in the project; raises
+    ValueError naming what is wrong."""
+    text = text.strip()
+    if not text:
+        raise ValueError("address is empty; expected HOST:PORT")
+    host, sep, port = text.rpartition(":")
+    if text.startswith("[") and text.endswith("]"):  # bare IPv6 literal
+        host, sep, port = text, "", ""
+    if not sep or (host.count(":") and not host.startswith("[")):
+        if default_port is None:
+            raise ValueError(f"expected HOST:PORT, got {text!r}")
+        host, port = text, str(default_port)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad port in {text!r}; expected HOST:PORT with a port 1-65535")
+    host = host.strip("[]") or "127.0.0.1"
+    if any(ch.isspace() or ch in "/@" for ch in host):
+        raise ValueError(f"bad host {host!r} in {text!r}")
+    return HostPort(host, int(port))
