@@ -100,3 +100,17 @@ class ServerUnreachable(ApiError):
 
 class TransferError(StorkError):
     """A transfer attempt failed; `kind` says whether retrying can help."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be written now (disk full, I/O error, locked); the write that the
+    caller needs is retried, and new submissions are refused until it lands."""
+
+
+class Overloaded(StorkError):
+    """The server has more requests in flight than it may take; the client should retry
+    after `retry_after_s`."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
