@@ -6,6 +6,9 @@ HTCondor does). Sources, later winning: built-in defaults, the config file, then
 ``_STORK_<NAME>`` environment variables (like HTCondor's ``_CONDOR_<NAME>``), where NAME
 is the knob without its ``STORK_`` prefix (``_STORK_MAX_NUM_JOBS=4``) or a whole knob name
 of another family.
+
+Each knob is marked live or restart-only (`Reload`); on SIGHUP stork_server loads the file
+again and runs with `reload_plan(running, reloaded).settings`.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from stork.errors import ConfigError
+from stork.urls import parse_hostport
 
 ENV_CONFIG = "STORK_CONFIG"
 ENV_OVERRIDE_PREFIX = "_STORK_"
@@ -60,14 +65,10 @@ def _parse_path(text: str) -> str:
 
 
 def _parse_address(text: str) -> str:
+    """HOST:PORT (``:PORT`` for loopback) -> the normalized string; empty stays empty."""
     if not text:
         return ""
-    if text.startswith(":"):  # no host: loopback only
-        text = "127.0.0.1" + text
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return text
+    return str(parse_hostport(text))
 
 
 def _parse_bool(text: str) -> bool:
@@ -112,11 +113,32 @@ def _parse_fraction_incl(text: str) -> float:
     return value
 
 
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
+
+
+def _parse_user(text: str) -> str:
+    """A user name (or numeric uid) as useradd would accept it."""
+    if not _USER.match(text):
+        raise ValueError(f"expected a user name, got {text!r}")
+    return text
+
+
 def _parse_level(text: str) -> str:
     level = text.upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
     return level
+
+
+class Reload(Enum):
+    """What stork_server does with a knob whose value changed when SIGHUP re-reads the file."""
+
+    LIVE = "live"  # read through the current Settings on each use: applied at once
+    RESTART = "restart"  # bound at start (a socket, a pool, a file): logged, kept until restart
+
+
+LIVE = Reload.LIVE
+RESTART = Reload.RESTART
 
 
 @dataclass(frozen=True)
@@ -125,97 +147,136 @@ class Knob:
     field: str
     default: str
     parse: Callable[[str], Any]
+    reload: Reload
     doc: str
 
+    @property
+    def live(self) -> bool:
+        return self.reload is Reload.LIVE
 
+
+# The Reload mark says how stork_server uses each knob (see `reload_plan`). RESTART: the daemon
+# binds it once at start: sockets, addresses, files it opens or reads once, pool sizes and the
+# task matrices built in __init__. LIVE: read through the Settings the daemon currently holds
+# (Dispatcher.settings, EosService.settings, Daemon.settings) on each use.
 KNOBS: tuple[Knob, ...] = (
-    Knob("STORK_STATE_DIR", "state_dir", "$ENV(HOME)/.stork", _parse_path,
+    Knob("STORK_STATE_DIR", "state_dir", "$ENV(HOME)/.stork", _parse_path, RESTART,
          "Directory for the job database, spool files and the pid file."),
-    Knob("STORK_DATABASE", "database", "$(STORK_STATE_DIR)/stork.db", _parse_path,
+    Knob("STORK_DATABASE", "database", "$(STORK_STATE_DIR)/stork.db", _parse_path, RESTART,
          "SQLite database file holding the job queue."),
-    Knob("STORK_SOCKET", "socket", "$(STORK_STATE_DIR)/stork.sock", _parse_path,
+    Knob("STORK_SOCKET", "socket", "$(STORK_STATE_DIR)/stork.sock", _parse_path, RESTART,
          "Unix socket on which the daemon serves its HTTP/JSON API."),
-    Knob("STORK_API_ADDRESS", "api_address", "", _parse_address,
+    Knob("STORK_API_ADDRESS", "api_address", "", _parse_address, RESTART,
          "HOST:PORT (or :PORT for loopback) for the API on TCP as well; empty for the Unix "
          "socket only."),
-    Knob("STORK_API_TOKEN_FILE", "api_token_file", "", _parse_path,
+    # the daemon reads the token once, when it opens the TCP API
+    Knob("STORK_API_TOKEN_FILE", "api_token_file", "", _parse_path, RESTART,
          "File holding the bearer token TCP clients must send; required with STORK_API_ADDRESS."),
-    Knob("STORK_PID_FILE", "pid_file", "$(STORK_STATE_DIR)/stork_server.pid", _parse_path,
+    # the API must read these three per request from the daemon's current Settings
+    Knob("STORK_API_MAX_INFLIGHT", "api_max_inflight", "256", _parse_int_min(1), LIVE,
+         "Requests the API works on at once, not counting long-poll waiters; past it the "
+         "daemon answers 503 with Retry-After."),
+    Knob("STORK_API_MAX_WAITERS", "api_max_waiters", "10000", _parse_int_min(0), LIVE,
+         "Long-poll waiters (stork_submit --wait) the API holds at once; past it, 503."),
+    Knob("STORK_API_WAIT_TIMEOUT", "api_wait_timeout_s", "60", _parse_float_min(1), LIVE,
+         "Longest a long-poll request waits, in seconds, before answering \"no change yet\" "
+         "(the client asks again)."),
+    Knob("STORK_PID_FILE", "pid_file", "$(STORK_STATE_DIR)/stork_server.pid", _parse_path, RESTART,
          "Pid file of the detached daemon."),
-    Knob("STORK_LOG", "log", "$(STORK_STATE_DIR)/stork_server.log", _parse_path,
+    Knob("STORK_LOG", "log", "$(STORK_STATE_DIR)/stork_server.log", _parse_path, RESTART,
          "Daemon log file."),
-    Knob("STORK_LOG_LEVEL", "log_level", "INFO", _parse_level,
+    # set on the root logger by stork_server's main before the daemon starts
+    Knob("STORK_LOG_LEVEL", "log_level", "INFO", _parse_level, RESTART,
          "Daemon log level: DEBUG, INFO, WARNING or ERROR."),
-    Knob("STORK_MODULE_DIR", "module_dir", "", _parse_path,
+    # live because the daemon builds a new Registry from the applied settings on SIGHUP
+    Knob("STORK_MODULE_DIR", "module_dir", "", _parse_path, LIVE,
          "Directory of external transfer modules named stork.transfer.<src>-<dst>; empty for none."),
-    Knob("STORK_MAX_NUM_JOBS", "max_num_jobs", "10", _parse_int_min(1),
+    Knob("STORK_MAX_NUM_JOBS", "max_num_jobs", "10", _parse_int_min(1), LIVE,
          "Most transfers running at once."),
-    Knob("STORK_MAX_SUBMIT_BYTES", "max_submit_bytes", "16M", _parse_size_knob,
+    Knob("STORK_MAX_SUBMIT_BYTES", "max_submit_bytes", "16M", _parse_size_knob, LIVE,
          "Largest submit file (or API request body) the daemon accepts."),
-    Knob("STORK_MAX_ADS_PER_SUBMIT", "max_ads_per_submit", "10000", _parse_int_min(1),
+    Knob("STORK_MAX_ADS_PER_SUBMIT", "max_ads_per_submit", "10000", _parse_int_min(1), LIVE,
          "Most ads in one submit file."),
-    Knob("STORK_MAX_RETRY", "max_retry", "5", _parse_int_min(0),
+    Knob("STORK_MAX_RETRY", "max_retry", "5", _parse_int_min(0), LIVE,
          "Retries of a failed transfer when the job sets no max_retries."),
-    Knob("STORK_RETRY_DELAY", "retry_delay_s", "5", _parse_float_min(0),
+    Knob("STORK_RETRY_DELAY", "retry_delay_s", "5", _parse_float_min(0), LIVE,
          "Seconds before the first retry; the delay doubles with each failure."),
-    Knob("STORK_RETRY_DELAY_MAX", "retry_delay_max_s", "600", _parse_float_min(0),
+    Knob("STORK_RETRY_DELAY_MAX", "retry_delay_max_s", "600", _parse_float_min(0), LIVE,
          "Longest delay between retries, in seconds."),
-    Knob("STORK_MAXDELAY_INMINUTES", "max_delay_min", "60", _parse_float_min(0.01),
+    Knob("STORK_MAXDELAY_INMINUTES", "max_delay_min", "60", _parse_float_min(0.01), LIVE,
          "A transfer running longer than this many minutes is killed and counted as failed."),
-    Knob("STORK_SHUTDOWN_GRACE", "shutdown_grace_s", "30", _parse_float_min(0),
+    # read when the shutdown starts, from the settings the daemon holds then
+    Knob("STORK_SHUTDOWN_GRACE", "shutdown_grace_s", "30", _parse_float_min(0), LIVE,
          "Seconds running transfers may finish after the first SIGTERM before being requeued."),
-    Knob("STORK_DISPATCH_INTERVAL", "dispatch_interval_s", "1", _parse_float_min(0.01),
+    # the three intervals are live because the daemon reschedules its jobs on SIGHUP
+    Knob("STORK_DISPATCH_INTERVAL", "dispatch_interval_s", "1", _parse_float_min(0.01), LIVE,
          "Seconds between dispatch ticks (the dispatcher also wakes at once on submit and exit)."),
-    Knob("STORK_HUNG_CHECK_INTERVAL", "hung_check_interval_s", "30", _parse_float_min(0.1),
+    Knob("STORK_HUNG_CHECK_INTERVAL", "hung_check_interval_s", "30", _parse_float_min(0.1), LIVE,
          "Seconds between checks for transfers running past STORK_MAXDELAY_INMINUTES."),
-    Knob("STORK_JOB_RETENTION_DAYS", "job_retention_days", "30", _parse_float_min(0),
+    Knob("STORK_JOB_RETENTION_DAYS", "job_retention_days", "30", _parse_float_min(0), LIVE,
          "Finished jobs older than this many days are deleted; 0 keeps them forever."),
-    Knob("STORK_CLEANUP_INTERVAL", "cleanup_interval_s", "3600", _parse_float_min(1),
+    Knob("STORK_CLEANUP_INTERVAL", "cleanup_interval_s", "3600", _parse_float_min(1), LIVE,
          "Seconds between removals of old finished jobs."),
-    Knob("STORK_DEFAULT_STREAMS", "default_streams", "1", _parse_int_min(1),
+    Knob("STORK_DEFAULT_STREAMS", "default_streams", "1", _parse_int_min(1), LIVE,
          "Parallel streams for GridFTP transfers that give no -p (globus-url-copy's default)."),
-    Knob("STORK_GLOBUS_URL_COPY", "globus_url_copy", "globus-url-copy", _parse_str,
+    # live: the EOS samplers read it per sample, the Registry is rebuilt on SIGHUP
+    Knob("STORK_GLOBUS_URL_COPY", "globus_url_copy", "globus-url-copy", _parse_str, LIVE,
          "The globus-url-copy executable."),
-    Knob("EOS_SAMPLER", "eos_sampler", "gridftp", _parse_choice("gridftp", "iperf3"),
+    Knob("EOS_SAMPLER", "eos_sampler", "gridftp", _parse_choice("gridftp", "iperf3"), LIVE,
          "How the EOS measures a stream count: gridftp (a slice of the real file) or iperf3."),
-    Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling"),
+    Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling"), LIVE,
          "Where samples go: guided (1, 4, 16 then the fitted optimum) or doubling (Algorithm 2)."),
-    Knob("EOS_MAX_STREAMS", "eos_max_streams", "64", _parse_int_min(1),
+    Knob("EOS_MAX_STREAMS", "eos_max_streams", "64", _parse_int_min(1), LIVE,
          "Largest stream count the EOS samples or recommends."),
-    Knob("EOS_MAX_SAMPLES", "eos_max_samples", "4", _parse_int_min(3),
+    Knob("EOS_MAX_SAMPLES", "eos_max_samples", "4", _parse_int_min(3), LIVE,
          "Most samples per optimization with guided sampling."),
-    Knob("EOS_SLOPE_THRESHOLD", "eos_slope_threshold", "0.02", _parse_float_min(0),
+    Knob("EOS_SLOPE_THRESHOLD", "eos_slope_threshold", "0.02", _parse_float_min(0), LIVE,
          "Doubling stops when the gain per added stream falls below this share of the "
          "one-stream throughput."),
-    Knob("EOS_TOLERANCE", "eos_tolerance", "0.03", _parse_fraction,
+    Knob("EOS_TOLERANCE", "eos_tolerance", "0.03", _parse_fraction, LIVE,
          "The fewest streams whose throughput is within this share of the best are chosen."),
-    Knob("EOS_SAMPLE_SIZE", "eos_sample_size", "64M", _parse_size_knob,
+    Knob("EOS_SAMPLE_SIZE", "eos_sample_size", "64M", _parse_size_knob, LIVE,
          "Bytes per GridFTP sample when the job gives no -s."),
-    Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1),
+    Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1), LIVE,
          "Seconds per iperf3 sample (the first second is discarded as slow start); a GridFTP "
          "sample still running after this long is stopped and judged on what it moved."),
-    Knob("EOS_IPERF_PORT", "eos_iperf_port", "5201", _parse_int_min(1),
+    Knob("EOS_IPERF_PORT", "eos_iperf_port", "5201", _parse_int_min(1), LIVE,
          "Port of the iperf3 server at the destination host."),
-    Knob("EOS_HISTORY_TTL", "eos_history_ttl_s", "86400", _parse_float_min(0),
+    Knob("EOS_ALLOW_LOCAL_SOURCES", "eos_allow_local_sources", "false", _parse_bool, LIVE,
+         "Whether eos_server samples file:// sources for its remote callers."),
+    # eos_server drops root to this user once, at start
+    Knob("EOS_SAMPLE_USER", "eos_sample_user", "nobody", _parse_user, RESTART,
+         "The user whose rights eos_server's samples run with when it starts as root."),
+    Knob("EOS_HISTORY_TTL", "eos_history_ttl_s", "86400", _parse_float_min(0), LIVE,
          "Seconds an optimization result stays valid for use_history."),
-    Knob("EOS_SHARE_WINDOW", "eos_share_window_s", "3600", _parse_float_min(0),
+    Knob("EOS_SHARE_WINDOW", "eos_share_window_s", "3600", _parse_float_min(0), LIVE,
          "A sampling run also answers equal optimizations of jobs that were already queued "
          "when it ended, for this many seconds after it ended; 0 samples for every job."),
-    Knob("EOS_SYMMETRIC_PAIRS", "eos_symmetric_pairs", "true", _parse_bool,
+    Knob("EOS_SYMMETRIC_PAIRS", "eos_symmetric_pairs", "true", _parse_bool, LIVE,
          "Treat A -> B and B -> A as the same pair in the history (as the paper does)."),
-    Knob("EOS_WORKERS", "eos_workers", "8", _parse_int_min(1),
+    # sizes the EOS and estimation thread pools, made once; the EOS also selects this many
+    # tasks at a time, so the value must stay the pools' size until a restart
+    Knob("EOS_WORKERS", "eos_workers", "8", _parse_int_min(1), RESTART,
          "Optimizations the EOS runs at once."),
-    Knob("EOS_API_ADDRESS", "eos_api_address", "127.0.0.1:9621", _parse_address,
+    # eos_server binds it at start; stork_server takes its port as the default port of the
+    # eos_servers jobs name in opt_server, and keeps that with the rest until a restart
+    Knob("EOS_API_ADDRESS", "eos_api_address", "127.0.0.1:9621", _parse_address, RESTART,
          "HOST:PORT on which a standalone eos_server listens."),
-    Knob("EOS_ALPHA", "eos_alpha", "0.5", _parse_fraction_incl,
+    # eos_server reads the token once at start; stork_server once, for its remote EOS clients
+    Knob("EOS_API_TOKEN_FILE", "eos_api_token_file", "$(STORK_API_TOKEN_FILE)", _parse_path,
+         RESTART,
+         "Bearer token file for eos_server's TCP API: eos_server requires the token, "
+         "stork_server sends it to a remote eos_server named by opt_server."),
+    # the dispatcher's and the EOS's TaskMatrix take alpha and beta when they are built
+    Knob("EOS_ALPHA", "eos_alpha", "0.5", _parse_fraction_incl, RESTART,
          "Correlation of two tasks sharing one host; also each task's penalty on its hosts."),
-    Knob("EOS_BETA", "eos_beta", "0.8", _parse_fraction_incl,
+    Knob("EOS_BETA", "eos_beta", "0.8", _parse_fraction_incl, RESTART,
          "Correlation of two tasks on the same host pair with different arguments."),
-    Knob("EOS_PENALTY_LIMIT", "eos_penalty_limit", "2", _parse_float_min(0),
+    Knob("EOS_PENALTY_LIMIT", "eos_penalty_limit", "2", _parse_float_min(0), LIVE,
          "Most penalty per host among running tasks (with EOS_ALPHA = 0.5, 2 allows 4 tasks)."),
-    Knob("EOS_SELECTION", "eos_selection", "5", _parse_choice("4", "5"),
+    Knob("EOS_SELECTION", "eos_selection", "5", _parse_choice("4", "5"), LIVE,
          "Parallel task selection: 4 (first fit) or 5 (mutually orthogonal tasks first)."),
-    Knob("STORK_PROGRESS_INTERVAL", "progress_interval_s", "1", _parse_float_min(0),
+    Knob("STORK_PROGRESS_INTERVAL", "progress_interval_s", "1", _parse_float_min(0), LIVE,
          "Least seconds between progress updates written to the queue for one job."),
 )
 
@@ -234,6 +295,9 @@ class Settings:
     socket: str
     api_address: str
     api_token_file: str
+    api_max_inflight: int
+    api_max_waiters: int
+    api_wait_timeout_s: float
     pid_file: str
     log: str
     log_level: str
@@ -262,11 +326,14 @@ class Settings:
     eos_sample_size: int
     eos_sample_time_s: float
     eos_iperf_port: int
+    eos_allow_local_sources: bool
+    eos_sample_user: str
     eos_history_ttl_s: float
     eos_share_window_s: float
     eos_symmetric_pairs: bool
     eos_workers: int
     eos_api_address: str
+    eos_api_token_file: str
     eos_alpha: float
     eos_beta: float
     eos_penalty_limit: float
@@ -274,6 +341,52 @@ class Settings:
 
 
 assert {f.name for f in fields(Settings)} == {k.field for k in KNOBS} | {"source"}
+
+
+@dataclass(frozen=True)
+class KnobChange:
+    """One knob whose value differs between the running and the re-read configuration."""
+
+    name: str  # the knob, e.g. "STORK_MAX_NUM_JOBS"
+    live: bool
+    old: Any  # typed values, as in Settings
+    new: Any
+
+
+@dataclass(frozen=True)
+class ReloadPlan:
+    """What SIGHUP does: run with `settings`; log `restart_changed` as waiting for a restart."""
+
+    settings: Settings  # new values of live knobs, running values of restart-only ones
+    changes: tuple[KnobChange, ...]  # in KNOBS order
+
+    @property
+    def live_changed(self) -> tuple[str, ...]:
+        """Knobs applied at once."""
+        return tuple(c.name for c in self.changes if c.live)
+
+    @property
+    def restart_changed(self) -> tuple[str, ...]:
+        """Knobs changed in the file but kept at their running value until a restart."""
+        return tuple(c.name for c in self.changes if not c.live)
+
+
+def reload_plan(old: Settings, new: Settings) -> ReloadPlan:
+    """Compare the running settings with freshly loaded ones. Pure: no I/O, no logging.
+
+    The settings to apply take each live knob from `new` and each restart-only knob from `old`,
+    so what runs stays consistent with what was bound at start (a pool sized by EOS_WORKERS
+    keeps selecting EOS_WORKERS tasks). The cross-knob check in `load` (EOS_ALPHA <= EOS_BETA)
+    relates restart-only knobs only, so the mix passes it whenever `old` did.
+    """
+    changes: list[KnobChange] = []
+    values: dict[str, Any] = {}
+    for knob in KNOBS:
+        before, after = getattr(old, knob.field), getattr(new, knob.field)
+        if before != after:
+            changes.append(KnobChange(knob.name, knob.live, before, after))
+        values[knob.field] = after if knob.live else before
+    return ReloadPlan(Settings(source=new.source, **values), tuple(changes))
 
 
 def _read_file(path: str) -> dict[str, tuple[str, int]]:
