@@ -2,14 +2,21 @@
 
 A file holds one or more ``[ ... ]`` ads, with ClassAd comments (``//``, ``/* */``) and
 whole-line ``#`` comments. Every problem is reported with the file, the line and position
-of the ad, and the attribute; if any ad is invalid the whole file is rejected.
+of the ad, and the attribute; if any ad is invalid the whole file is rejected. A syntax error
+is reported at the line and attribute where parsing failed. Attributes Stork does not read are
+kept on the job ad; `unknown_attributes` lists them with the nearest known name (likely typos),
+except the user's own annotations, named with USER_PREFIX.
 """
 
 from __future__ import annotations
 
+import bisect
+import difflib
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import classad2
 
@@ -19,11 +26,26 @@ from stork.transfer.options import parse_arguments
 from stork.transfer.registry import Registry
 from stork.urls import parse_url, with_scheme
 
+# The attributes the parser reads, in lower case (ClassAd names are case-insensitive). This is
+# the one list: _validate sees only these names, and every other name is reported by
+# unknown_attributes (unless it starts with USER_PREFIX).
 KNOWN_ATTRIBUTES = (
     "dap_type", "src_url", "dest_url", "arguments", "optimization", "use_history",
     "stork_server", "opt_server", "output", "err", "log", "x509proxy", "alt_protocols",
     "max_retries", "verify_checksum", "size",
 )
+USER_PREFIX = "user_"  # names starting with this are the user's own: never warned about
+SUGGEST_CUTOFF = 0.7  # difflib similarity (0..1) a known name needs to be suggested
+
+_ASSIGNED = re.compile(r"([A-Za-z_]\w*)\s*=\s*\Z")
+_MAX_SEARCHED_TOKENS = 256  # longer values with a syntax error are not searched token by token
+_TOKEN = re.compile(r"""\s*(?:
+    (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
+  | (?P<string>"(?:[^"\\]|\\.)*(?:"|\\?\Z))
+  | (?P<name>[A-Za-z_]\w*|'(?:[^'\\]|\\.)*(?:'|\\?\Z))
+  | (?P<number>\.?\d[\w.]*)
+  | (?P<op>=\?=|=!=|>>>|==|!=|<=|>=|&&|\|\||<<|>>|.)
+  | \Z)""", re.VERBOSE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -31,6 +53,30 @@ class RawAd:
     text: str
     index: int  # 1-based position in the file
     line: int  # line of its opening bracket
+
+
+@dataclass(frozen=True)
+class UnknownAttribute:
+    """An attribute Stork does not read: kept on the job ad, but perhaps a typo."""
+
+    filename: str
+    ad_index: int  # 1-based position of the ad in the file
+    line: int  # line of the attribute
+    attribute: str
+    suggestion: str | None  # the nearest known attribute, if one is close
+
+    def __str__(self) -> str:
+        guess = f"; did you mean '{self.suggestion}'?" if self.suggestion else ""
+        return (f"{self.filename}:{self.line}: ad {self.ad_index}: attribute '{self.attribute}' "
+                f"is not one Stork knows{guess} (prefix your own attributes with "
+                f"'{USER_PREFIX}' or pass --no-warn to silence this)")
+
+
+class _Token(NamedTuple):  # a tuple: files can hold millions
+    kind: str  # "name" (also a 'quoted' name), "string", "number" or "op"
+    text: str
+    start: int  # offsets in the scanned text
+    end: int
 
 
 class _Invalid(Exception):
@@ -46,6 +92,7 @@ def split_ads(text: str, filename: str) -> list[RawAd]:
     problems: list[SubmitProblem] = []
     depth = 0
     start = start_line = 0
+    spanning: tuple[int, int] | None = None  # (offset, line) of this ad's first multi-line string
     line = 1
     i = 0
     n = len(text)
@@ -77,19 +124,29 @@ def split_ads(text: str, filename: str) -> list[RawAd]:
             line += text.count("\n", i, end)
             i = end + 2
             continue
-        if ch == '"' and depth > 0:
-            i += 1
-            while i < n and text[i] != '"':
-                if text[i] == "\\":
-                    i += 1
-                elif text[i] == "\n":
-                    line += 1
-                i += 1
-            i += 1
+        if ch in "\"'" and depth > 0:  # a string, or a 'quoted' attribute name
+            end = i + 1
+            while end < n and text[end] != ch:
+                end += 2 if text[end] == "\\" else 1
+            if end >= n:
+                culprit, culprit_line = spanning or (i, line)
+                problems.append(SubmitProblem(
+                    filename, len(ads) + 1, culprit_line, _assigned_at(text, start, culprit),
+                    f"string {_snippet(text[culprit:])!r} is never closed (a missing {ch!r}?)"
+                    if spanning is None else
+                    f"string {_snippet(text[culprit:])!r} runs over several lines and the file "
+                    f"ends inside a later string (a missing {ch!r} here?)"))
+                depth = 0
+                break
+            if spanning is None and "\n" in text[i:end]:
+                spanning = (i, line)
+            line += text.count("\n", i, end)
+            i = end + 1
             continue
         if ch == "[":
             if depth == 0:
                 start, start_line = i, line
+                spanning = None
             depth += 1
         elif ch == "]":
             depth -= 1
@@ -115,6 +172,111 @@ def split_ads(text: str, filename: str) -> list[RawAd]:
     if problems:
         raise SubmitError(problems)
     return ads
+
+
+def _lex(text: str) -> list[_Token]:
+    """ClassAd tokens of `text`, without whitespace and comments."""
+    return [_Token(kind, match.group(kind), match.start(kind), match.end())
+            for match in _TOKEN.finditer(text)
+            if (kind := match.lastgroup) is not None and kind != "comment"]
+
+
+def _line_finder(raw: RawAd) -> Callable[[int], int]:
+    """Maps an offset in ``raw.text[1:-1]`` (where tokens are) to its line in the file."""
+    breaks = [match.start() for match in re.finditer("\n", raw.text)]
+    return lambda offset: raw.line + bisect.bisect_left(breaks, offset + 1)
+
+
+def _statements(raw: RawAd) -> list[list[_Token]]:
+    """The ad's top-level ``name = expression`` parts, as tokens of ``raw.text[1:-1]``."""
+    statements: list[list[_Token]] = []
+    current: list[_Token] = []
+    depth = 0  # of nested ads: only they may hold a ';'
+    for token in _lex(raw.text[1:-1]):
+        if token.text == ";" and depth == 0:
+            if current:
+                statements.append(current)
+            current = []
+            continue
+        if token.text == "[":
+            depth += 1
+        elif token.text == "]" and depth > 0:
+            depth -= 1
+        current.append(token)
+    if current:
+        statements.append(current)
+    return statements
+
+
+def _name(tokens: list[_Token], at: int = 0) -> str | None:
+    """The attribute name if ``tokens[at:]`` starts with ``name =``."""
+    if len(tokens) > at + 1 and tokens[at].kind == "name" and tokens[at + 1].text == "=":
+        name = tokens[at].text
+        return name[1:-1] if name.startswith("'") else name
+    return None
+
+
+def _parses(assignment: str) -> bool:
+    try:
+        classad2.ClassAd(f"[\n{assignment}\n]")
+    except Exception:  # classad2 raises plain exceptions on syntax errors
+        return False
+    return True
+
+
+def _syntax_problem(raw: RawAd, filename: str, error: str) -> SubmitProblem:
+    """Where an ad that classad2 rejects goes wrong: the first assignment that does not parse
+    alone, and in it the longest start that does; the token after it is where parsing failed."""
+    body = raw.text[1:-1]
+    line = _line_finder(raw)
+    for tokens in _statements(raw):
+        name = _name(tokens)
+        first, last = tokens[0], tokens[-1]
+        if name is None:
+            return SubmitProblem(filename, raw.index, line(first.start), None,
+                                 f"syntax error near {_snippet(body[first.start : last.end])!r} "
+                                 "(expected an attribute: name = value)")
+        if _parses(body[first.start : last.end]):
+            continue
+        expression = tokens[2:]
+        texts = [t.text for t in expression]
+        hint = next((f" (a missing {close!r}?)" for open_, close in (("(", ")"), ("{", "}"))
+                     if texts.count(open_) > texts.count(close)), "")
+        if not expression:
+            return SubmitProblem(filename, raw.index, line(first.start), name,
+                                 "syntax error: no value after '='")
+        if len(expression) > _MAX_SEARCHED_TOKENS:  # one parse per token: too slow to search
+            return SubmitProblem(filename, raw.index, line(first.start), name,
+                                 f"syntax error in its value{hint}")
+        good = next((k for k in range(len(expression) - 1, 0, -1)
+                     if _parses(body[first.start : expression[k - 1].end])), 0)
+        bad = expression[good]
+        spanning = [t for t in expression[: good + 1] if t.kind == "string" and "\n" in t.text]
+        if spanning:
+            return SubmitProblem(filename, raw.index, line(spanning[0].start), name,
+                                 f"syntax error: string {_snippet(spanning[0].text)!r} runs over "
+                                 "several lines (a missing '\"'?)")
+        near = _snippet(body[bad.start : last.end])
+        following = _name(expression, good)
+        if following is not None:
+            return SubmitProblem(filename, raw.index, line(bad.start), following,
+                                 f"syntax error near {near!r} (a missing ';' after the previous "
+                                 f"attribute '{name}'?)")
+        return SubmitProblem(filename, raw.index, line(bad.start), name,
+                             f"syntax error near {near!r}{hint}")
+    return SubmitProblem(filename, raw.index, raw.line, None, f"ClassAd syntax error: {error}")
+
+
+def _snippet(text: str, limit: int = 30) -> str:
+    """The start of `text`'s first line, to quote in a message."""
+    first = text.strip().split("\n", 1)[0].rstrip()
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def _assigned_at(text: str, ad_start: int, offset: int) -> str | None:
+    """The attribute whose ``name =`` is just before `offset`, in the ad at `ad_start`."""
+    match = _ASSIGNED.search(text, ad_start, offset)
+    return match.group(1) if match else None
 
 
 def _bare_word(ad: classad2.ClassAd, attr: str) -> str | None:
@@ -187,7 +349,8 @@ def _alt_protocols(text: str, src: str, dest: str, registry: Registry) -> tuple[
 
 
 def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
-    present = {key.lower(): key for key in ad.keys()}
+    # Only the names in KNOWN_ATTRIBUTES are read, so that table cannot miss one.
+    present = {key.lower(): key for key in ad.keys() if key.lower() in KNOWN_ATTRIBUTES}
 
     def has(attr: str) -> bool:
         return attr in present
@@ -270,8 +433,7 @@ def parse_submit(text: str, filename: str, *, iwd: str, registry: Registry,
         try:
             ad = classad2.ClassAd(raw.text)
         except Exception as exc:
-            problems.append(SubmitProblem(filename, raw.index, raw.line, None,
-                                          f"ClassAd syntax error: {exc}"))
+            problems.append(_syntax_problem(raw, filename, str(exc)))
             continue
         try:
             spec = _validate(ad, iwd, registry)
@@ -285,3 +447,39 @@ def parse_submit(text: str, filename: str, *, iwd: str, registry: Registry,
         raise SubmitError(problems)
     return specs
 
+
+def unknown_attributes(text: str, filename: str) -> list[UnknownAttribute]:
+    """The attributes of `text` that Stork does not read, each with the nearest known name.
+
+    ClassAd names are case-insensitive, and names starting with USER_PREFIX are the user's own,
+    so neither is reported. Ads (or a file) that do not parse give nothing here: parse_submit
+    reports them.
+    """
+    try:
+        raws = split_ads(text, filename)
+    except SubmitError:
+        return []
+    found: list[UnknownAttribute] = []
+    for raw in raws:
+        try:
+            ad = classad2.ClassAd(raw.text)
+        except Exception:  # a syntax error: parse_submit's to report
+            continue
+        unknown = [key for key in ad.keys() if key.lower() not in KNOWN_ATTRIBUTES
+                   and not key.lower().startswith(USER_PREFIX)]
+        if not unknown:
+            continue
+        offsets: dict[str, int] = {}
+        for tokens in _statements(raw):
+            name = _name(tokens)
+            if name is not None:
+                offsets.setdefault(name.lower(), tokens[0].start)
+        line = _line_finder(raw)
+        for key in unknown:
+            offset = offsets.get(key.lower())
+            close = difflib.get_close_matches(key.lower(), KNOWN_ATTRIBUTES, n=1,
+                                              cutoff=SUGGEST_CUTOFF)
+            found.append(UnknownAttribute(filename, raw.index,
+                                          raw.line if offset is None else line(offset), key,
+                                          close[0] if close else None))
+    return sorted(found, key=lambda w: (w.ad_index, w.line, w.attribute.lower()))

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from stork.errors import ArgumentsError, SubmitError
 from stork.job import DapType
-from stork.submit import parse_submit
+from stork.submit import KNOWN_ATTRIBUTES, USER_PREFIX, parse_submit, unknown_attributes
 from stork.transfer.options import parse_arguments, parse_size
 from stork.transfer.registry import Registry
+from tests.support import StorkServer
 
 REPO = Path(__file__).resolve().parent.parent
 REG = Registry.default()
@@ -96,11 +97,132 @@ def test_invalid_ads_name_file_ad_and_attribute(ad: str, attribute: str, fragmen
 
 def test_syntax_errors_name_the_ad_and_line() -> None:
     message = problem(f"[ {GOOD} ]\n[ {GOOD}\n  ; broken = ; ]\n")
-    assert message.startswith("job.dap:2: ad 2: ClassAd syntax error")
+    assert message == "job.dap:3: ad 2: attribute 'broken': syntax error: no value after '='"
     assert "job.dap:4: ad 3" in problem(f"[ {GOOD} ]\n[ {GOOD} ]\n\n[ a = ]")
     assert "not closed" in problem(f"[ {GOOD} ]\n[ {GOOD}")
     assert "outside any [ ... ] ad" in problem(f"dap_type = transfer\n[ {GOOD} ]")
     assert "no [ ... ] ad found" in problem("// nothing here\n")
+
+
+def ad_lines(*lines: str) -> str:
+    """An ad written one attribute a line, as users write them: ``[`` is line 1."""
+    return "[\n" + "\n".join(f"  {line}" for line in lines) + "\n]\n"
+
+
+@pytest.mark.parametrize("lines, where, fragment", [
+    # a missing ';': parsing fails at the next attribute, which is named with its line
+    (('dap_type = transfer;', 'src_url = "file:///a"', 'dest_url = "ftp://h:2811/b";'),
+     "job.dap:4: ad 1: attribute 'dest_url': syntax error near 'dest_url = \"ftp://h:2811/b\"'",
+     "a missing ';' after the previous attribute 'src_url'?"),
+    (('dap_type = transfer', 'src_url = "file:///a";', 'dest_url = "file:///b";'),
+     "job.dap:3: ad 1: attribute 'src_url': syntax error near 'src_url = \"file:///a\"'",
+     "a missing ';' after the previous attribute 'dap_type'?"),
+    # an unterminated string: named where the string opens, not where the parser gave up
+    (('dap_type = transfer;', 'src_url = "file:///a;', 'dest_url = "ftp://h:2811/b";',
+      'log = "x.log";'),
+     "job.dap:3: ad 1: attribute 'src_url': syntax error: string '\"file:///a;' runs over several "
+     "lines", "a missing '\"'?"),
+    (('dap_type = transfer;', 'src_url = "a;', 'dest_url = "b";'),
+     "job.dap:3: ad 1: attribute 'src_url': string '\"a;' runs over several lines", "a missing"),
+    (('dap_type = transfer;', 'src_url = "file:///a;', 'dest_url = 3;'),
+     "job.dap:3: ad 1: attribute 'src_url': string '\"file:///a;' is never closed", "a missing"),
+    # a bad expression
+    ((f"{GOOD};", 'max_retries = 1 + * 2;', 'log = "x.log";'),
+     "job.dap:3: ad 1: attribute 'max_retries': syntax error near '+ * 2'", ""),
+    ((f"{GOOD};", 'arguments = strcat("-p ", "4";', 'log = "x.log";'),
+     "job.dap:3: ad 1: attribute 'arguments': syntax error near '(\"-p \", \"4\"'",
+     "a missing ')'?"),
+    ((f"{GOOD};", 'a.b = 1;'),
+     "job.dap:3: ad 1: syntax error near 'a.b = 1'", "expected an attribute"),
+])
+def test_syntax_errors_name_the_line_and_attribute(lines: tuple[str, ...], where: str,
+                                                     fragment: str) -> None:
+    message = problem(ad_lines(*lines))
+    assert message.startswith(where), message
+    assert fragment in message, message
+
+
+def warnings(text: str) -> list[tuple[int, str, str | None]]:
+    return [(w.line, w.attribute, w.suggestion) for w in unknown_attributes(text, "job.dap")]
+
+
+def test_typos_are_warned_about_with_the_nearest_known_attribute() -> None:
+    text = ad_lines(f"{GOOD};", 'optimisation = "YES";', 'use_hisotry = "YES";',
+                    'MaxRetries = 2;')
+    [spec] = parse(text)  # still accepted (a warning, not an error), and not optimized
+    assert spec.optimization is False and spec.use_history is False
+    assert warnings(text) == [(3, "optimisation", "optimization"),
+                              (4, "use_hisotry", "use_history"), (5, "MaxRetries", "max_retries")]
+    assert str(unknown_attributes(text, "job.dap")[0]) == (
+        "job.dap:3: ad 1: attribute 'optimisation' is not one Stork knows; did you mean "
+        "'optimization'? (prefix your own attributes with 'user_' or pass --no-warn to silence "
+        "this)")
+
+
+def test_user_annotations_and_unrelated_names() -> None:
+    assert USER_PREFIX == "user_"
+    quiet = (f"[ {GOOD}; user_experiment = \"atlas\"; USER_Run = 42; user_ = 1;"
+             ' OPTIMIZATION = "YES"; Use_History = "NO" ]')  # names are case-insensitive
+    assert parse(quiet) and warnings(quiet) == []
+    loud = f"[ {GOOD};\n experiment = \"atlas\"; run = 42;\n tag = \"x\" ]\n[ {GOOD}; note = 1 ]"
+    assert warnings(loud) == [(2, "experiment", None), (2, "run", None), (3, "tag", None),
+                              (4, "note", None)]
+    assert "did you mean" not in str(unknown_attributes(loud, "job.dap")[0])
+
+
+def test_the_shipped_examples_use_only_known_attributes() -> None:
+    for path in [REPO / "submit_examples" / "paper" / "paper_example.dap",
+                 *(REPO / "submit_examples" / "dagman").glob("*.dap")]:
+        assert unknown_attributes(path.read_text(), path.name) == [], path
+
+
+@pytest.mark.parametrize("attribute", KNOWN_ATTRIBUTES)
+def test_every_known_attribute_is_read_by_the_parser(attribute: str) -> None:
+    """The table is the parser's: a wrong value for any name in it is an error naming it."""
+    values = {"dap_type": "transfer", "src_url": '"file:///a"', "dest_url": '"file:///b"'}
+    values[attribute] = "{ 1, 2 }"
+    ad = "[ " + "; ".join(f"{name} = {value}" for name, value in values.items()) + " ]"
+    assert f"attribute '{attribute}': " in problem(ad)
+
+
+def test_warnings_skip_what_does_not_parse() -> None:
+    assert unknown_attributes("[ typo = 1 ", "job.dap") == []
+    assert warnings(f"[ typo = ]\n[ {GOOD}; optimizaton = 1 ]") == [
+        (2, "optimizaton", "optimization")]
+
+
+def test_stork_submit_prints_warnings_unless_no_warn(tmp_path: Path) -> None:
+    server = StorkServer(tmp_path)  # configured, never started: --dry-run needs no daemon
+    (tmp_path / "job.dap").write_text(ad_lines(f"{GOOD};", 'optimisation = "YES";',
+                                               'user_note = "mine";'))
+    result = server.cli("stork_submit", "--dry-run", "job.dap")
+    assert result.returncode == 0, result.stderr
+    assert "1 ad(s) valid; nothing submitted (--dry-run)" in result.stdout
+    assert result.stderr == (
+        "stork_submit: warning: job.dap:3: ad 1: attribute 'optimisation' is not one Stork knows; "
+        "did you mean 'optimization'? (prefix your own attributes with 'user_' or pass --no-warn "
+        "to silence this)\n")
+    quiet = server.cli("stork_submit", "--dry-run", "--no-warn", "job.dap")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    (tmp_path / "bad.dap").write_text(ad_lines("dap_type = transfer;", 'src_url = "file:///a";',
+                                               'dest_ur = "file:///b";'))
+    bad = server.cli("stork_submit", "--dry-run", "bad.dap")
+    assert bad.returncode == 3
+    warning, error = bad.stderr.splitlines()[:2]  # the typo first: it explains the error
+    assert "attribute 'dest_ur' is not one Stork knows; did you mean 'dest_url'?" in warning
+    assert error == "stork_submit: error: bad.dap:1: ad 1: attribute 'dest_url': is missing"
+
+
+def test_a_job_with_a_warning_is_still_submitted(stork: StorkServer, tmp_path: Path) -> None:
+    (tmp_path / "a.src").write_bytes(b"x" * 1000)
+    (tmp_path / "job.dap").write_text(ad_lines(
+        "dap_type = transfer;", f'src_url = "file://{tmp_path}/a.src";',
+        f'dest_url = "file://{tmp_path}/a.dst";', 'use_hisotry = "YES";'))
+    result = stork.cli("stork_submit", "job.dap")
+    assert result.returncode == 0 and result.stdout == "Request assigned id: 1\n", result.stderr
+    assert "attribute 'use_hisotry' is not one Stork knows; did you mean 'use_history'?" in (
+        result.stderr)
+    assert stork.wait_state(1)["state"] == "COMPLETED"
 
 
 def test_every_problem_in_a_file_is_reported() -> None:
@@ -136,6 +258,7 @@ def test_arguments_never_pass_unknown_tokens(text: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200))
 def test_arbitrary_text_gives_specs_or_a_submit_error(text: str) -> None:
+    assert all(w.filename == "job.dap" for w in unknown_attributes(text, "job.dap"))
     try:
         specs = parse(text)
     except SubmitError as exc:

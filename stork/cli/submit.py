@@ -12,7 +12,7 @@ from stork.client import Client
 from stork.errors import SubmitError
 from stork.jobad import estimate_ad
 from stork.job import DapType, JobState
-from stork.submit import parse_submit
+from stork.submit import USER_PREFIX, parse_submit, unknown_attributes
 from stork.transfer.base import summarize_error
 from stork.transfer.registry import Registry
 from stork.urls import parse_url
@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-lognotes", metavar="TEXT", help="text for the user log's submit event")
     p.add_argument("-stdin", action="store_true", help="read the submit file from standard input")
     p.add_argument("--dry-run", action="store_true", help="validate only; submit nothing")
+    p.add_argument("--no-warn", action="store_true",
+                   help="do not warn about attributes Stork does not know (likely typos); "
+                        f"names starting with '{USER_PREFIX}' are never warned about")
     p.add_argument("--wait", action="store_true",
                    help="wait until the jobs end; exit 0 only if all completed")
     p.add_argument("--plot", metavar="FILE.png",
@@ -56,6 +59,9 @@ def _submit(args) -> int:  # type: ignore[no-untyped-def]
         return EXIT_INVALID
     iwd = os.getcwd()
     registry = Registry.default(settings.module_dir, settings.globus_url_copy)
+    if not args.no_warn:  # before any error: a typo often explains one ("dest_url is missing")
+        for warning in unknown_attributes(text, filename):
+            print(f"stork_submit: warning: {warning}", file=sys.stderr)
     try:
         specs = parse_submit(text, filename, iwd=iwd, registry=registry, lognotes=args.lognotes,
                              max_ads=settings.max_ads_per_submit)
