@@ -1,17 +1,40 @@
 """One exception tree for the whole project.
 
+Every error Stork raises on purpose derives from `StorkError` and is defined here, grouped
+by what went wrong:
+
+    StorkError
+    +-- ConfigError
+    +-- SubmitError, ArgumentsError
+    +-- StoreError: SchemaError, JobNotFound, StoreUnavailable
+    +-- PermissionDenied, InvalidRequest, Overloaded
+    +-- ApiError: ServerUnreachable
+    +-- IdentityError
+    +-- TransferError (carries the FailureKind stored as the job's failure_kind)
+    |   +-- RetryableTransferError: NetworkError, ServerBusy, CredentialError,
+    |   |                           TransferTimedOut, DestinationMismatch, TransferInterrupted
+    |   +-- PermanentTransferError: NotFound, AccessDenied, DestinationFull, BadUrl,
+    |                               NoTransferModule
+    +-- VerifyError
+    +-- EosError: FitError, SamplingError
+    +-- SchedError
+
 Every error names what was wrong and where; messages are built from typed arguments
-so callers never format them by hand.
+where that helps, so callers do not format them by hand.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 class StorkError(Exception):
     """Base of every error Stork raises on purpose."""
 
+
+# -- configuration ----------------------------------------------------------------------------
 
 class ConfigError(StorkError):
     """A configuration file or value is wrong."""
@@ -24,6 +47,8 @@ class ConfigError(StorkError):
         self.path = path
         self.line = line
 
+
+# -- submit files -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SubmitProblem:
@@ -58,6 +83,8 @@ class ArgumentsError(StorkError):
     """The `arguments` attribute holds an unknown or malformed option."""
 
 
+# -- the job store ----------------------------------------------------------------------------
+
 class StoreError(StorkError):
     """The job store cannot do what was asked."""
 
@@ -78,12 +105,28 @@ class JobNotFound(StoreError):
         self.job_id = job_id
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be written now (disk full, I/O error, locked); the write that the
+    caller needs is retried, and new submissions are refused until it lands."""
+
+
+# -- the API ----------------------------------------------------------------------------------
+
 class PermissionDenied(StorkError):
     """The caller may not act on this job."""
 
 
 class InvalidRequest(StorkError):
     """An API request is malformed."""
+
+
+class Overloaded(StorkError):
+    """The server has more requests in flight than it may take; the client should retry
+    after `retry_after_s`."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ApiError(StorkError):
@@ -98,19 +141,156 @@ class ServerUnreachable(ApiError):
     pass
 
 
+# -- identities -------------------------------------------------------------------------------
+
+class IdentityError(StorkError):
+    """The job's owner cannot be run as (no such user, or a file cannot be opened as them)."""
+
+
+# -- transfers --------------------------------------------------------------------------------
+
+class FailureKind(enum.Enum):
+    """Why an attempt failed, and so whether another attempt can help. The values are stored
+    as the job's `failure_kind` and shown to users: they never change."""
+
+    TRANSIENT = "transient"  # network trouble, server busy: retry with backoff
+    PERMANENT = "permanent"  # missing source, permission denied: retrying cannot help
+    TIMEOUT = "timeout"  # ran past STORK_MAXDELAY_INMINUTES
+    VERIFY = "verify"  # tool said success, but sizes or checksums differ
+    INTERRUPTED = "interrupted"  # the daemon stopped or died during the attempt
+
+    @property
+    def retryable(self) -> bool:
+        return self is not FailureKind.PERMANENT
+
+
 class TransferError(StorkError):
-    """A transfer attempt failed; `kind` says whether retrying can help."""
+    """A transfer attempt failed. The class is the judgement: `kind` (stored as the job's
+    `failure_kind`) and `retryable` are class attributes, chosen by the transfer module from
+    its tool's exit status, signal and error codes. The message is the tool's own words (or
+    what killed it); `tool_killed` says a signal stopped the tool, so what it wrote is partial.
 
+    A failure nothing recognises is retried: the base class is retryable.
+    """
 
-class StoreUnavailable(StoreError):
-    """The store cannot be written now (disk full, I/O error, locked); the write that the
-    caller needs is retried, and new submissions are refused until it lands."""
+    kind: ClassVar[FailureKind] = FailureKind.TRANSIENT
+    retryable: ClassVar[bool] = True
 
-
-class Overloaded(StorkError):
-    """The server has more requests in flight than it may take; the client should retry
-    after `retry_after_s`."""
-
-    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+    def __init__(self, message: str, *, exit_code: int | None = None,
+                 tool_killed: bool = False) -> None:
         super().__init__(message)
-        self.retry_after_s = retry_after_s
+        self.exit_code = exit_code
+        self.tool_killed = tool_killed
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class RetryableTransferError(TransferError):
+    """Another attempt may succeed: the network, the server or a resource was in the way."""
+
+
+class NetworkError(RetryableTransferError):
+    """The connection could not be made or broke: refused, reset, timed out, unreachable,
+    closed in the middle of the transfer."""
+
+
+class ServerBusy(RetryableTransferError):
+    """The server (or this host) refused for now: too many connections, a local error on its
+    side, a resource temporarily short (FTP 421/450/451, HTTP 429/5xx, EAGAIN, EBUSY)."""
+
+
+class CredentialError(RetryableTransferError):
+    """The server refused the login or the GSI credential (FTP 530). Retryable on purpose: a
+    proxy can be renewed between attempts, and `alt_protocols` can fall back to a protocol
+    that needs no credential (docs/ARCHITECTURE.md, "Choices where the issue was silent")."""
+
+
+class TransferTimedOut(RetryableTransferError):
+    """The attempt ran past STORK_MAXDELAY_INMINUTES and was killed."""
+
+    kind = FailureKind.TIMEOUT
+
+    def __init__(self, max_delay_min: float) -> None:
+        super().__init__(f"killed after running longer than STORK_MAXDELAY_INMINUTES = "
+                         f"{max_delay_min:g}", tool_killed=True)
+        self.max_delay_min = max_delay_min
+
+
+class DestinationMismatch(RetryableTransferError):
+    """The tool reported success, but the destination's size or checksum is not the source's
+    (or could not be read to compare)."""
+
+    kind = FailureKind.VERIFY
+
+
+class TransferInterrupted(RetryableTransferError):
+    """stork_server stopped or died while the attempt ran."""
+
+    kind = FailureKind.INTERRUPTED
+
+
+class PermanentTransferError(TransferError):
+    """No retry can help: the request itself cannot be carried out as written."""
+
+    kind = FailureKind.PERMANENT
+    retryable = False
+
+
+class NotFound(PermanentTransferError):
+    """The source, or the destination's directory, does not exist (ENOENT, ENOTDIR, FTP 550
+    with PATH_NOT_FOUND, HTTP 404/410)."""
+
+
+class AccessDenied(PermanentTransferError):
+    """The job's owner may not read the source or write the destination (EACCES, EPERM,
+    EROFS, HTTP 401/403)."""
+
+
+class DestinationFull(PermanentTransferError):
+    """The destination has no room: disk full, quota, file size limit (ENOSPC, EDQUOT, EFBIG,
+    SIGXFSZ, FTP 452/552)."""
+
+
+class BadUrl(PermanentTransferError):
+    """A URL cannot name a file to transfer: unknown scheme or host, a directory, a name the
+    server does not allow."""
+
+
+class NoTransferModule(PermanentTransferError):
+    """No transfer module moves data between these two URL schemes."""
+
+    def __init__(self, src_url: str, dest_url: str) -> None:
+        super().__init__(f"no transfer module handles {src_url} -> {dest_url}")
+        self.src_url = src_url
+        self.dest_url = dest_url
+
+
+class VerifyError(StorkError):
+    """One end of a transfer could not be inspected (missing file, server refused)."""
+
+    def __init__(self, what: str, url: str, reason: object) -> None:
+        super().__init__(f"cannot get the {what} of {url}: {reason}")
+        self.what = what
+        self.url = url
+
+
+# -- the EOS (estimation of the optimal stream count) -----------------------------------------
+
+class EosError(StorkError):
+    """The EOS cannot answer an estimation."""
+
+
+class FitError(EosError):
+    """The samples do not determine a usable curve."""
+
+
+class SamplingError(EosError):
+    """A sample transfer failed; the message carries the tool's own error."""
+
+
+# -- scheduling -------------------------------------------------------------------------------
+
+class SchedError(StorkError):
+    """Bad scheduling parameters or a misuse of the task matrix."""

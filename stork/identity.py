@@ -16,13 +16,9 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from stork.errors import StorkError
+from stork.errors import IdentityError
 
 REMOTE_USER = "nobody"
-
-
-class IdentityError(StorkError):
-    """The job's owner cannot be run as (no such user, or a file cannot be opened as them)."""
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stork.eos.models import (DynamicOrder, FitError, SecondOrder, estimate, fit_dynamic_order,
+from stork.eos.models import (DynamicOrder, SecondOrder, estimate, fit_dynamic_order,
                               fit_second_order, pick)
 from stork.eos.sampling import Sample, decide, doubling, guided
+from stork.errors import EosError, FitError, StorkError
 
 
 def test_second_order_exact_solve_recovers_parameters() -> None:
@@ -71,6 +72,9 @@ def test_guards_fall_back_and_say_why() -> None:
         fit_dynamic_order([1, 2], [1.0, 2.0])
     with pytest.raises(FitError, match="positive"):
         fit_second_order([1, 2, 4], [1.0, -2.0, 3.0])
+    with pytest.raises(StorkError):  # in the project's one tree, under EosError
+        decide([], n_max=8, tolerance=0.05)
+    assert issubclass(FitError, EosError)
 
 
 def test_pick_with_tolerance_prefers_fewer_streams() -> None:

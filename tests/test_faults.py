@@ -2,7 +2,8 @@
 killed mid-transfer, the destination directory missing, permission denied at the
 destination, the destination full. Transient faults are retried with backoff and permanent
 ones fail at once; either way the job carries the tool's own error and `failure_kind`.
-(The unreachable server and the missing source are in test_transfers.py.)"""
+(The unreachable server and the missing source are in test_transfers.py.) The last tests run
+globus-url-copy itself against the server and check the class its judgement picks."""
 
 from __future__ import annotations
 
@@ -10,12 +11,20 @@ import os
 import pwd
 import shutil
 import signal
+import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import GridFtpServer, StorkServer, make_file, md5, wait_for
+from stork.errors import (AccessDenied, BadUrl, CredentialError, NetworkError, NotFound,
+                          ServerBusy, TransferError)
+from stork.transfer.base import TransferRequest
+from stork.transfer.gridftp import GridFtpModule
+from stork.transfer.options import TransferOptions
+from tests.support import (GRIDFTP_SERVER, GridFtpServer, StorkServer, free_port, make_file, md5,
+                           missing_tools, wait_for)
 from tests.test_security import server, shared_dir, submit_as  # noqa: F401  (fixtures)
 
 
@@ -97,3 +106,73 @@ def test_destination_full_fails_at_once_and_leaves_no_partial_file(
     assert job["failure_kind"] == "permanent"
     assert "killed by SIGXFSZ: file size limit exceeded" in job["last_error"], job["last_error"]
     assert not dest.exists()  # the partial file is gone
+
+
+def _judged(src_url: str, dest_url: str, *prefix: str) -> TransferError:
+    """Run globus-url-copy as the daemon would, and judge its failure."""
+    module = GridFtpModule()
+    argv = [*prefix, *module.command(TransferRequest(src_url, dest_url, TransferOptions(), 1))]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    code = result.returncode if result.returncode >= 0 else 128 - result.returncode
+    assert code != 0, result
+    return module.judge(code, result.stderr.strip())
+
+
+def test_globus_url_copy_failures_are_judged_to_their_class(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = make_file(gridftp_root / "judged.dat", 100_000)
+    (gridftp_root / "a-directory").mkdir(exist_ok=True)
+    cases = [
+        (gridftp.url(gridftp_root / "nope.dat"), f"file://{tmp_path}/x.dat", NotFound),
+        (f"file://{src}", gridftp.url(gridftp_root / "no-such-dir" / "x.dat"), NotFound),
+        (gridftp.url(src), f"file://{tmp_path}/no/such/dir/x.dat", NotFound),
+        (gridftp.url(src), f"file://{gridftp_root}/a-directory", BadUrl),
+        (f"ftp://127.0.0.1:{free_port()}/x", f"file://{tmp_path}/x.dat", NetworkError),
+        (gridftp.url(src).replace("ftp://", "gsiftp://", 1), f"file://{tmp_path}/x.dat",
+         CredentialError),
+    ]
+    for src_url, dest_url, expected in cases:
+        failure = _judged(src_url, dest_url)
+        assert type(failure) is expected, (src_url, dest_url, str(failure))
+        assert failure.retryable is expected.retryable and not failure.tool_killed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run globus-url-copy as nobody")
+def test_globus_url_copy_permission_denied_is_access_denied(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = make_file(gridftp_root / "judged-pd.dat", 1000)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)
+    failure = _judged(gridftp.url(src), f"file://{locked}/x.dat",
+                      "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+    assert type(failure) is AccessDenied and "Permission denied" in str(failure)
+
+
+@pytest.mark.skipif(bool(missing_tools()), reason="GridFTP tools not installed; run `make setup`")
+def test_a_server_at_its_connection_limit_is_busy(gridftp_root: Path, tmp_path: Path) -> None:
+    """globus-gridftp-server -connections-max 1 with one session held open answers 421."""
+    port = free_port()
+    server = subprocess.Popen(
+        [GRIDFTP_SERVER, "-aa", "-anonymous-user", "root", "-allow-root", "-p", str(port),
+         "-control-interface", "127.0.0.1", "-data-interface", "127.0.0.1",
+         "-connections-max", "1", "-d", "ERROR", "-l", str(tmp_path / "gridftp.log")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        held = wait_for(lambda: _connect(port), 15, what="the GridFTP server to listen")
+        with held:
+            assert held.recv(200).startswith(b"220")  # the one session the server may have
+            src = make_file(gridftp_root / "busy.dat", 1000)
+            failure = _judged(f"ftp://127.0.0.1:{port}{src}", f"file://{tmp_path}/x.dat")
+        assert type(failure) is ServerBusy and failure.retryable
+        assert failure.kind.value == "transient" and "421" in str(failure)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def _connect(port: int) -> socket.socket | None:
+    try:
+        return socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError:
+        return None

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stork.sched import SchedError, Task, TaskMatrix, conf, cor, penal
+from stork.errors import SchedError
+from stork.sched import Task, TaskMatrix, conf, cor, penal
 
 A, B = 0.5, 0.8
 

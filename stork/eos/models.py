@@ -19,14 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
+from stork.errors import FitError
+
 # A fit may not promise more than this many times the best throughput ever measured.
 MAX_PROMISE = 2.0
 # Smallest relative spread of sample stream counts for a usable fit.
 _K_BOUNDS = (0.05, 12.0)
-
-
-class FitError(ValueError):
-    """The samples do not determine a usable curve."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from stork.eos.models import DynamicOrder, Estimate, FitError, SecondOrder, estimate
+from stork.eos.models import DynamicOrder, Estimate, SecondOrder, estimate
+from stork.errors import FitError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable
 
-from stork.sched.relations import SchedError, Task, check_weights, conf
+from stork.errors import SchedError
+from stork.sched.relations import Task, check_weights, conf
 
 
 

@@ -12,12 +12,7 @@ import itertools
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-from stork.errors import StorkError
-
-
-class SchedError(StorkError):
-    """Bad scheduling parameters or a misuse of the task matrix."""
-
+from stork.errors import SchedError
 
 _ids = itertools.count(1)
 

@@ -7,7 +7,6 @@ job's `output` and `err` files, reads progress from it, and judges the attempt.
 
 from __future__ import annotations
 
-import enum
 import re
 import signal
 from abc import ABC, abstractmethod
@@ -15,32 +14,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from stork.errors import DestinationFull, FailureKind, RetryableTransferError, TransferError
 from stork.transfer.options import TransferOptions
 
+__all__ = ["FailureKind", "Progress", "TransferModule", "TransferRequest", "format_progress",
+           "killed_message", "parse_progress", "read_progress", "summarize_error"]
 
-class FailureKind(enum.Enum):
-    """Why an attempt failed, and so whether another attempt can help."""
-
-    TRANSIENT = "transient"  # network trouble, server down: retry with backoff
-    PERMANENT = "permanent"  # missing source, permission denied: retrying cannot help
-    TIMEOUT = "timeout"  # ran past STORK_MAXDELAY_INMINUTES
-    VERIFY = "verify"  # tool said success, but sizes or checksums differ
-    INTERRUPTED = "interrupted"  # the daemon stopped or died during the attempt
-
-    @property
-    def retryable(self) -> bool:
-        return self is not FailureKind.PERMANENT
-
-
-@dataclass(frozen=True)
-class Failure:
-    kind: FailureKind
-    message: str  # the tool's own words, or what killed it
-    tool_killed: bool = False  # by a signal: whatever it wrote is partial
-
-
-# Signals that mean no retry can help: the file size limit (a full destination).
-_PERMANENT_SIGNALS = {int(signal.SIGXFSZ): "file size limit exceeded (destination full)"}
+# Signals that decide the judgement whatever the tool wrote: the file size limit (a full
+# destination). Any other signal leaves the judgement to the module's `classify`.
+_SIGNAL_CLASSES: dict[int, tuple[type[TransferError], str]] = {
+    int(signal.SIGXFSZ): (DestinationFull, "file size limit exceeded (destination full)"),
+}
 _SIGNAL_NUMBERS = {int(s) for s in signal.Signals}
 
 
@@ -144,19 +128,31 @@ class TransferModule(ABC):
             return {"X509_USER_PROXY": request.x509proxy}
         return {}
 
-    def classify(self, exit_code: int, stderr_tail: str) -> FailureKind:
-        """Judge a non-zero exit. Modules that know their tool's messages override this."""
-        return FailureKind.TRANSIENT
+    def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
+        """The class of a non-zero exit. Modules that know their tool's exit statuses or
+        error codes override this; a failure nothing recognises is retried."""
+        return RetryableTransferError
 
-    def judge(self, exit_code: int, stderr_tail: str) -> Failure:
-        """The failure of a non-zero exit: its kind and the words to show the user."""
-        signum = exit_code - 128 if exit_code > 128 else None
-        if signum in _PERMANENT_SIGNALS:
-            what = _PERMANENT_SIGNALS[signum]
-            text = f"{stderr_tail}\n" if stderr_tail else ""
-            return Failure(FailureKind.PERMANENT, f"{text}killed by {signal.Signals(signum).name}: "
-                                                  f"{what}", tool_killed=True)
-        kind = self.classify(exit_code, stderr_tail)
-        if not stderr_tail and signum is not None and signum in _SIGNAL_NUMBERS:
-            return Failure(kind, f"killed by {signal.Signals(signum).name}", tool_killed=True)
-        return Failure(kind, stderr_tail or f"exit status {exit_code}")
+    def judge(self, exit_code: int, stderr_tail: str) -> TransferError:
+        """The failure of a non-zero exit, as an instance of its class: `kind`,
+        `retryable`, the words to show the user (`str()`) and `tool_killed`.
+
+        An exit status above 128 is the child killed by signal (status - 128), as the runner
+        reports it: the tool was stopped mid-write.
+        """
+        signum = exit_code - 128 if exit_code - 128 in _SIGNAL_NUMBERS else None
+        if signum is not None and signum in _SIGNAL_CLASSES:
+            error, what = _SIGNAL_CLASSES[signum]
+            return error(killed_message(signum, stderr_tail, what), exit_code=exit_code,
+                         tool_killed=True)
+        error = self.classify(exit_code, stderr_tail)
+        if signum is not None:
+            return error(killed_message(signum, stderr_tail), exit_code=exit_code,
+                         tool_killed=True)
+        return error(stderr_tail or f"exit status {exit_code}", exit_code=exit_code)
+
+
+def killed_message(signum: int, stderr_tail: str, what: str = "") -> str:
+    """``killed by SIGXFSZ: file size limit exceeded``, after the tool's own words if any."""
+    text = f"{stderr_tail}\n" if stderr_tail else ""
+    return f"{text}killed by {signal.Signals(signum).name}" + (f": {what}" if what else "")

@@ -1,13 +1,18 @@
 """Operator-supplied modules: ``stork.transfer.<src>-<dst>`` executables in STORK_MODULE_DIR.
 
-Run as ``module src_url dest_url [arguments...]``; exit 0 for success (Stork's convention).
+Run as ``module src_url dest_url [arguments...]``; exit 0 for success. A module says why it
+failed with Stork's exit-status convention, the copy helper's (`stork.transfer.failures`):
+1 retryable, 2 permanent, 3 not found, 4 access denied, 5 destination full, 6 bad URL. Any
+other non-zero status is retried, since Stork cannot read an operator's tool.
 """
 
 from __future__ import annotations
 
 import os
 
+from stork.errors import TransferError
 from stork.transfer.base import TransferModule, TransferRequest
+from stork.transfer.failures import exit_status_class
 
 PREFIX = "stork.transfer."
 
@@ -20,6 +25,9 @@ class ExternalModule(TransferModule):
     def command(self, request: TransferRequest) -> list[str]:
         arguments = request.options.to_arguments().split()
         return [self.path, request.src_url, request.dest_url, *arguments]
+
+    def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
+        return exit_status_class(exit_code)
 
 
 def discover(module_dir: str) -> dict[tuple[str, str], ExternalModule]:

@@ -1,25 +1,124 @@
-"""GridFTP (and plain FTP) transfers through the real globus-url-copy."""
+"""GridFTP (and plain FTP) transfers through the real globus-url-copy.
+
+globus-url-copy exits 1 for every failure, so its judgement reads the error codes in what it
+prints; each kind of code has one table below. Real outputs (globus-url-copy 10.x against
+globus-gridftp-server 13.x; tests/test_judge.py keeps them):
+
+    error: globus_ftp_client: the server responded with an error
+    500 500-Command failed. : globus_l_gfs_file_open failed.
+    500-globus_xio: System error in open: No such file or directory
+    500 End.
+
+    error: globus_xio: Unable to connect to 127.0.0.1:49927
+    globus_xio: System error in connect: Connection refused
+
+    421 Service busy: Connection limit exceeded. Please try again later. ...
+
+    530 530-globus_xio: Server side credential failure ...
+
+The GridFTP server answers 500 for most failures and names the cause as a system error, so
+the system error decides before the reply code. Newer servers add ``GlobusError: v=1
+c=CODE`` and ``GridFTP-Errno: N`` lines, read first. Evidence of a permanent failure anywhere
+wins (in a third-party transfer either server may name it); otherwise the first retryable
+evidence, otherwise `RetryableTransferError` (for example "an end-of-file was reached", which
+a directory given as the source also gives).
+"""
 
 from __future__ import annotations
 
-from stork.transfer.base import FailureKind, TransferModule, TransferRequest
+import enum
+import re
 
-# Fragments of globus-url-copy / GridFTP server errors that no retry can cure.
-_PERMANENT = (
-    "No such file or directory",
-    "Permission denied",
-    "PATH_NOT_FOUND",
-    "PERMISSION_DENIED",
-    "Is a directory",
-    "Not a directory",
-    "File exists",
-    "Read-only file system",
-    "No space left on device",
-    "File too large",
-    "Disk quota exceeded",
-    "Login incorrect",
-    "Unknown url",
+from stork.errors import (AccessDenied, BadUrl, CredentialError, DestinationFull, NetworkError,
+                          NotFound, PermanentTransferError, RetryableTransferError, ServerBusy,
+                          TransferError)
+from stork.transfer.base import TransferModule, TransferRequest
+from stork.transfer.failures import errno_class, errno_of_text
+
+
+class FtpReply(enum.IntEnum):
+    """The FTP reply codes the judgement knows (RFC 959, RFC 2228)."""
+
+    SERVICE_NOT_AVAILABLE = 421  # busy or going down, closing the control connection
+    CANNOT_OPEN_DATA_CONNECTION = 425
+    CONNECTION_CLOSED = 426  # transfer aborted
+    FILE_UNAVAILABLE_NOW = 450  # file busy
+    LOCAL_ERROR = 451  # action aborted: local error in processing
+    INSUFFICIENT_STORAGE = 452
+    NOT_LOGGED_IN = 530
+    NEED_ACCOUNT_FOR_STORING = 532
+    FAILED_SECURITY_CHECK = 535
+    FILE_UNAVAILABLE = 550  # not found or no access
+    PAGE_TYPE_UNKNOWN = 551
+    EXCEEDED_STORAGE_ALLOCATION = 552
+    FILE_NAME_NOT_ALLOWED = 553
+
+
+# The server's reply code -> class. 500-504 (command failed, syntax) are not here: the
+# GridFTP server sends 500 for every failure, and the system error it quotes decides.
+REPLY_CLASSES: dict[int, type[TransferError]] = {
+    FtpReply.SERVICE_NOT_AVAILABLE: ServerBusy,
+    FtpReply.CANNOT_OPEN_DATA_CONNECTION: NetworkError,
+    FtpReply.CONNECTION_CLOSED: NetworkError,
+    FtpReply.FILE_UNAVAILABLE_NOW: ServerBusy,
+    FtpReply.LOCAL_ERROR: ServerBusy,
+    FtpReply.INSUFFICIENT_STORAGE: DestinationFull,
+    FtpReply.NOT_LOGGED_IN: CredentialError,
+    FtpReply.NEED_ACCOUNT_FOR_STORING: AccessDenied,
+    FtpReply.FAILED_SECURITY_CHECK: CredentialError,
+    FtpReply.FILE_UNAVAILABLE: PermanentTransferError,
+    FtpReply.PAGE_TYPE_UNKNOWN: PermanentTransferError,
+    FtpReply.EXCEEDED_STORAGE_ALLOCATION: DestinationFull,
+    FtpReply.FILE_NAME_NOT_ALLOWED: BadUrl,
+}
+
+# ``GlobusError: v=1 c=CODE``: the GridFTP server's own error codes -> class.
+GLOBUS_ERROR_CLASSES: dict[str, type[TransferError]] = {
+    "PATH_NOT_FOUND": NotFound,
+    "NOT_A_DIRECTORY": NotFound,
+    "IS_A_DIRECTORY": BadUrl,
+    "PATH_EXISTS": PermanentTransferError,
+    "PERMISSION_DENIED": AccessDenied,
+    "NO_SPACE_LEFT": DestinationFull,
+    "QUOTA_EXCEEDED": DestinationFull,
+    "DATA_CHANNEL_COMMUNICATION_FAILURE": NetworkError,
+    "INTERNAL_ERROR": ServerBusy,
+}
+
+# globus-url-copy's own words for failures that carry no code.
+CLIENT_TEXT_CLASSES: tuple[tuple[str, type[TransferError]], ...] = (
+    ("error parsing url", BadUrl),  # [globus_gass_copy_glob_expand_url]: error parsing url scheme
+    ("Unknown url", BadUrl),
+    ("Name or service not known", BadUrl),  # gai_strerror(EAI_NONAME): the host does not exist
+    ("Temporary failure in name resolution", NetworkError),  # gai_strerror(EAI_AGAIN)
+    ("EOF has been reached", NetworkError),  # the server closed the control connection
 )
+
+_REPLY = re.compile(r"^(\d{3})[ -]", re.MULTILINE)
+_GLOBUS_ERROR = re.compile(r"GlobusError: v=\d+ c=([A-Z_]+)")
+_GRIDFTP_ERRNO = re.compile(r"GridFTP-Errno: (\d+)")
+_SYSTEM_ERROR = re.compile(r"(?:System error in \w+|A system call failed): ([^\r\n]+)")
+
+
+def evidence(stderr_tail: str) -> list[type[TransferError]]:
+    """Every class that globus-url-copy's error output names, most specific codes first."""
+    found: list[type[TransferError]] = []
+    found += [GLOBUS_ERROR_CLASSES[c] for c in _GLOBUS_ERROR.findall(stderr_tail)
+              if c in GLOBUS_ERROR_CLASSES]
+    numbers = [int(n) for n in _GRIDFTP_ERRNO.findall(stderr_tail)]
+    numbers += [n for n in map(errno_of_text, _SYSTEM_ERROR.findall(stderr_tail)) if n]
+    found += [c for c in map(errno_class, numbers) if c is not None]
+    found += [REPLY_CLASSES[int(code)] for code in _REPLY.findall(stderr_tail)
+              if int(code) in REPLY_CLASSES]
+    found += [c for text, c in CLIENT_TEXT_CLASSES if text in stderr_tail]
+    return found
+
+
+def classify_output(stderr_tail: str) -> type[TransferError]:
+    """Permanent evidence anywhere wins; else the first retryable; else retryable."""
+    found = evidence(stderr_tail)
+    permanent = [c for c in found if not c.retryable]
+    return (permanent or found or [RetryableTransferError])[0]
 
 
 class GridFtpModule(TransferModule):
@@ -45,7 +144,6 @@ class GridFtpModule(TransferModule):
         argv += [request.src_url, request.dest_url]
         return argv
 
-    def classify(self, exit_code: int, stderr_tail: str) -> FailureKind:
-        if any(fragment in stderr_tail for fragment in _PERMANENT):
-            return FailureKind.PERMANENT
-        return FailureKind.TRANSIENT
+    def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
+        return classify_output(stderr_tail)
+

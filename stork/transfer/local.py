@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from stork.transfer.base import FailureKind, TransferModule, TransferRequest
+from stork.errors import TransferError
+from stork.transfer.base import TransferModule, TransferRequest
+from stork.transfer.failures import exit_status_class
 
 
 class FileModule(TransferModule):
@@ -13,10 +15,9 @@ class FileModule(TransferModule):
     def command(self, request: TransferRequest) -> list[str]:
         return [sys.executable, "-m", "stork.transfer.copyhelper", request.src_url, request.dest_url]
 
-    def classify(self, exit_code: int, stderr_tail: str) -> FailureKind:
-        from stork.transfer.copyhelper import EXIT_PERMANENT
-
-        return FailureKind.PERMANENT if exit_code == EXIT_PERMANENT else FailureKind.TRANSIENT
+    def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
+        """The helper names its failure's class with its exit status."""
+        return exit_status_class(exit_code)
 
 
 class HttpModule(FileModule):

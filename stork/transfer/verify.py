@@ -12,14 +12,12 @@ import hashlib
 import os
 from collections.abc import Callable
 
-from stork.errors import StorkError
+from stork.errors import StorkError, VerifyError
 from stork.urls import parse_url
 
+__all__ = ["VerifyError", "md5_of", "open_ftp", "remove", "size_of"]
+
 TIMEOUT_S = 30
-
-
-class VerifyError(Exception):
-    """The end could not be inspected (missing file, server refused)."""
 
 
 def open_ftp(host: str, port: int | None) -> ftplib.FTP:
@@ -50,7 +48,7 @@ def size_of(url: str) -> int | None:
             length = response.headers.get("content-length")
             return int(length) if response.status_code == 200 and length else None
     except (OSError, ftplib.Error, EOFError) as exc:
-        raise VerifyError(f"cannot get the size of {url}: {exc}") from None
+        raise VerifyError("size", url, exc) from None
     return None
 
 
@@ -72,7 +70,7 @@ def md5_of(url: str) -> str | None:
                 ftp.close()
             return reply.split()[-1].lower()
     except (OSError, ftplib.Error, EOFError) as exc:
-        raise VerifyError(f"cannot get the checksum of {url}: {exc}") from None
+        raise VerifyError("checksum", url, exc) from None
     return None
 
 
