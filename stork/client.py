@@ -9,6 +9,7 @@ import httpx
 
 from stork.config import Settings
 from stork.errors import ApiError, ServerUnreachable
+from stork.urls import parse_hostport
 
 DEFAULT_TIMEOUT_S = 60.0
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -24,10 +25,15 @@ def resolve_server(name: str | None, settings: Settings) -> str:
         return settings.socket
     if "/" in name:
         return name
-    host, sep, port = name.rpartition(":")
-    if sep and port.isdigit():
-        return name
-    if name in _LOCAL_NAMES or name in (socket.gethostname(), socket.getfqdn()):
+    try:
+        return str(parse_hostport(name))  # HOST:PORT
+    except ValueError:
+        pass
+    try:
+        host = parse_hostport(name, default_port=1).host  # a bare HOST (the port is unused)
+    except ValueError as exc:
+        raise ApiError(f"stork_server {name!r}: {exc}") from None
+    if host in _LOCAL_NAMES or host in (socket.gethostname(), socket.getfqdn()):
         return settings.socket
     raise ApiError(f"stork_server {name!r} is a remote host without a port; "
                    "write HOST:PORT (the server's STORK_API_ADDRESS)")

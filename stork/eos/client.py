@@ -9,6 +9,7 @@ import httpx
 
 from stork.eos.service import EstimateRequest
 from stork.errors import ApiError, ServerUnreachable
+from stork.urls import parse_hostport
 
 _LOCAL = {"", "localhost", "127.0.0.1", "::1"}
 
@@ -38,12 +39,15 @@ class RemoteEos:
 
 
 def remote_address(opt_server: str | None, default_port: int) -> str | None:
-    """HOST:PORT of a remote EOS named by opt_server, or None for the embedded one."""
+    """HOST:PORT of a remote EOS named by opt_server, or None for the embedded one (no
+    opt_server, or a bare host that is this machine). ValueError for a malformed address."""
     if not opt_server:
         return None
-    host, sep, port = opt_server.rpartition(":")
-    if not (sep and port.isdigit()):
-        host, port = opt_server, str(default_port)
-    if host in _LOCAL or host in (socket.gethostname(), socket.getfqdn()):
-        return None if not (sep and port.isdigit()) else f"{host or '127.0.0.1'}:{port}"
-    return f"{host}:{port}"
+    try:
+        return str(parse_hostport(opt_server))  # HOST:PORT: an eos_server, even on this host
+    except ValueError:
+        pass
+    address = parse_hostport(opt_server, default_port)  # a bare HOST; raises on a bad port
+    if address.host in _LOCAL or address.host in (socket.gethostname(), socket.getfqdn()):
+        return None
+    return str(address)

@@ -27,17 +27,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from stork.eos.sampling import Sample
-from stork.errors import StorkError
+from stork.errors import SamplingError
 from stork.identity import RunAs, popen_kwargs, unlink_as
 from stork.server.runner import child_setup
 from stork.transfer import verify
 from stork.transfer.base import read_progress, summarize_error
 from stork.urls import parse_url
 
-
-
-class SamplingError(StorkError):
-    """A sample transfer failed; the message carries the tool's own error."""
 
 
 class Sampler(ABC):
