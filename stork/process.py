@@ -1,0 +1,184 @@
+"""The one way Stork starts a child process: transfer attempts and EOS samples alike.
+
+A child never runs through a shell. It gets PR_SET_PDEATHSIG = SIGKILL, so if the daemon dies
+(even by SIGKILL) the child dies with it and cannot finish behind the back of a requeued job;
+it runs in a session of its own, so a stop reaches every process of the tool; it runs with
+the rights of `run_as` (the job's owner when the daemon is root, see `stork.identity`).
+Its stdout is copied (to a file and/or a callback) and read for ``-vb`` progress lines; its
+stderr is copied to a file and its tail kept for the error message.
+
+    child = Child(argv, run_as=owner, stdout=out_file, on_progress=show)
+    child.start()            # OSError when the program cannot be run
+    ended = child.wait()     # ChildExit: code, stderr tail, bytes, duration, stop reason
+
+`stop(reason)` may be called from any thread at any time, before `start` too (the child is
+then never started, and `wait` reports the reason at once).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from stork.identity import RunAs, popen_kwargs
+from stork.transfer.base import Progress, read_progress
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+TAIL_BYTES = 4096
+STOP_GRACE_S = 5.0  # SIGTERM first; SIGKILL if the child is still there after this long
+TIMEOUT = "timeout"  # the stop reason `wait(timeout_s=...)` gives
+
+
+def child_setup() -> None:
+    """In the child before exec: die with the parent (PR_SET_PDEATHSIG = SIGKILL)."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """How a child ended."""
+
+    code: int  # exit status; 128 + N when signal N ended it
+    stderr_tail: str  # the last TAIL_BYTES of its stderr, stripped
+    bytes_done: int  # from its last -vb progress line (0 without one)
+    duration_s: float  # from start to exit
+    stopped: str | None  # the reason given to `stop`, when Stork stopped it
+
+
+class Child:
+    """One child process, started by `start` and followed to its end by `wait`."""
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                 run_as: RunAs | None = None, stdout: BinaryIO | None = None,
+                 stderr: BinaryIO | None = None,
+                 on_progress: Callable[[Progress], None] | None = None,
+                 on_stdout: Callable[[bytes], None] | None = None) -> None:
+        """`env` is added to the daemon's environment (with the owner's HOME, USER and
+        LOGNAME when `run_as` is set); `stdout` and `stderr` are open files the output is
+        copied to; `on_stdout` sees every raw stdout chunk, `on_progress` every -vb line."""
+        self.argv = list(argv)
+        self.run_as = run_as
+        extra = {**(run_as.env() if run_as else {}), **(env or {})}
+        self.env = {**os.environ, **extra} if extra else None
+        self._stdout = stdout
+        self._stderr = stderr
+        self._on_progress = on_progress
+        self._on_stdout = on_stdout
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopped: str | None = None
+        self._ended = False
+        self.pid: int | None = None
+        self.start_time = time.monotonic()
+        self.bytes_done = 0
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stopped
+
+    def start(self) -> None:
+        """Start the child (OSError when it cannot be run). Does nothing when `stop` was
+        called first."""
+        with self._lock:
+            if self._stopped is not None:
+                return
+            self.start_time = time.monotonic()
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, preexec_fn=child_setup, start_new_session=True,
+                close_fds=True, env=self.env, **popen_kwargs(self.run_as))
+            self.pid = self._proc.pid
+
+    def stop(self, reason: str, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop the child for `reason`: SIGTERM to its process group, SIGKILL after `grace_s`.
+        The first reason is kept; a child that already exited on its own keeps none."""
+        with self._lock:
+            proc = self._proc
+            if self._ended or (proc is not None and proc.poll() is not None):
+                return
+            if self._stopped is None:
+                self._stopped = reason
+        if proc is None:
+            return  # not started: `start` will not start it
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        threading.Thread(target=self._reap, args=(proc, grace_s), daemon=True).start()
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout_s: float | None = None) -> ChildExit:
+        """Copy the output until the child exits, then say how it ended. Past `timeout_s`
+        (from now) the child is stopped with the reason TIMEOUT."""
+        proc = self._proc
+        if proc is None:  # stopped before it started
+            with self._lock:
+                self._ended = True
+            return ChildExit(128 + signal.SIGTERM, "", 0, 0.0, self._stopped)
+        timer = threading.Timer(timeout_s, self.stop, args=(TIMEOUT,)) if timeout_s else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        tail = bytearray()
+        err_thread = threading.Thread(target=self._pump_stderr, args=(proc, tail), daemon=True)
+        err_thread.start()
+        try:
+            self._pump_stdout(proc)
+            err_thread.join()
+            code = proc.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        with self._lock:
+            self._ended = True
+        return ChildExit(code=code if code >= 0 else 128 - code,
+                         stderr_tail=tail.decode(errors="replace").strip(),
+                         bytes_done=self.bytes_done,
+                         duration_s=time.monotonic() - self.start_time,
+                         stopped=self._stopped)
+
+    def run(self, timeout_s: float | None = None) -> ChildExit:
+        """`start` then `wait`."""
+        self.start()
+        return self.wait(timeout_s)
+
+    def _pump_stdout(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+
+        def copy(chunk: bytes) -> None:
+            if self._stdout is not None:
+                self._stdout.write(chunk)
+                self._stdout.flush()
+            if self._on_stdout is not None:
+                self._on_stdout(chunk)
+
+        for progress in read_progress(proc.stdout, copy):
+            self.bytes_done = progress.bytes_done
+            if self._on_progress is not None:
+                self._on_progress(progress)
+
+    def _pump_stderr(self, proc: subprocess.Popen[bytes], tail: bytearray) -> None:
+        assert proc.stderr is not None
+        while chunk := proc.stderr.read1(65536):
+            if self._stderr is not None:
+                self._stderr.write(chunk)
+                self._stderr.flush()
+            tail.extend(chunk)
+            del tail[:-TAIL_BYTES]
