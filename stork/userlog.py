@@ -10,8 +10,41 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 _HOST = "<127.0.0.1:0>"
+
+SUBMIT, EXECUTE, TERMINATED, GENERIC, ABORTED = 0, 1, 5, 8, 9
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One event to append, as a value (decisions return them; `UserLog.write` appends)."""
+
+    code: int  # SUBMIT, EXECUTE, TERMINATED, GENERIC or ABORTED
+    text: str = ""  # GENERIC: the information; ABORTED: the reason; SUBMIT: the log notes
+    return_value: int = 0  # TERMINATED
+    bytes_done: int = 0  # TERMINATED
+
+
+def submitted(lognotes: str | None = None) -> LogEvent:
+    return LogEvent(SUBMIT, lognotes or "")
+
+
+def executing() -> LogEvent:
+    return LogEvent(EXECUTE)
+
+
+def note(text: str) -> LogEvent:
+    return LogEvent(GENERIC, text)
+
+
+def terminated(return_value: int, bytes_done: int = 0) -> LogEvent:
+    return LogEvent(TERMINATED, return_value=return_value, bytes_done=bytes_done)
+
+
+def aborted(reason: str) -> LogEvent:
+    return LogEvent(ABORTED, reason)
 
 
 def _header(code: int, job_id: int, when: float) -> str:
@@ -41,6 +74,21 @@ class UserLog:
             os.write(fd, data)
         finally:
             os.close(fd)
+
+    def write(self, when: float, event: LogEvent) -> None:
+        """Append one `LogEvent`."""
+        if event.code == SUBMIT:
+            self.submit(when, event.text or None)
+        elif event.code == EXECUTE:
+            self.execute(when)
+        elif event.code == TERMINATED:
+            self.terminated(when, event.return_value, event.bytes_done)
+        elif event.code == GENERIC:
+            self.generic(when, event.text)
+        elif event.code == ABORTED:
+            self.aborted(when, event.text)
+        else:
+            raise ValueError(f"unknown user log event code {event.code}")
 
     def submit(self, when: float, lognotes: str | None = None) -> None:
         text = _header(0, self.job_id, when) + f"Job submitted from host: {_HOST}\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import htcondor2
 
-from stork.userlog import UserLog
+from stork.userlog import UserLog, aborted, executing, note, submitted, terminated
 
 
 def test_events_read_back_with_htcondor(tmp_path: Path) -> None:
@@ -27,3 +27,16 @@ def test_events_read_back_with_htcondor(tmp_path: Path) -> None:
     assert events[4]["TotalSentBytes"] == 52428800
     assert events[5]["Reason"] == "removed by alice via stork_rm"
     assert events[1].timestamp - events[0].timestamp == 1
+
+
+def test_log_events_as_values_read_back_with_htcondor(tmp_path: Path) -> None:
+    """What the outcome judge returns (`LogEvent`s) is written by `UserLog.write`."""
+    path = tmp_path / "values.log"
+    log = UserLog(str(path), 5)
+    for when, event in enumerate([submitted("notes"), executing(), note("attempt 1 failed"),
+                                  terminated(1), aborted("removed by bob via stork_rm")]):
+        log.write(1_700_000_000 + when, event)
+    events = list(htcondor2.JobEventLog(str(path)).events(stop_after=0))
+    assert [int(e.type) for e in events] == [0, 1, 8, 5, 9]
+    assert events[0]["LogNotes"] == "notes" and events[3]["ReturnValue"] == 1
+    assert events[4]["Reason"] == "removed by bob via stork_rm"
