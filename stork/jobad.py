@@ -7,10 +7,12 @@ the job under the names below, so a constraint such as ``state == "IDLE" && owne
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import classad2
 
+from stork.eos.types import EstimateResult
 from stork.job import Job
 from stork.store.base import Attempt
 
@@ -27,17 +29,25 @@ def _classad_value(value: Any) -> Any:
     return value
 
 
-def estimate_ad(job_id: int, result: dict[str, Any]) -> str:
-    """An estimation result as the ClassAd stork_submit prints."""
+def estimate_ad(job_id: int, result: EstimateResult | Mapping[str, Any]) -> str:
+    """An estimation result (or its JSON form, as the job's `result` holds it) as the
+    ClassAd stork_submit prints."""
+    estimate = EstimateResult.of(result)
     ad = classad2.ClassAd()
     ad["stork_id"] = job_id
-    for key in ("optimal_streams", "estimated_throughput_mbps", "estimated_time_s", "size_bytes",
-                "model", "sampling_time_s", "sampler", "from_history", "reason"):
-        if key in result:
-            ad[key] = result[key]
-    ad["samples"] = [_classad_value({"streams": n, "mbps": m}) for n, m in result["samples"]]
-    if result.get("model_params"):
-        ad["model_params"] = _classad_value(result["model_params"])
+    ad["optimal_streams"] = estimate.optimal_streams
+    ad["estimated_throughput_mbps"] = estimate.estimated_throughput_mbps
+    if estimate.size_bytes is not None and estimate.estimated_time_s is not None:
+        ad["estimated_time_s"] = estimate.estimated_time_s
+        ad["size_bytes"] = estimate.size_bytes
+    ad["model"] = estimate.model
+    ad["sampling_time_s"] = estimate.sampling_time_s
+    ad["sampler"] = estimate.sampler
+    ad["from_history"] = estimate.from_history
+    ad["reason"] = estimate.reason
+    ad["samples"] = [_classad_value({"streams": n, "mbps": m}) for n, m in estimate.samples]
+    if estimate.model_params:
+        ad["model_params"] = _classad_value(dict(estimate.model_params))
     return str(ad)
 
 

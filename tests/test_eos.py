@@ -14,7 +14,8 @@ import pytest
 
 from stork import config
 from stork.eos.samplers import GridFtpSampler, Iperf3Sampler, SamplingError, steady_rate
-from stork.eos.service import EosService, EstimateRequest
+from stork.eos.service import EosService
+from stork.eos.types import EstimateRequest, EstimateResult
 from stork.eos.sampling import Sample
 from stork.store import SqliteStore
 from tests.support import GridFtpServer, StorkServer, free_port, make_file, md5, wait_for
@@ -153,7 +154,7 @@ def test_equal_requests_in_flight_share_one_sampling_run(tmp_path: Path) -> None
     swapped = EstimateRequest("ftp://10.9.9.2:2811/data/c", "ftp://10.9.9.1:2811/data/d",
                               "-b 1048576")
     other_args = EstimateRequest("ftp://10.9.9.1:2811/data/a", "ftp://10.9.9.2:2811/data/b", "-b 2M")
-    results: dict[str, dict] = {}
+    results: dict[str, EstimateResult] = {}
     threads = [threading.Thread(target=lambda k=k, r=r: results.__setitem__(k, eos.estimate(r)),
                                 daemon=True)
                for k, r in (("a", a), ("a2", a), ("swapped", swapped), ("other", other_args))]
@@ -168,9 +169,9 @@ def test_equal_requests_in_flight_share_one_sampling_run(tmp_path: Path) -> None
         t.join(20)
     assert eos.sampling_runs == 2  # one for the equal triple (either direction), one for -b 2M
     assert len(eos.matrix) == 0
-    assert results["a"]["optimal_streams"] == results["a2"]["optimal_streams"] == \
-        results["swapped"]["optimal_streams"]
-    assert sum(r["shared_run"] for r in results.values()) == 2
+    assert results["a"].optimal_streams == results["a2"].optimal_streams == \
+        results["swapped"].optimal_streams
+    assert sum(r.shared_run for r in results.values()) == 2
     rows = store.history("10.9.9.1:2811", "10.9.9.2:2811", symmetric=True, kind="optimization")
     assert len(rows) == 2
     eos.shutdown()
@@ -235,17 +236,17 @@ def test_share_window_zero_samples_for_every_job(tmp_path: Path) -> None:
                                size_bytes=10**9, queued_since=queued)
 
     eos = service("3600")
-    assert eos.estimate(request(900.0))["shared_run"] is False
-    assert eos.estimate(request(990.0))["shared_run"] is True  # queued before it ended
-    assert eos.estimate(request(None))["shared_run"] is False  # an estimation job samples
+    assert eos.estimate(request(900.0)).shared_run is False
+    assert eos.estimate(request(990.0)).shared_run is True  # queued before it ended
+    assert eos.estimate(request(None)).shared_run is False  # an estimation job samples
     now[0] = 1001.0
-    assert eos.estimate(request(1000.5))["shared_run"] is False  # queued after it ended
+    assert eos.estimate(request(1000.5)).shared_run is False  # queued after it ended
     now[0] = 1001.0 + 3601
-    assert eos.estimate(request(900.0))["shared_run"] is False  # the run is too old
+    assert eos.estimate(request(900.0)).shared_run is False  # the run is too old
     assert eos.sampling_runs == 4
     eager = service("0")
-    assert eager.estimate(request(900.0))["shared_run"] is False
-    assert eager.estimate(request(900.0))["shared_run"] is False
+    assert eager.estimate(request(900.0)).shared_run is False
+    assert eager.estimate(request(900.0)).shared_run is False
     assert eager.sampling_runs == 2 and settings.eos_share_window_s == 3600
     eos.shutdown()
     eager.shutdown()
@@ -294,10 +295,14 @@ def test_remote_eos_server_answers_for_opt_server(tmp_path: Path, gridftp: GridF
                                                    big: Path) -> None:
     port = free_port()
     eos_dir = tmp_path / "eos"
-    eos_cfg = StorkServer(eos_dir, {**EOS_KNOBS, "EOS_API_ADDRESS": f"127.0.0.1:{port}"})
+    token = tmp_path / "eos.token"
+    token.write_text("eos-token-" + "x" * 20)
+    token.chmod(0o600)
+    knobs = {**EOS_KNOBS, "EOS_API_TOKEN_FILE": str(token)}
+    eos_cfg = StorkServer(eos_dir, {**knobs, "EOS_API_ADDRESS": f"127.0.0.1:{port}"})
     proc = subprocess.Popen([str(Path(eos_cfg.env()["PATH"].split(":")[0]) / "eos_server")],
                             env=eos_cfg.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    server = StorkServer(tmp_path / "stork", EOS_KNOBS).start()
+    server = StorkServer(tmp_path / "stork", knobs).start()
     try:
         import httpx
 
@@ -306,7 +311,9 @@ def test_remote_eos_server_answers_for_opt_server(tmp_path: Path, gridftp: GridF
             src_url = "{gridftp.url(big)}"; dest_url = "{gridftp.url(tmp_path / 'r.dat')}" ]""")
         job = server.wait_state(job_id)
         assert job["state"] == "COMPLETED" and job["result"]["optimal_streams"] >= 1
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/ping").json()["sampling_runs"] == 1
+        ping = httpx.get(f"http://127.0.0.1:{port}/v1/ping",
+                         headers={"Authorization": f"Bearer {token.read_text()}"})
+        assert ping.json()["sampling_runs"] == 1
         remote_rows = SqliteStore(str(eos_dir / "state" / "stork.db")).history(
             f"127.0.0.1:{gridftp.port}", f"127.0.0.1:{gridftp.port}", symmetric=True)
         assert len(remote_rows) == 1  # the remote EOS sampled and remembered it
@@ -320,7 +327,8 @@ def _pings(port: int) -> bool:
     import httpx
 
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/v1/ping", timeout=1).status_code == 200
+        # without the token eos_server refuses, which still says it is up
+        return httpx.get(f"http://127.0.0.1:{port}/v1/ping", timeout=1).status_code == 403
     except httpx.TransportError:
         return False
 

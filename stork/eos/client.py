@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import socket
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 
-from stork.eos.service import EstimateRequest
+from stork.eos.types import EstimateRequest, EstimateResult
 from stork.errors import ApiError, ServerUnreachable
 from stork.urls import parse_hostport
 
@@ -15,7 +15,7 @@ _LOCAL = {"", "localhost", "127.0.0.1", "::1"}
 
 
 class Estimator(Protocol):
-    def estimate(self, request: EstimateRequest) -> dict[str, Any]: ...
+    def estimate(self, request: EstimateRequest) -> EstimateResult: ...
 
 
 class RemoteEos:
@@ -25,7 +25,7 @@ class RemoteEos:
         self.address = address
         self.timeout_s = timeout_s
 
-    def estimate(self, request: EstimateRequest) -> dict[str, Any]:
+    def estimate(self, request: EstimateRequest) -> EstimateResult:
         try:
             response = httpx.post(f"http://{self.address}/v1/estimate", json=request.to_json(),
                                   timeout=self.timeout_s)
@@ -35,7 +35,11 @@ class RemoteEos:
         if response.status_code >= 400:
             raise ApiError(f"eos_server at {self.address}: {body.get('error')}",
                            status=response.status_code)
-        return dict(body["result"])
+        try:
+            return EstimateResult.from_json(body["result"])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ApiError(f"eos_server at {self.address} answered without a usable result: "
+                           f"{exc!r}", status=response.status_code) from None
 
 
 def remote_address(opt_server: str | None, default_port: int) -> str | None:

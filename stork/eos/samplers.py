@@ -18,7 +18,6 @@ import contextlib
 import ftplib
 import json
 import os
-import subprocess
 import threading
 import time
 import uuid
@@ -28,12 +27,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from stork.eos.sampling import Sample
 from stork.errors import SamplingError
-from stork.identity import RunAs, popen_kwargs, unlink_as
-from stork.server.runner import child_setup
+from stork.identity import RunAs, unlink_as
+from stork.process import TIMEOUT, Child
 from stork.transfer import verify
-from stork.transfer.base import read_progress, summarize_error
+from stork.transfer.base import summarize_error
 from stork.urls import parse_url
 
+_SAMPLE_TIME = "sample time"  # the stop reason of a sample stopped after `seconds`
 
 
 class Sampler(ABC):
@@ -162,7 +162,7 @@ class GridFtpSampler(Sampler):
         self.timeout_s = timeout_s
         self.seconds = seconds  # stop a sample after this long; its rate comes from what moved
         self.run_as = run_as  # the requesting job's owner, when the daemon is root
-        self.env = ({**os.environ, "X509_USER_PROXY": x509proxy}
+        self.env = ({"X509_USER_PROXY": x509proxy}  # added to the daemon's environment
                     if x509proxy and x509proxy != "default" else None)
 
     def command(self, streams: int, scratch: str) -> list[str]:
@@ -178,34 +178,30 @@ class GridFtpSampler(Sampler):
         marks: list[tuple[float, int]] = []
         start = time.monotonic()
         watch = SizeWatch(scratch, start) if SizeWatch.possible(scratch) else None
-        stopped_early = threading.Event()
+        child = Child(argv, env=self.env, run_as=self.run_as,
+                      on_progress=lambda p: marks.append((time.monotonic(), p.bytes_done)))
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, preexec_fn=child_setup,
-                                    env=self.env, **popen_kwargs(self.run_as))
-            assert proc.stdout is not None and proc.stderr is not None
-
-            def stop_early() -> None:
-                if proc.poll() is None:
-                    stopped_early.set()
-                    proc.terminate()
-
-            timer = threading.Timer(self.seconds, stop_early) if self.seconds else None
-            if timer is not None:
-                timer.start()
             with contextlib.ExitStack() as stack:
-                if timer is not None:
+                try:
+                    child.start()
+                except OSError as exc:
+                    raise SamplingError(f"cannot run {argv[0]}: {exc.strerror}") from None
+                if self.seconds:  # stop early: the rate comes from what moved by then
+                    timer = threading.Timer(self.seconds, child.stop, args=(_SAMPLE_TIME,))
+                    timer.daemon = True
+                    timer.start()
                     stack.callback(timer.cancel)
                 if watch is not None:
                     stack.enter_context(watch)
-                for progress in read_progress(proc.stdout):
-                    marks.append((time.monotonic(), progress.bytes_done))
-                stderr = proc.stderr.read().decode(errors="replace")
-                code = proc.wait(timeout=self.timeout_s)
+                ended = child.wait(self.timeout_s)
             elapsed = time.monotonic() - start
-            if code != 0 and not stopped_early.is_set():
-                raise SamplingError(f"sample with {streams} streams failed: "
-                                    f"{summarize_error(stderr) or f'exit status {code}'}")
+            stopped_early = ended.stopped == _SAMPLE_TIME
+            if ended.stopped == TIMEOUT:
+                raise SamplingError(f"sample with {streams} streams ran past "
+                                    f"{self.timeout_s:g} s and was stopped")
+            if ended.code != 0 and not stopped_early:
+                said = summarize_error(ended.stderr_tail) or f"exit status {ended.code}"
+                raise SamplingError(f"sample with {streams} streams failed: {said}")
             try:
                 moved = verify.size_of(scratch)
             except verify.VerifyError:  # the size is a measurement aid: fall back below
@@ -215,10 +211,9 @@ class GridFtpSampler(Sampler):
         if moved is None:
             moved = marks[-1][1] if marks else self.sample_bytes
         raw: dict[str, object] = {"argv": argv, "markers": len(marks),
-                                  "stopped_after_s": self.seconds if stopped_early.is_set()
-                                  else None}
+                                  "stopped_after_s": self.seconds if stopped_early else None}
         points = list(watch.points) if watch is not None else []
-        complete = not stopped_early.is_set()
+        complete = not stopped_early
         if points and points[-1][1] < moved and complete:
             points.append((elapsed, moved))  # finished between two polls
         steady = steady_rate(points, total=moved if complete else None)
@@ -260,19 +255,26 @@ class Iperf3Sampler(Sampler):
 
     def measure(self, streams: int) -> Sample:
         argv = self.command(streams)
+        out = bytearray()
+        child = Child(argv, run_as=self.run_as, on_stdout=out.extend)
         start = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, text=True, preexec_fn=child_setup,
-                              timeout=self.seconds + 60, stdin=subprocess.DEVNULL,
-                              **popen_kwargs(self.run_as))
-        elapsed = time.monotonic() - start
         try:
-            report = json.loads(proc.stdout)
+            ended = child.run(timeout_s=self.seconds + 60)
+        except OSError as exc:
+            raise SamplingError(f"cannot run {argv[0]}: {exc.strerror}") from None
+        elapsed = time.monotonic() - start
+        stdout = out.decode(errors="replace")
+        if ended.stopped == TIMEOUT:
+            raise SamplingError(f"iperf3 with {streams} streams to {self.host}:{self.port} "
+                                f"ran past {self.seconds + 60:g} s and was stopped")
+        try:
+            report = json.loads(stdout)
         except ValueError:
             raise SamplingError(f"iperf3 with {streams} streams printed no JSON: "
-                                f"{(proc.stderr or proc.stdout).strip()[:300]}") from None
-        if "error" in report or proc.returncode != 0:
+                                f"{(ended.stderr_tail or stdout).strip()[:300]}") from None
+        if "error" in report or ended.code != 0:
             raise SamplingError(f"iperf3 with {streams} streams to {self.host}:{self.port} "
-                                f"failed: {report.get('error', proc.returncode)}")
+                                f"failed: {report.get('error', ended.code)}")
         received = report["end"]["sum_received"]
         return Sample(streams, float(received["bits_per_second"]) / 1e6, elapsed,
                       int(received["bytes"]), {"argv": argv, "method": "iperf3 -O 1"})

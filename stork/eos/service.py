@@ -10,6 +10,7 @@ equal task in its row, applied to the optimizations of jobs waiting in the queue
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import logging
@@ -17,64 +18,18 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stork.config import Settings
 from stork.eos.samplers import Sampler, make_sampler
-from stork.identity import RunAs
 from stork.eos.sampling import Decision, Sample, decide, doubling, guided
+from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail
 from stork.sched import Task, TaskMatrix
 from stork.store.base import HistoryEntry, JobStore
 from stork.transfer import verify
-from stork.transfer.options import TransferOptions, parse_arguments
-from stork.urls import parse_url
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EstimateRequest:
-    src_url: str
-    dest_url: str
-    arguments: str = ""  # the job's transfer options (-p is ignored: the EOS chooses it)
-    size_bytes: int | None = None
-    use_history: bool = False
-    x509proxy: str | None = None  # the job's proxy, for GridFTP samples
-    run_as: RunAs | None = field(default=None, compare=False)  # samples run as the job's owner
-    queued_since: float | None = None  # a transfer job's submission time (unix seconds)
-
-    @property
-    def options(self) -> TransferOptions:
-        return parse_arguments(self.arguments)
-
-    @property
-    def triple_arguments(self) -> str:
-        """The options that make two requests different tasks: all but the stream count."""
-        o = self.options
-        return TransferOptions(None, o.tcp_buffer_bytes, o.block_size_bytes,
-                               o.sample_size_bytes).to_arguments()
-
-    def hosts(self) -> tuple[str, str]:
-        return parse_url(self.src_url).endpoint, parse_url(self.dest_url).endpoint
-
-    def to_json(self) -> dict[str, Any]:
-        return {"src_url": self.src_url, "dest_url": self.dest_url, "arguments": self.arguments,
-                "size": self.size_bytes, "use_history": self.use_history,
-                "x509proxy": self.x509proxy, "queued_since": self.queued_since}
-
-    @classmethod
-    def from_json(cls, body: dict[str, Any]) -> EstimateRequest:
-        request = cls(str(body["src_url"]), str(body["dest_url"]), str(body.get("arguments") or ""),
-                      int(body["size"]) if body.get("size") else None,
-                      bool(body.get("use_history")),
-                      str(body["x509proxy"]) if body.get("x509proxy") else None,
-                      queued_since=(float(body["queued_since"])
-                                    if body.get("queued_since") is not None else None))
-        parse_url(request.src_url)
-        parse_url(request.dest_url)
-        parse_arguments(request.arguments)
-        return request
 
 
 @dataclass(frozen=True)
@@ -86,6 +41,8 @@ class Optimization:
 
 
 SamplerFactory = Callable[[EstimateRequest], Sampler]
+
+__all__ = ["EosService", "EstimateRequest", "EstimateResult", "Optimization", "SamplerFactory"]
 
 
 class EosService:
@@ -119,12 +76,12 @@ class EosService:
 
     # -- the request path -----------------------------------------------------------------
 
-    def estimate(self, request: EstimateRequest) -> dict[str, Any]:
+    def estimate(self, request: EstimateRequest) -> EstimateResult:
         """Answer one request (blocking): history hit, shared run, or a new sampling run."""
         if request.use_history:
             hit = self._history_hit(request)
             if hit is not None:
-                return self._answer(request, hit, from_history=True)
+                return self._answer(request, hit, from_history=True, shared=False)
         task = self.task_for(request)
         future: Future[tuple[Optimization, bool]] = Future()
         with self._lock:
@@ -136,9 +93,7 @@ class EosService:
                 self._waiting[task] = (request, future)
                 self._pump()
         optimization, shared = future.result()
-        result = self._answer(request, optimization, from_history=False)
-        result["shared_run"] = shared
-        return result
+        return self._answer(request, optimization, from_history=False, shared=shared)
 
     def task_for(self, request: EstimateRequest) -> Task:
         """The request as a matrix task <source host, destination host, options>. Without
@@ -238,8 +193,8 @@ class EosService:
         decision = Decision(row.streams, row.throughput_mbps, row.model, "from history", {})
         return Optimization(samples, decision, 0.0, "history")
 
-    def _answer(self, request: EstimateRequest, opt: Optimization,
-                from_history: bool) -> dict[str, Any]:
+    def _answer(self, request: EstimateRequest, opt: Optimization, from_history: bool,
+                shared: bool) -> EstimateResult:
         d = opt.decision
         size = request.size_bytes
         if size is None:
@@ -247,32 +202,32 @@ class EosService:
                 size = verify.size_of(request.src_url)
             except verify.VerifyError:
                 size = None
-        result: dict[str, Any] = {
-            "optimal_streams": d.streams,
-            "estimated_throughput_mbps": round(d.throughput_mbps, 3),
-            "model": d.model,
-            "model_params": d.params,
-            "reason": d.reason,
-            "samples": [[s.streams, round(s.mbps, 3)] for s in opt.samples],
-            "sample_details": [{"streams": s.streams, "mbps": round(s.mbps, 3),
-                                "duration_s": round(s.duration_s, 3), "bytes": s.bytes_moved,
-                                "method": str(s.raw.get("method", ""))} for s in opt.samples],
-            "sampling_time_s": round(opt.sampling_time_s, 3),
-            "sampler": opt.sampler,
-            "from_history": from_history,
-        }
-        if size:
-            # set-up (control and data channels) and TCP start-up as in the sample nearest in
-            # stream count, then the steady rate: what a transfer of this size will see
-            nearest = min(opt.samples, key=lambda x: abs(math.log(x.streams / d.streams)))
-            seconds = nearest.seconds_for(size, d.throughput_mbps)
-            result["size_bytes"] = size
-            result["setup_time_s"] = round(nearest.setup_s, 3)
-            result["startup_time_s"] = round(nearest.startup_s, 3)
-            result["steady_throughput_mbps"] = result["estimated_throughput_mbps"]
-            result["estimated_time_s"] = round(seconds, 3)
-            result["estimated_throughput_mbps"] = round(size * 8 / 1e6 / seconds, 3)
-        return result
+        result = EstimateResult(
+            optimal_streams=d.streams,
+            estimated_throughput_mbps=round(d.throughput_mbps, 3),
+            model=d.model,
+            reason=d.reason,
+            model_params=d.params,
+            samples=tuple((s.streams, round(s.mbps, 3)) for s in opt.samples),
+            sample_details=tuple(SampleDetail(s.streams, round(s.mbps, 3), round(s.duration_s, 3),
+                                              s.bytes_moved, str(s.raw.get("method", "")))
+                                 for s in opt.samples),
+            sampling_time_s=round(opt.sampling_time_s, 3),
+            sampler=opt.sampler,
+            from_history=from_history,
+            shared_run=shared)
+        if not size:
+            return result
+        # set-up (control and data channels) and TCP start-up as in the sample nearest in
+        # stream count, then the steady rate: what a transfer of this size will see
+        nearest = min(opt.samples, key=lambda x: abs(math.log(x.streams / d.streams)))
+        seconds = nearest.seconds_for(size, d.throughput_mbps)
+        return dataclasses.replace(
+            result, size_bytes=size, setup_time_s=round(nearest.setup_s, 3),
+            startup_time_s=round(nearest.startup_s, 3),
+            steady_throughput_mbps=result.estimated_throughput_mbps,
+            estimated_time_s=round(seconds, 3),
+            estimated_throughput_mbps=round(size * 8 / 1e6 / seconds, 3))
 
     def record_transfer(self, src_url: str, dest_url: str, arguments: str, streams: int,
                         bytes_moved: int, duration_s: float, job_id: int) -> None:

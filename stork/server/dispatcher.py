@@ -289,14 +289,14 @@ class Dispatcher:
         result = self.estimator_for(job.spec).estimate(EstimateRequest(
             request.src_url, request.dest_url, job.spec.arguments, None, job.spec.use_history,
             job.spec.x509proxy, RunAs.for_owner(job.owner_uid), queued_since=job.submitted_at))
-        streams = int(result["optimal_streams"])
+        streams = result.optimal_streams
         self.store.update_result(job.id, {
             "optimized_streams": streams,
-            "predicted_throughput_mbps": result["estimated_throughput_mbps"],
-            "eos_model": result["model"],
-            "eos_from_history": result["from_history"],
-            "eos_shared_run": result.get("shared_run", False),
-            "eos_sampling_time_s": result["sampling_time_s"]})
+            "predicted_throughput_mbps": result.estimated_throughput_mbps,
+            "eos_model": result.model,
+            "eos_from_history": result.from_history,
+            "eos_shared_run": result.shared_run,
+            "eos_sampling_time_s": result.sampling_time_s})
         options = request.options
         chosen = TransferRequest(request.src_url, request.dest_url, TransferOptions(
             streams, options.tcp_buffer_bytes, options.block_size_bytes,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from stork.eos.client import Estimator
-from stork.eos.service import EstimateRequest
+from stork.eos.types import EstimateRequest
 from stork.identity import RunAs
 from stork.job import Job, JobSpec, JobState
 from stork.store.base import JobStore, Transition
@@ -54,8 +54,8 @@ class EstimationRunner:
                 failure_kind=FailureKind.PERMANENT.value))
             return
         self.store.finish_attempt(job.id, job.attempts, self.clock(), Transition(
-            JobState.COMPLETED, "completed", "completed", exit_code=0, result=result,
-            detail={"optimal_streams": result["optimal_streams"], "model": result["model"]}))
+            JobState.COMPLETED, "completed", "completed", exit_code=0, result=result.to_json(),
+            detail={"optimal_streams": result.optimal_streams, "model": result.model}))
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

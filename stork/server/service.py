@@ -188,7 +188,7 @@ class Service:
             request = EstimateRequest.from_json(body)
         except (KeyError, ValueError, TypeError) as exc:
             raise InvalidRequest(f"bad estimation request: {exc}") from None
-        return {"result": self.eos.estimate(request)}
+        return {"result": self.eos.estimate(request).to_json()}
 
     def remove(self, job_id: int, caller: Caller) -> dict[str, Any]:
         job = self.dispatcher.remove(job_id, caller.uid, caller.name)

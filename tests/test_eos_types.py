@@ -1,0 +1,94 @@
+"""The EOS boundary: EstimateRequest / EstimateResult values and their JSON, the estimate
+ad built from them, and `stork.eos` standing on its own (it imports nothing from
+`stork.server`)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import classad2
+import pytest
+
+from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail
+from stork.jobad import estimate_ad
+
+REPO = Path(__file__).resolve().parent.parent
+
+SIZED = {
+    "optimal_streams": 8, "estimated_throughput_mbps": 812.5, "model": "second_order",
+    "model_params": {"a": 1.5, "b": -0.25}, "reason": "best fit",
+    "samples": [[1, 120.0], [4, 400.0], [16, 790.0]],
+    "sample_details": [{"streams": 1, "mbps": 120.0, "duration_s": 1.5, "bytes": 4194304,
+                        "method": "destination size, steady part"}],
+    "sampling_time_s": 6.25, "sampler": "gridftp", "from_history": False, "shared_run": True,
+    "size_bytes": 1073741824, "setup_time_s": 0.4, "startup_time_s": 0.6,
+    "steady_throughput_mbps": 830.0, "estimated_time_s": 10.572,
+}
+
+
+def test_result_json_round_trip_keeps_the_shape() -> None:
+    result = EstimateResult.from_json(SIZED)
+    assert result.optimal_streams == 8 and result.shared_run is True
+    assert result.samples == ((1, 120.0), (4, 400.0), (16, 790.0))
+    assert result.sample_details[0] == SampleDetail(1, 120.0, 1.5, 4194304,
+                                                    "destination size, steady part")
+    assert result.to_json() == SIZED
+    assert json.loads(json.dumps(result.to_json())) == SIZED
+    assert EstimateResult.of(result) is result and EstimateResult.of(SIZED) == result
+
+
+def test_unsized_result_has_no_size_keys() -> None:
+    result = EstimateResult(4, 300.0, "best_sample", samples=((4, 300.0),))
+    body = result.to_json()
+    for key in ("size_bytes", "estimated_time_s", "setup_time_s", "steady_throughput_mbps"):
+        assert key not in body
+    assert body["shared_run"] is False and body["from_history"] is False
+    assert EstimateResult.from_json(body) == result
+
+
+def test_malformed_result_is_refused() -> None:
+    with pytest.raises(KeyError):
+        EstimateResult.from_json({"model": "x"})
+    with pytest.raises(ValueError):
+        EstimateResult.from_json({**SIZED, "optimal_streams": "many"})
+
+
+def test_request_json_round_trip() -> None:
+    request = EstimateRequest("ftp://a:2811/x", "ftp://b:2811/y", "-b 1M -p 4", 1000, True,
+                              None, queued_since=12.5)
+    assert EstimateRequest.from_json(request.to_json()) == request
+    assert request.triple_arguments == "-b 1048576"
+    assert request.hosts() == ("a:2811", "b:2811")
+
+
+def test_estimate_ad_from_the_result_or_its_json() -> None:
+    text = estimate_ad(3, SIZED)
+    assert text == estimate_ad(3, EstimateResult.from_json(SIZED))
+    ad = classad2.ClassAd(text)
+    assert ad["stork_id"] == 3 and ad["optimal_streams"] == 8
+    assert ad["estimated_time_s"] == pytest.approx(10.572) and ad["size_bytes"] == 1073741824
+    assert [s["streams"] for s in ad["samples"]] == [1, 4, 16]
+    assert ad["model_params"]["a"] == pytest.approx(1.5)
+    unsized = classad2.ClassAd(estimate_ad(4, EstimateResult(2, 50.0, "best_sample")))
+    assert "estimated_time_s" not in unsized and "model_params" not in unsized
+
+
+def test_eos_modules_import_nothing_from_the_server() -> None:
+    for path in sorted((REPO / "stork" / "eos").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith("stork.server"), f"{path.name} imports {name}"
+    code = ("import sys, pkgutil, importlib, stork.eos\n"
+            "for m in pkgutil.iter_modules(stork.eos.__path__):\n"
+            "    importlib.import_module('stork.eos.' + m.name)\n"
+            "print(sorted(n for n in sys.modules if n.startswith('stork.server')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True).stdout
+    assert out.strip() == "[]"
