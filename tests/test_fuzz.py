@@ -32,7 +32,7 @@ SHORT = 300
 REGISTRY = Registry.default()
 
 VALID = ('[ dap_type = transfer; src_url = "ftp://host.example:2811/data/f.dat";\n'
-         '  dest_url = "file:///tmp/out.dat"; arguments = "-p 4 -tcp-bs 1M"; max_retries = 3;\n'
+         '  dest_url = "file:///tmp/out.dat"; arguments = "-p 4 -b 1M -bs 512K"; max_retries = 3;\n'
          '  optimization = "YES"; log = "job.log"; alt_protocols = "ftp-file" ]\n'
          '[ dap_type = estimation; src_url = "gsiftp://a.example/x"; dest_url = "gsiftp://b/y";'
          ' size = 1000 ]\n')
@@ -71,6 +71,13 @@ def mutate(rng: random.Random, text: str) -> str:
 
 
 MUTATED = st.randoms(use_true_random=False).map(lambda rng: mutate(rng, VALID))
+
+
+def test_the_mutation_seed_is_accepted() -> None:
+    """Mutations of a seed the parser rejects seldom reach the acceptance checks."""
+    specs = parse_submit(VALID, "fuzz.dap", iwd="/tmp", registry=REGISTRY, max_ads=100)
+    assert [s.dap_type.value for s in specs] == ["transfer", "estimation"]
+    assert specs[0].arguments == "-p 4 -b 1048576 -bs 524288"
 
 
 def check_parse(text: str) -> None:

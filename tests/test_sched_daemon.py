@@ -4,6 +4,8 @@ loopback addresses (127.0.0.2, .3, .4 are distinct hosts)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from stork.store import SqliteStore
-from tests.support import GridFtpServer, StorkServer, make_file, missing_tools
+from tests.support import GridFtpServer, StorkServer, make_file, missing_tools, wait_for
 from stork.urls import parse_url
 
 MB = 1024 * 1024
@@ -57,18 +59,31 @@ def test_burst_respects_host_limits_and_shares_sampling(sites: list[GridFtpServe
             f'[ dap_type = transfer; src_url = "{a.url(src)}"; '
             f'dest_url = "{dest.url(dest.workdir / f"burst-{i}.dat")}"; arguments = "-p 2" ]\n'
             for i, dest in enumerate([b, c] * 6))
-        # submitted through the API (no client start-up), so the burst is still queued when
-        # the listing below looks at it
+        # submitted through the API (no client start-up), so the burst is queued at once
         ids = server.api("POST", "/v1/jobs", json={"text": transfers, "filename": "burst.dap",
                                                    "iwd": str(tmp_path)}).json()["ids"]
-        # while the burst runs, waiting jobs say why; the matrix shows the selection
-        reasons = {j["wait_reason"] for j in server.api("GET", "/v1/jobs").json()["jobs"]
-                   if j["wait_reason"]}
-        assert "host 127.0.0.2 at penalty limit" in reasons, reasons
-        status = server.cli("stork_status", str(ids[-1]), check=True).stdout
-        matrix = server.cli("stork_q", "-matrix", check=True).stdout
-        assert "penalty limit 1" in matrix and "127.0.0.2 1" in matrix
-        assert "last selection:" in matrix and "confusion score" in matrix
+        # freeze site a, the source of every transfer: the two running on it cannot end,
+        # so the other ten must wait for host 127.0.0.2's penalty limit while we look
+        assert a.proc is not None
+        os.killpg(a.proc.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: len(in_state(server, "RUNNING")) == 2, 30,
+                     what="two transfers running from the frozen site")
+            listing = server.api("GET", "/v1/jobs").json()["jobs"]
+            waiting = [j for j in listing if j["state"] == "IDLE"]
+            assert len(waiting) >= 8, listing  # at most two ended before the freeze
+            assert all(j["wait_reason"] for j in waiting), listing  # each says why
+            limited = [j["id"] for j in waiting
+                       if j["wait_reason"] == "host 127.0.0.2 at penalty limit"]
+            assert limited, listing
+            status = server.cli("stork_status", str(limited[-1]), check=True).stdout
+            assert f"Job {limited[-1]}: IDLE" in status, status
+            assert "Waiting: host 127.0.0.2 at penalty limit" in status, status
+            matrix = server.cli("stork_q", "-matrix", check=True).stdout
+            assert "penalty limit 1" in matrix and "127.0.0.2 1" in matrix, matrix
+            assert "last selection:" in matrix and "confusion score" in matrix, matrix
+        finally:
+            os.killpg(a.proc.pid, signal.SIGCONT)
         estimations = "".join(
             f'[ dap_type = estimation; src_url = "{a.url(src)}"; '
             f'dest_url = "{b.url(b.workdir / "est.dat")}"; arguments = "{args}" ]\n'
@@ -89,5 +104,7 @@ def test_burst_respects_host_limits_and_shares_sampling(sites: list[GridFtpServe
         assert sorted(r.arguments for r in runs) == ["-b 1048576", "-b 2097152"]  # 2 runs, not 4
     finally:
         server.stop()
-    if f"Job {ids[-1]}: IDLE" in status:  # still waiting when asked: it says why
-        assert "Waiting: host 127.0.0.2 at penalty limit" in status, status
+
+
+def in_state(server: StorkServer, state: str) -> list[int]:
+    return [j["id"] for j in server.api("GET", "/v1/jobs").json()["jobs"] if j["state"] == state]

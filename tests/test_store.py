@@ -1,22 +1,46 @@
-"""The SQLite store: WAL, schema version, atomic state changes with their events."""
+"""The SQLite store's own behaviour: WAL, schema version, file mode, and what it does when
+another process holds the database locked (the behaviour every store shares is in
+test_store_contract.py; a full disk is in test_store_outage.py)."""
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from stork.errors import InvalidRequest, JobNotFound, SchemaError
+from stork.errors import SchemaError, StoreError, StoreUnavailable
 from stork.job import DapType, JobSpec, JobState
 from stork.store import SqliteStore, Transition
+from stork.store import sqlite_db
+from stork.store.sqlite_db import transient_cause
 
 SPEC = JobSpec(DapType.TRANSFER, "file:///a", "file:///b", ad_text='[ dap_type = "transfer" ]')
+DONE = Transition(JobState.COMPLETED, "completed", "completed", exit_code=0)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SqliteStore:
-    return SqliteStore(str(tmp_path / "q.db"))
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqliteStore]:
+    monkeypatch.setattr(sqlite_db, "BUSY_TIMEOUT_S", 0.2)  # a lock is found out quickly
+    opened = SqliteStore(str(tmp_path / "q.db"))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def locker(tmp_path: Path, store: SqliteStore) -> Iterator[sqlite3.Connection]:
+    """Another process's connection, holding the write lock until it commits."""
+    db = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    yield db
+    if db.in_transaction:
+        db.execute("COMMIT")
+    db.close()
 
 
 def test_wal_mode_and_schema_version(tmp_path: Path, store: SqliteStore) -> None:
@@ -31,105 +55,109 @@ def test_wal_mode_and_schema_version(tmp_path: Path, store: SqliteStore) -> None
         SqliteStore(str(tmp_path / "q.db"))
 
 
-def test_submit_writes_jobs_and_events_together(store: SqliteStore) -> None:
-    ids = store.submit([SPEC, SPEC], 1000, "alice", now=10.0)
-    assert ids == [1, 2]
-    job = store.get(2)
-    assert (job.state, job.owner, job.owner_uid, job.spec) == (JobState.IDLE, "alice", 1000, SPEC)
-    assert [e.kind for e in store.events(2)] == ["submit"]
-    with pytest.raises(JobNotFound):
-        store.get(3)
+def test_database_readable_by_the_daemon_only(tmp_path: Path, store: SqliteStore) -> None:
+    assert os.stat(tmp_path / "q.db").st_mode & 0o777 == 0o600
 
 
-def test_attempt_lifecycle_and_no_double_completion(store: SqliteStore) -> None:
-    [job_id] = store.submit([SPEC], 0, "root", now=1.0)
-    started = store.start_attempt(job_id, 2.0, "file:///a", "file:///b", "file-copy")
-    assert started is not None and started.state is JobState.RUNNING and started.attempts == 1
-    assert store.start_attempt(job_id, 2.0, "file:///a", "file:///b", "file-copy") is None
-    store.record_progress(job_id, 1, 500, 12.5)
-    assert store.get(job_id).bytes_done == 500
-    done = store.finish_attempt(job_id, 1, 3.0, Transition(JobState.COMPLETED, "completed",
-                                                           "completed", exit_code=0))
-    assert done is not None and done.state is JobState.COMPLETED and done.finished_at == 3.0
-    again = store.finish_attempt(job_id, 1, 4.0, Transition(JobState.COMPLETED, "completed",
-                                                            "completed", exit_code=0))
-    assert again is None
-    assert [e.kind for e in store.events(job_id)] == ["submit", "execute", "completed"]
-    [attempt] = store.attempts(job_id)
-    assert (attempt.outcome, attempt.exit_code, attempt.ended_at) == ("completed", 0, 3.0)
+def test_transient_causes_are_told_from_permanent_errors(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "x.db")
+    db.execute("CREATE TABLE t (a INTEGER PRIMARY KEY)")
+    db.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(sqlite3.IntegrityError) as constraint:
+        db.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(sqlite3.OperationalError) as schema:
+        db.execute("SELECT * FROM missing")
+    assert transient_cause(constraint.value) is None
+    assert transient_cause(schema.value) is None
+    assert transient_cause(ValueError("x")) is None
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
+    ioerr = sqlite3.OperationalError("disk I/O error")
+    ioerr.sqlite_errorcode = sqlite3.SQLITE_IOERR_FSYNC  # type: ignore[attr-defined]
+    assert (transient_cause(full), transient_cause(ioerr)) == ("disk full", "I/O error")
 
 
-def test_failed_attempt_goes_back_to_idle_until_its_retry_time(store: SqliteStore) -> None:
-    [job_id] = store.submit([SPEC], 0, "root", now=1.0)
-    store.start_attempt(job_id, 2.0, "file:///a", "file:///b", "m")
-    store.finish_attempt(job_id, 1, 3.0, Transition(
-        JobState.IDLE, "attempt_failed", "failed", count_failure=True, next_attempt_at=10.0,
-        exit_code=1, error="boom", failure_kind="transient"))
-    job = store.get(job_id)
-    assert (job.state, job.failures, job.last_error, job.failure_kind) == (
-        JobState.IDLE, 1, "boom", "transient")
-    assert store.runnable(9.0, 10) == []
-    assert [j.id for j in store.runnable(10.0, 10)] == [job_id]
-    assert store.waiting_transfers() == [(job_id, 10.0)]
-
-
-def test_requeue_after_crash_counts_the_attempt(store: SqliteStore) -> None:
-    ids = store.submit([SPEC, SPEC], 0, "root", now=1.0)
-    store.start_attempt(ids[0], 2.0, "file:///a", "file:///b", "m")
-    store.set_pid(ids[0], 1, 4242)
-    requeued = store.requeue_running(5.0, "daemon died")
-    assert [j.id for j in requeued] == [ids[0]] and requeued[0].pid == 4242
-    job = store.get(ids[0])
-    assert (job.state, job.attempts, job.failures, job.failure_kind) == (
-        JobState.IDLE, 1, 1, "interrupted")
-    assert store.attempts(ids[0])[0].outcome == "interrupted"
-    assert store.events(ids[0])[-1].kind == "requeue"
-    # the interrupted attempt can no longer complete
-    assert store.finish_attempt(ids[0], 1, 6.0, Transition(JobState.COMPLETED, "completed",
-                                                           "completed")) is None
-
-
-def test_remove_and_purge(store: SqliteStore) -> None:
-    ids = store.submit([SPEC, SPEC], 0, "root", now=1.0)
-    before, after = store.remove(ids[0], 2.0, "root")
-    assert before.state is JobState.IDLE and after.state is JobState.REMOVED
-    with pytest.raises(InvalidRequest, match="already REMOVED"):
-        store.remove(ids[0], 3.0, "root")
-    assert store.purge_finished(before=2.5) == 1
-    assert [j.id for j in store.list_jobs()] == [ids[1]]
-    assert store.events(ids[0]) == []
-
-
-def test_a_failed_transaction_changes_nothing(store: SqliteStore) -> None:
-    bad = JobSpec(DapType.TRANSFER, "file:///a", "file:///b", ad_text="x",
-                  alt_protocols=(("a", "b"),))
-    object.__setattr__(bad, "dap_type", object())  # makes to_json fail mid-transaction
-    with pytest.raises(AttributeError):  # object() has no .value
-        store.submit([SPEC, bad], 0, "root", now=1.0)
+def test_submit_is_refused_while_another_process_holds_the_lock(
+        tmp_path: Path, store: SqliteStore, locker: sqlite3.Connection) -> None:
+    with pytest.raises(StoreUnavailable) as refused:
+        store.submit([SPEC], 0, "root", now=1.0)
+    message = str(refused.value)
+    assert str(tmp_path) in message and "locked" in message
     assert store.list_jobs() == []
+    assert not store.available and store.outage is not None
+    assert store.outage.location == f"state directory {tmp_path}"
+    assert "locked" in store.outage.cause
+    locker.execute("COMMIT")
+    assert store.submit([SPEC], 0, "root", now=2.0) == [1]  # usable again, outage over
+    assert store.available and store.outage is None
 
 
-def test_history_by_pair_direction_and_age(store: SqliteStore) -> None:
-    from stork.store.base import HistoryEntry
-
-    store.add_history(HistoryEntry(10.0, "a:1", "b:1", "-b 1024", "optimization", 8, 900.0,
-                                   model="second_order", samples=[[1, 100.0], [4, 350.0]]))
-    store.add_history(HistoryEntry(20.0, "b:1", "a:1", "", "transfer", 8, 870.0, 10**9, 9.2,
-                                   job_id=4))
-    both = store.history("a:1", "b:1", symmetric=True)
-    assert [(h.kind, h.time) for h in both] == [("transfer", 20.0), ("optimization", 10.0)]
-    assert both[1].samples == [[1, 100.0], [4, 350.0]] and both[0].job_id == 4
-    assert [h.kind for h in store.history("a:1", "b:1", symmetric=False)] == ["optimization"]
-    assert store.history("a:1", "b:1", symmetric=True, since=15.0)[0].kind == "transfer"
-    assert store.history("a:1", "b:1", symmetric=True, arguments="-b 1024",
-                         kind="optimization")[0].streams == 8
-    assert store.history("a:1", "c:1", symmetric=True) == []
-
-
-def test_update_result_merges(store: SqliteStore) -> None:
+def test_a_finish_waits_out_the_lock_and_lands_once(
+        store: SqliteStore, locker: sqlite3.Connection,
+        caplog: pytest.LogCaptureFixture) -> None:
+    locker.execute("COMMIT")
     [job_id] = store.submit([SPEC], 0, "root", now=1.0)
-    store.update_result(job_id, {"optimized_streams": 4})
-    store.update_result(job_id, {"predicted_throughput_mbps": 12.5})
-    assert store.get(job_id).result == {"optimized_streams": 4, "predicted_throughput_mbps": 12.5}
-    with pytest.raises(JobNotFound):
-        store.update_result(99, {"x": 1})
+    assert store.start_attempt(job_id, 2.0, "file:///a", "file:///b", "m") is not None
+    locker.execute("BEGIN IMMEDIATE")
+    results: list[object] = []
+    caplog.set_level(logging.DEBUG, logger="stork.store")
+    finisher = threading.Thread(
+        target=lambda: results.append(store.finish_attempt(job_id, 1, 3.0, DONE)))
+    finisher.start()
+    time.sleep(1.0)
+    assert finisher.is_alive() and results == []  # still retrying, not failed
+    outage = store.outage
+    assert outage is not None and outage.retrying == 1 and "locked" in outage.cause
+    assert store.get(job_id).state is JobState.RUNNING  # reads answer meanwhile
+    store.record_progress(job_id, 1, 10, 1.0)  # dropped, not raised, not waited for
+    with pytest.raises(StoreUnavailable):
+        store.purge_finished(before=10.0)
+    locker.execute("COMMIT")
+    finisher.join(10)
+    assert not finisher.is_alive()
+    [done] = results
+    assert getattr(done, "state") is JobState.COMPLETED
+    assert [e.kind for e in store.events(job_id)] == ["submit", "execute", "completed"]
+    assert store.available
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    retried = [m for m in warnings if m.startswith("store write retried")]
+    assert len(retried) == 1, warnings
+    assert "database locked" in retried[0] and store.directory in retried[0]
+    assert "end of job 1 attempt 1" in retried[0]
+    assert len([m for m in warnings if m.startswith("store writable again")]) == 1, warnings
+
+
+def test_closing_ends_a_write_that_is_being_retried(store: SqliteStore,
+                                                    locker: sqlite3.Connection) -> None:
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            store.update_result(1, {"x": 1})
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.5)
+    assert writer.is_alive()  # retrying
+    store.close()
+    writer.join(10)
+    assert not writer.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], StoreUnavailable)
+
+
+def test_a_permanent_error_raises_and_leaves_the_store_usable(tmp_path: Path,
+                                                              store: SqliteStore) -> None:
+    [job_id] = store.submit([SPEC], 0, "root", now=1.0)
+    db = sqlite3.connect(tmp_path / "q.db")
+    db.execute("ALTER TABLE attempts RENAME TO attempts_gone")
+    db.commit()
+    with pytest.raises(StoreError, match="no such table: attempts"):
+        store.start_attempt(job_id, 2.0, "file:///a", "file:///b", "m")
+    assert store.get(job_id).state is JobState.IDLE  # rolled back
+    db.execute("ALTER TABLE attempts_gone RENAME TO attempts")
+    db.commit()
+    db.close()
+    assert store.start_attempt(job_id, 3.0, "file:///a", "file:///b", "m") is not None
+    assert store.available

@@ -4,11 +4,12 @@ machine cannot host namespaces and TUN devices)."""
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,6 +175,26 @@ def test_teardown_on_sigterm_and_on_error(tmp_path: Path) -> None:
     assert leftovers(testbed.tag) == []
 
 
-def test_testbed_unavailable_reason_is_specific() -> None:
+@pytest.mark.parametrize("euid, tun, missing, expected", [
+    (1000, True, (), "the testbed needs root"),
+    (0, False, (), "/dev/net/tun is missing"),
+    (0, True, ("iperf3", "ip"), "missing tools: ip, iperf3"),
+])
+def test_testbed_unavailable_reason_names_what_is_missing(
+        monkeypatch: pytest.MonkeyPatch, euid: int, tun: bool, missing: tuple[str, ...],
+        expected: str) -> None:
     # the smoke tests above skip with this text when the machine cannot host the testbed
-    assert REASON is None or any(w in REASON for w in ("root", "tun", "missing", "netns"))
+    exists, which = os.path.exists, shutil.which
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    monkeypatch.setattr(os.path, "exists", lambda p: tun if p == "/dev/net/tun" else exists(p))
+    monkeypatch.setattr(shutil, "which", lambda t: None if t in missing else which(t))
+    reason = unavailable_reason()
+    assert reason is not None and reason.startswith(expected), reason
+
+
+def test_testbed_comes_up_where_the_reason_says_it_can(tmp_path: Path) -> None:
+    if REASON is not None:
+        pytest.skip(f"testbed not possible here: {REASON}")
+    with Testbed(pair(5, 50), tmp_path / "t", servers=False) as testbed:
+        assert leftovers(testbed.tag) != []
+    assert leftovers(testbed.tag) == []

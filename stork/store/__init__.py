@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from stork.store.base import Attempt, JobStore, Transition
+from stork.store.base import Attempt, JobStore, Outage, Transition
 from stork.store.sqlite import SqliteStore
 
-__all__ = ["Attempt", "JobStore", "SqliteStore", "Transition", "open_store"]
+__all__ = ["Attempt", "JobStore", "Outage", "SqliteStore", "Transition", "open_store"]
 
 
 def open_store(database: str) -> JobStore:

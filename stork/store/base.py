@@ -3,16 +3,39 @@
 Every state change goes through `start_attempt`, `finish_attempt`, `requeue_running` or
 `remove`, each of which writes the new state and its event in one transaction, and only
 succeeds when the job is still in the state the caller saw (so a job never completes twice).
+
+Reads (`get`, `list_jobs`, `runnable`, `waiting_transfers`, `events`, `attempts`, `history`)
+never wait for a write transaction: they see the last committed state.
+
+When the store cannot be written (disk full, I/O error, database locked) the contract is:
+
+- `submit` does not wait: it raises `StoreUnavailable` naming the database and the cause,
+  and nothing of the request is queued.
+- The writes that record work already done (`start_attempt`, `set_pid`, `finish_attempt`,
+  `requeue_running`, `remove`, `update_result`, `add_history`) are retried, with capped
+  backoff, until they land; they block only the calling thread meanwhile and never raise for
+  such a transient cause (a permanent error, such as a constraint violation or a schema
+  problem, still raises `StoreError`). So the thread of an attempt whose end cannot be
+  written waits in `finish_attempt`, and the caller frees the attempt's slot after it returns:
+  the slot and the job's state agree again as soon as the write lands, with no restart.
+- `record_progress` is dropped (and logged once per outage) when it cannot be written.
+- `purge_finished` raises `StoreUnavailable`; housekeeping tries again next time.
+- `outage` says what is wrong meanwhile; the log says it once when the outage starts and
+  once when it ends. `close` makes writes still retrying raise `StoreUnavailable`.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from stork.job import Event, Job, JobSpec, JobState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,10 +88,80 @@ class HistoryEntry:
     job_id: int | None = None
 
 
+@dataclass(frozen=True)
+class Outage:
+    """Why the store cannot be written now, for the log, `stork_status` and the API."""
+
+    cause: str  # "disk full", "I/O error", "database locked", ...
+    location: str  # what cannot be written, as the log names it: "state directory /var/lib/stork"
+    since: float  # unix seconds of the first failed write
+    retrying: int  # writes being retried now (each blocks its caller until it lands)
+
+    def __str__(self) -> str:
+        return f"job store cannot be written: {self.cause}; {self.location}"
+
+
+Listener = Callable[[Sequence[int]], None]
+
+
 class JobStore(ABC):
+    """Implementations call `super().__init__()` and `_notify(ids)` after each committed
+    state change (outside any lock of theirs)."""
+
+    def __init__(self) -> None:
+        self._listeners: tuple[Listener, ...] = ()
+        self._listeners_lock = threading.Lock()
+
+    # -- change notification (the same for every store) ---------------------------------------
+
+    def add_listener(self, callback: Listener) -> None:
+        """Call `callback(job_ids)` after every committed state change: `submit` (the ids of
+        that call), `start_attempt`, `finish_attempt`, `requeue_running` and `remove` (the job
+        or jobs that changed). Not for a refused change (None returned, exception raised),
+        nor for progress, pid, result or history writes.
+
+        The callback runs on the writing thread after the commit, with no store lock held; it
+        should be quick (wake a waiter, put the ids on a queue). Its exceptions are logged
+        and swallowed: they never undo or fail the write."""
+        with self._listeners_lock:
+            self._listeners = (*self._listeners, callback)
+
+    def remove_listener(self, callback: Listener) -> None:
+        """Stop calling `callback`; unknown callbacks are ignored."""
+        with self._listeners_lock:
+            self._listeners = tuple(c for c in self._listeners if c != callback)
+
+    def _notify(self, job_ids: Sequence[int]) -> None:
+        if not job_ids:
+            return
+        ids = tuple(job_ids)
+        for callback in self._listeners:  # a snapshot: listeners may be added meanwhile
+            try:
+                callback(ids)
+            except Exception:
+                log.exception("job store listener %r failed for jobs %s", callback,
+                              ", ".join(map(str, ids)))
+
+    # -- health -------------------------------------------------------------------------------
+
+    @property
+    def outage(self) -> Outage | None:
+        """What keeps the store from being written now, or None when the last write landed.
+        Cheap (no I/O): the API may show it on every request."""
+        return None
+
+    @property
+    def available(self) -> bool:
+        """True unless writes are failing now (see `outage`)."""
+        return self.outage is None
+
+    # -- jobs ---------------------------------------------------------------------------------
+
     @abstractmethod
     def submit(self, specs: Sequence[JobSpec], owner_uid: int, owner: str, now: float) -> list[int]:
-        """Queue every spec (IDLE) with a submit event, all in one transaction."""
+        """Queue every spec (IDLE) with a submit event, all in one transaction. Never waits
+        for an outage to end: raises `StoreUnavailable` (nothing queued) when the store
+        cannot be written."""
 
     @abstractmethod
     def get(self, job_id: int) -> Job:
@@ -90,28 +183,39 @@ class JobStore(ABC):
     @abstractmethod
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str) -> Job | None:
-        """IDLE -> RUNNING with attempts + 1 and an execute event; None if no longer IDLE."""
+        """IDLE -> RUNNING with attempts + 1, an attempts row and an execute event; None if
+        no longer IDLE (of two racing callers exactly one gets the job). Retried until it
+        lands when the store cannot be written (blocks the caller meanwhile)."""
 
     @abstractmethod
     def set_pid(self, job_id: int, attempt: int, pid: int | None) -> None:
-        """Record the child process of the running attempt."""
+        """Record the child process of the running attempt (retried until it lands)."""
 
     @abstractmethod
     def record_progress(self, job_id: int, attempt: int, bytes_done: int, rate_mbps: float) -> None:
-        """Bytes moved and current rate of the running attempt (no event)."""
+        """Bytes moved and current rate of the running attempt (no event; dropped, not
+        retried, when the store cannot be written)."""
 
     @abstractmethod
     def finish_attempt(self, job_id: int, attempt: int, now: float,
                        transition: Transition) -> Job | None:
-        """RUNNING -> transition.state; None if the job moved on (removed, requeued)."""
+        """RUNNING -> transition.state, closing the attempts row, with the transition's
+        event; only when the job is RUNNING `attempt` (the number the caller started), else
+        None and nothing changes (removed, requeued, already finished).
+
+        Retried until it lands when the store cannot be written: the calling attempt thread
+        blocks here meanwhile, and must free the attempt's slot only after this returns."""
 
     @abstractmethod
     def requeue_running(self, now: float, reason: str) -> list[Job]:
-        """After a crash: every RUNNING job back to IDLE, the interrupted attempt counted."""
+        """After a crash: every RUNNING job back to IDLE, the interrupted attempt counted
+        (retried until it lands)."""
 
     @abstractmethod
     def remove(self, job_id: int, now: float, by: str) -> tuple[Job, Job]:
-        """Non-terminal -> REMOVED with an event; returns (before, after)."""
+        """Non-terminal -> REMOVED with an event; returns (before, after). Raises
+        JobNotFound, or InvalidRequest for a terminal job (retried until it lands when the
+        store cannot be written)."""
 
     @abstractmethod
     def events(self, job_id: int) -> list[Event]:
@@ -123,15 +227,17 @@ class JobStore(ABC):
 
     @abstractmethod
     def purge_finished(self, before: float) -> int:
-        """Delete terminal jobs finished before `before`, with their events and attempts."""
+        """Delete terminal jobs finished before `before`, with their events and attempts;
+        raises `StoreUnavailable` when the store cannot be written."""
 
     @abstractmethod
     def update_result(self, job_id: int, values: dict[str, Any]) -> None:
-        """Merge `values` into the job's result attributes (shown on its ad; no event)."""
+        """Merge `values` into the job's result attributes (shown on its ad; no event);
+        JobNotFound for an unknown job (retried until it lands)."""
 
     @abstractmethod
     def add_history(self, entry: HistoryEntry) -> None:
-        """Remember an optimization or a finished transfer."""
+        """Remember an optimization or a finished transfer (retried until it lands)."""
 
     @abstractmethod
     def history(self, src_host: str, dest_host: str, *, symmetric: bool,
@@ -141,4 +247,4 @@ class JobStore(ABC):
 
     @abstractmethod
     def close(self) -> None:
-        """Release the database."""
+        """Release the database; writes still being retried raise `StoreUnavailable`."""

@@ -1,25 +1,25 @@
-"""The embedded job store: one SQLite file in WAL mode.
+"""The embedded job store: one SQLite file in WAL mode (connections in `sqlite_db`).
 
-Write transactions use ``BEGIN IMMEDIATE`` so a state change and its event are one atomic
-unit; ``synchronous = FULL`` so a committed change survives a crash of the machine too.
-One connection serves the process, guarded by a lock (SQLite serialises writers anyway).
+Every state change and its event are written in one ``BEGIN IMMEDIATE`` transaction; reads
+use read-only connections and never wait for a write. When the database cannot be written
+(disk full, I/O error, locked) each method does what `stork.store.base` promises: retry,
+refuse (`submit`), drop (`record_progress`) or fail (`purge_finished`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import sys
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
-from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreError
+from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreUnavailable
 from stork.job import DapType, Event, Job, JobSpec, JobState
-from stork.store.base import Attempt, HistoryEntry, JobStore, Transition
+from stork.store.base import Attempt, HistoryEntry, JobStore, Outage, Transition
+from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
 
 SCHEMA_VERSION = 1
 
@@ -92,16 +92,56 @@ SCHEMA = (
 _JOB_COLUMNS = ("id, owner_uid, owner, state, spec, dap_type, src_url, dest_url, submitted_at, "
                 "updated_at, attempts, failures, next_attempt_at, started_at, finished_at, "
                 "last_error, failure_kind, bytes_done, rate_mbps, pid, result")
-
+# Job's fields in _JOB_COLUMNS order (the spec column holds Job.spec_json)
+_JOB_FIELDS = tuple("spec_json" if c == "spec" else c for c in _JOB_COLUMNS.split(", "))
+if _JOB_FIELDS != tuple(f.name for f in fields(Job)) or hasattr(Job, "__post_init__"):
+    raise ImportError("stork.job.Job changed: update _JOB_COLUMNS and _job in "
+                      "stork/store/sqlite.py")
 
 _STATES = {state.value: state for state in JobState}
 
+_gc_paused = GcPause()
+
 
 def _job(row: Sequence[Any]) -> Job:
-    """A Job from a row of _JOB_COLUMNS (same order as Job's fields)."""
-    result = row[20]
-    return Job(row[0], row[1], row[2], _STATES[row[3]], *row[4:20],  # type: ignore[misc]
-               result=json.loads(result) if result != "{}" else {})
+    """A Job from a row of _JOB_COLUMNS. The listing hot path: it fills the instance's
+    fields directly instead of through the frozen dataclass's __init__ (a third of the cost
+    of listing 100,000 jobs); the import-time check above keeps the two in step."""
+    values = dict(zip(_JOB_FIELDS, row))
+    values["state"] = _STATES[row[3]]
+    values["result"] = json.loads(row[20]) if row[20] != "{}" else {}
+    job = object.__new__(Job)
+    object.__setattr__(job, "__dict__", values)
+    return job
+
+
+def _select_jobs(db: sqlite3.Connection, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
+    cursor = db.cursor()
+    cursor.row_factory = None  # plain tuples: the listing hot path
+    rows = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {where}", params).fetchall()
+    return [_job(row) for row in rows]
+
+
+def _get(db: sqlite3.Connection, job_id: int) -> Job:
+    jobs = _select_jobs(db, "WHERE id = ?", (job_id,))
+    if not jobs:
+        raise JobNotFound(job_id)
+    return jobs[0]
+
+
+def _event(db: sqlite3.Connection, job_id: int, now: float, kind: str,
+           detail: dict[str, Any] | None = None) -> None:
+    db.execute("INSERT INTO events (job_id, time, kind, detail) VALUES (?, ?, ?, ?)",
+               (job_id, now, kind, json.dumps(detail or {}, sort_keys=True)))
+
+
+def _merge_result(db: sqlite3.Connection, job_id: int, values: dict[str, Any]) -> None:
+    row = db.execute("SELECT result FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    merged = {**json.loads(row["result"]), **values}
+    db.execute("UPDATE jobs SET result = ? WHERE id = ?",
+               (json.dumps(merged, sort_keys=True), job_id))
 
 
 @dataclass
@@ -117,26 +157,23 @@ class _PendingSubmit:
 
 class SqliteStore(JobStore):
     def __init__(self, path: str) -> None:
+        super().__init__()
         self.path = path
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(path, timeout=30, isolation_level=None,
-                                       check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{path}: cannot open database: {exc}") from None
-        os.chmod(path, 0o600)  # the queue holds every user's jobs: readable by the daemon only
-        self._db.row_factory = sqlite3.Row
-        self._lock = threading.RLock()
+        self._database = SqliteDatabase(path)
+        self.directory = self._database.directory
         self._pending_lock = threading.Lock()
         self._pending: list[_PendingSubmit] = []
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = FULL")
-        self._db.execute("PRAGMA foreign_keys = ON")
-        self._init_schema()
+        try:
+            self._init_schema()
+        except sqlite3.Error as exc:
+            self._database.close()
+            raise self._database.error("cannot open database", exc) from None
+        except BaseException:
+            self._database.close()
+            raise
 
     def _init_schema(self) -> None:
-        with self._tx() as db:
+        with self._database.tx() as db:
             exists = db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
             ).fetchone()
@@ -150,42 +187,17 @@ class SqliteStore(JobStore):
             if found != SCHEMA_VERSION:
                 raise SchemaError(self.path, found, SCHEMA_VERSION)
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            else:
-                self._db.execute("COMMIT")
+    @property
+    def outage(self) -> Outage | None:
+        return self._database.health.outage
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._db.execute(sql, params).fetchall()
+        with self._database.reader() as db:
+            return db.execute(sql, params).fetchall()
 
     def _read_jobs(self, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
-        with self._lock:
-            cursor = self._db.cursor()
-            cursor.row_factory = None  # plain tuples: the listing hot path
-            rows = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {where}", params).fetchall()
-        return [_job(row) for row in rows]
-
-    @staticmethod
-    def _event(db: sqlite3.Connection, job_id: int, now: float, kind: str,
-               detail: dict[str, Any] | None = None) -> None:
-        db.execute("INSERT INTO events (job_id, time, kind, detail) VALUES (?, ?, ?, ?)",
-                   (job_id, now, kind, json.dumps(detail or {}, sort_keys=True)))
-
-    def _get(self, db: sqlite3.Connection, job_id: int) -> Job:
-        cursor = db.cursor()
-        cursor.row_factory = None
-        row = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(job_id)
-        return _job(row)
+        with self._database.reader() as db, _gc_paused():
+            return _select_jobs(db, where, params)
 
     # -- JobStore ---------------------------------------------------------------------------
 
@@ -194,35 +206,55 @@ class SqliteStore(JobStore):
 
         Each caller queues its batch, then takes the lock; whoever gets it first commits every
         queued batch at once (one fsync for all), and the others find theirs already done.
+        Never retried: when the database cannot be written every waiting batch is refused
+        with StoreUnavailable, and nothing of it is queued.
         """
         entry = _PendingSubmit(list(specs), owner_uid, owner, now)
         with self._pending_lock:
             self._pending.append(entry)
-        with self._lock:
+        with self._database.lock:
             if not entry.done:
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
                 self._commit_submits(batch)
         if entry.error is not None:
             raise entry.error
+        self._notify(entry.ids)
         return entry.ids
 
     def _commit_submits(self, batch: list[_PendingSubmit]) -> None:
         try:
-            with self._tx() as db:
+            with self._database.tx() as db:
                 for entry in batch:
                     entry.ids = self._insert(db, entry)
-        except Exception:
-            if len(batch) == 1:
-                batch[0].ids = []
-                batch[0].error = sys.exc_info()[1]
-                batch[0].done = True
-            else:  # one entry spoiled the shared transaction: give each its own
+        except sqlite3.Error as exc:
+            cause = transient_cause(exc)
+            if cause is not None:  # no batch can be written: refuse them all
+                self._database.health.failed(cause, "submit", "refuse")
                 for entry in batch:
-                    self._commit_submits([entry])
+                    entry.ids = []
+                    entry.error = StoreUnavailable(
+                        f"cannot queue jobs: the job store {self.path} cannot be written "
+                        f"({cause}); state directory {self.directory}")
+                    entry.done = True
                 return
+            self._refuse_or_split(batch, self._database.error("submit", exc))
+            return
+        except Exception as exc:
+            self._refuse_or_split(batch, exc)
+            return
+        self._database.health.landed()
         for entry in batch:
             entry.done = True
+
+    def _refuse_or_split(self, batch: list[_PendingSubmit], error: BaseException) -> None:
+        if len(batch) == 1:
+            batch[0].ids = []
+            batch[0].error = error
+            batch[0].done = True
+        else:  # one entry spoiled the shared transaction: give each its own
+            for entry in batch:
+                self._commit_submits([entry])
 
     def _insert(self, db: sqlite3.Connection, entry: _PendingSubmit) -> list[int]:
         ids = []
@@ -233,19 +265,24 @@ class SqliteStore(JobStore):
                 (entry.owner_uid, entry.owner, JobState.IDLE.value, spec.to_json(),
                  spec.dap_type.value, spec.src_url, spec.dest_url, entry.now, entry.now))
             job_id = int(cursor.lastrowid or 0)
-            self._event(db, job_id, entry.now, "submit", {"owner": entry.owner})
+            _event(db, job_id, entry.now, "submit", {"owner": entry.owner})
             ids.append(job_id)
         return ids
 
     def get(self, job_id: int) -> Job:
-        with self._lock:
-            return self._get(self._db, job_id)
+        jobs = self._read_jobs("WHERE id = ?", (job_id,))
+        if not jobs:
+            raise JobNotFound(job_id)
+        return jobs[0]
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
         if states is None:
             return self._read_jobs("ORDER BY id")
         marks = ", ".join("?" for _ in states)
-        return self._read_jobs(f"WHERE state IN ({marks}) ORDER BY id", [s.value for s in states])
+        # through the state index, sorted here: SQLite would copy every row into a sorter
+        jobs = self._read_jobs(f"WHERE state IN ({marks})", [s.value for s in states])
+        jobs.sort(key=attrgetter("id"))
+        return jobs
 
     def runnable(self, now: float, limit: int) -> list[Job]:
         return self._read_jobs("WHERE state = ? AND next_attempt_at <= ? AND dap_type = ? "
@@ -259,41 +296,50 @@ class SqliteStore(JobStore):
 
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str) -> Job | None:
-        with self._tx() as db:
+        def body(db: sqlite3.Connection) -> Job | None:
             cursor = db.execute(
-                "UPDATE jobs SET state = ?, attempts = attempts + 1, started_at = ?, updated_at = ?, "
-                "bytes_done = 0, rate_mbps = 0, pid = NULL WHERE id = ? AND state = ?",
+                "UPDATE jobs SET state = ?, attempts = attempts + 1, started_at = ?, "
+                "updated_at = ?, bytes_done = 0, rate_mbps = 0, pid = NULL "
+                "WHERE id = ? AND state = ?",
                 (JobState.RUNNING.value, now, now, job_id, JobState.IDLE.value))
             if cursor.rowcount != 1:
                 return None
-            job = self._get(db, job_id)
-            db.execute("INSERT INTO attempts (job_id, number, started_at, src_url, dest_url, module) "
-                       "VALUES (?, ?, ?, ?, ?, ?)",
+            job = _get(db, job_id)
+            db.execute("INSERT INTO attempts (job_id, number, started_at, src_url, dest_url, "
+                       "module) VALUES (?, ?, ?, ?, ?, ?)",
                        (job_id, job.attempts, now, src_url, dest_url, module))
-            self._event(db, job_id, now, "execute", {"attempt": job.attempts, "module": module,
+            _event(db, job_id, now, "execute", {"attempt": job.attempts, "module": module,
                                                      "src_url": src_url, "dest_url": dest_url})
             return job
 
+        job = self._database.write(f"start of job {job_id}", body)
+        if job is not None:
+            self._notify([job_id])
+        return job
+
     def set_pid(self, job_id: int, attempt: int, pid: int | None) -> None:
-        with self._tx() as db:
+        def body(db: sqlite3.Connection) -> None:
             db.execute("UPDATE jobs SET pid = ? WHERE id = ? AND attempts = ? AND state = ?",
                        (pid, job_id, attempt, JobState.RUNNING.value))
 
+        self._database.write(f"pid of job {job_id} attempt {attempt}", body)
+
     def record_progress(self, job_id: int, attempt: int, bytes_done: int, rate_mbps: float) -> None:
-        with self._tx() as db:
+        def body(db: sqlite3.Connection) -> None:
             db.execute("UPDATE jobs SET bytes_done = ?, rate_mbps = ? "
                        "WHERE id = ? AND attempts = ? AND state = ?",
                        (bytes_done, rate_mbps, job_id, attempt, JobState.RUNNING.value))
 
+        try:
+            self._database.write_once(f"progress of job {job_id}", body, "drop")
+        except StoreUnavailable:
+            pass  # said once per outage; the next progress report or the end carries on
+
     def finish_attempt(self, job_id: int, attempt: int, now: float,
                        transition: Transition) -> Job | None:
         t = transition
-        with self._tx() as db:
-            db.execute(
-                "UPDATE attempts SET ended_at = ?, exit_code = ?, outcome = ?, error = ?, "
-                "bytes_done = COALESCE(?, bytes_done) WHERE job_id = ? AND number = ? "
-                "AND ended_at IS NULL",
-                (now, t.exit_code, t.outcome, t.error, t.bytes_done, job_id, attempt))
+
+        def body(db: sqlite3.Connection) -> Job | None:
             finished = now if t.state.terminal else None
             cursor = db.execute(
                 "UPDATE jobs SET state = ?, updated_at = ?, failures = failures + ?, "
@@ -303,18 +349,28 @@ class SqliteStore(JobStore):
                 (t.state.value, now, int(t.count_failure), t.next_attempt_at, finished, t.error,
                  t.failure_kind, t.bytes_done, job_id, attempt, JobState.RUNNING.value))
             if cursor.rowcount != 1:
-                return None
+                return None  # the job moved on: nothing changes, the attempt row included
+            db.execute(
+                "UPDATE attempts SET ended_at = ?, exit_code = ?, outcome = ?, error = ?, "
+                "bytes_done = COALESCE(?, bytes_done) WHERE job_id = ? AND number = ? "
+                "AND ended_at IS NULL",
+                (now, t.exit_code, t.outcome, t.error, t.bytes_done, job_id, attempt))
             if t.result:
-                self._merge_result(db, job_id, t.result)
+                _merge_result(db, job_id, t.result)
             detail = {"attempt": attempt, "exit_code": t.exit_code, **t.detail}
             if t.error:
                 detail["error"] = t.error
-            self._event(db, job_id, now, t.event, detail)
-            return self._get(db, job_id)
+            _event(db, job_id, now, t.event, detail)
+            return _get(db, job_id)
+
+        job = self._database.write(f"end of job {job_id} attempt {attempt}", body)
+        if job is not None:
+            self._notify([job_id])
+        return job
 
     def requeue_running(self, now: float, reason: str) -> list[Job]:
-        with self._tx() as db:
-            jobs = self._read_jobs("WHERE state = ?", (JobState.RUNNING.value,))
+        def body(db: sqlite3.Connection) -> list[Job]:
+            jobs = _select_jobs(db, "WHERE state = ? ORDER BY id", (JobState.RUNNING.value,))
             for job in jobs:
                 db.execute("UPDATE attempts SET ended_at = ?, outcome = 'interrupted', error = ? "
                            "WHERE job_id = ? AND number = ? AND ended_at IS NULL",
@@ -323,23 +379,31 @@ class SqliteStore(JobStore):
                            "next_attempt_at = 0, last_error = ?, failure_kind = 'interrupted', "
                            "rate_mbps = 0, pid = NULL WHERE id = ?",
                            (JobState.IDLE.value, now, reason, job.id))
-                self._event(db, job.id, now, "requeue",
+                _event(db, job.id, now, "requeue",
                             {"attempt": job.attempts, "reason": reason, "pid": job.pid})
+            return jobs
+
+        jobs = self._database.write("requeue of running jobs", body)
+        self._notify([job.id for job in jobs])
         return jobs
 
     def remove(self, job_id: int, now: float, by: str) -> tuple[Job, Job]:
-        with self._tx() as db:
-            before = self._get(db, job_id)
+        def body(db: sqlite3.Connection) -> tuple[Job, Job]:
+            before = _get(db, job_id)
             if before.state.terminal:
                 raise InvalidRequest(f"job {job_id} is already {before.state.value}")
-            db.execute("UPDATE jobs SET state = ?, updated_at = ?, finished_at = ?, rate_mbps = 0 "
-                       "WHERE id = ?", (JobState.REMOVED.value, now, now, job_id))
+            db.execute("UPDATE jobs SET state = ?, updated_at = ?, finished_at = ?, "
+                       "rate_mbps = 0 WHERE id = ?", (JobState.REMOVED.value, now, now, job_id))
             if before.state is JobState.RUNNING:
                 db.execute("UPDATE attempts SET ended_at = ?, outcome = 'removed' "
                            "WHERE job_id = ? AND number = ? AND ended_at IS NULL",
                            (now, job_id, before.attempts))
-            self._event(db, job_id, now, "removed", {"by": by})
-            return before, self._get(db, job_id)
+            _event(db, job_id, now, "removed", {"by": by})
+            return before, _get(db, job_id)
+
+        changed = self._database.write(f"removal of job {job_id}", body)
+        self._notify([job_id])
+        return changed
 
     def events(self, job_id: int) -> list[Event]:
         rows = self._read("SELECT seq, job_id, time, kind, detail FROM events WHERE job_id = ? "
@@ -354,7 +418,8 @@ class SqliteStore(JobStore):
     def purge_finished(self, before: float) -> int:
         terminal = [s.value for s in JobState if s.terminal]
         marks = ", ".join("?" for _ in terminal)
-        with self._tx() as db:
+
+        def body(db: sqlite3.Connection) -> int:
             ids = [r["id"] for r in db.execute(
                 f"SELECT id FROM jobs WHERE state IN ({marks}) AND finished_at < ?",
                 (*terminal, before)).fetchall()]
@@ -362,23 +427,16 @@ class SqliteStore(JobStore):
                 db.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
                 db.execute("DELETE FROM attempts WHERE job_id = ?", (job_id,))
                 db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-        return len(ids)
+            return len(ids)
 
-    @staticmethod
-    def _merge_result(db: sqlite3.Connection, job_id: int, values: dict[str, Any]) -> None:
-        row = db.execute("SELECT result FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(job_id)
-        merged = {**json.loads(row["result"]), **values}
-        db.execute("UPDATE jobs SET result = ? WHERE id = ?",
-                   (json.dumps(merged, sort_keys=True), job_id))
+        return self._database.write_once("purge of finished jobs", body, "fail")
 
     def update_result(self, job_id: int, values: dict[str, Any]) -> None:
-        with self._tx() as db:
-            self._merge_result(db, job_id, values)
+        self._database.write(f"result of job {job_id}",
+                             lambda db: _merge_result(db, job_id, values))
 
     def add_history(self, entry: HistoryEntry) -> None:
-        with self._tx() as db:
+        def body(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT INTO history (time, src_host, dest_host, arguments, kind, streams, "
                 "throughput_mbps, bytes_moved, duration_s, model, samples, job_id) "
@@ -386,6 +444,8 @@ class SqliteStore(JobStore):
                 (entry.time, entry.src_host, entry.dest_host, entry.arguments, entry.kind,
                  entry.streams, entry.throughput_mbps, entry.bytes_moved, entry.duration_s,
                  entry.model, json.dumps(entry.samples), entry.job_id))
+
+        self._database.write(f"history of {entry.src_host} -> {entry.dest_host}", body)
 
     def history(self, src_host: str, dest_host: str, *, symmetric: bool,
                 arguments: str | None = None, kind: str | None = None,
@@ -410,5 +470,4 @@ class SqliteStore(JobStore):
         return [HistoryEntry(**{**dict(r), "samples": json.loads(r["samples"])}) for r in rows]
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._database.close()
