@@ -194,6 +194,62 @@ def test_optimized_transfer_records_its_parameters(eos_stork: StorkServer, gridf
     assert f"optimized_streams = {streams}" in ad and "achieved_throughput_mbps" in ad
 
 
+def slow_globus_url_copy(tmp_path: Path, delay_s: float = 1.0) -> Path:
+    """globus-url-copy behind a pause, so samples (and transfers) take a while."""
+    real = shutil.which("globus-url-copy")
+    assert real is not None
+    wrapper = tmp_path / "slow-guc"
+    wrapper.write_text(f'#!/bin/sh\nsleep {delay_s}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_a_job_being_optimized_waits_for_it_and_can_be_removed(
+        tmp_path: Path, gridftp: GridFtpServer, big: Path) -> None:
+    """Sampling is a phase of its own before launch: the job stays IDLE with the wait reason
+    "optimizing: EOS sampling" (no attempt, no execute event), holds its transfer slot, and
+    a removal meanwhile ends it REMOVED without any transfer starting."""
+    server = StorkServer(tmp_path, {**EOS_KNOBS, "STORK_MAX_NUM_JOBS": "1",
+                                    "STORK_GLOBUS_URL_COPY": str(slow_globus_url_copy(tmp_path)),
+                                    "EOS_SAMPLE_TIME": "2"}).start()
+    dest = tmp_path / "optimized.dat"
+    plain_src = make_file(tmp_path / "plain.dat", 1024 * 1024, seed=5)
+    log = tmp_path / "opt.log"
+    try:
+        optimized, plain = server.submit(f"""
+            [ dap_type = transfer; optimization = "YES"; log = "{log}";
+              src_url = "{gridftp.url(big)}"; dest_url = "file://{dest}" ]
+            [ dap_type = transfer; src_url = "file://{plain_src}";
+              dest_url = "file://{tmp_path}/plain.out" ]""")
+
+        def optimizing() -> dict | None:
+            job = server.job(optimized)["job"]
+            return job if job["wait_reason"] == "optimizing: EOS sampling" else None
+
+        job = wait_for(optimizing, 20, what="the job to be optimized")
+        assert job["state"] == "IDLE" and job["attempts"] == 0
+        assert server.job(optimized)["attempts"] == []
+        # the optimization holds the only slot: the other transfer waits for it
+        assert server.job(plain)["job"]["wait_reason"] == "slots full"
+        assert "optimizing: EOS sampling" in server.cli("stork_q", check=True).stdout
+        status = server.cli("stork_status", str(optimized), check=True).stdout
+        assert f"Job {optimized}: IDLE" in status and "Waiting: optimizing: EOS sampling" in status
+        server.cli("stork_rm", str(optimized), check=True)
+        assert server.wait_state(optimized, timeout_s=10)["state"] == "REMOVED"
+        # the sampling run ends, then the slot goes to the other job; the removed one never ran
+        assert server.wait_state(plain, timeout_s=60)["state"] == "COMPLETED"
+        info = server.job(optimized)
+        assert info["attempts"] == [] and info["job"]["state"] == "REMOVED"
+        assert "execute" not in [e["kind"] for e in info["events"]]
+        assert not dest.exists()
+        import htcondor2
+
+        codes = [int(e.type) for e in htcondor2.JobEventLog(str(log)).events(stop_after=0)]
+        assert codes == [0, 9]
+    finally:
+        server.stop()
+
+
 def test_queued_equal_jobs_take_the_run_that_ended_after_they_were_queued(
         tmp_path: Path, gridftp: GridFtpServer, big: Path) -> None:
     server = StorkServer(tmp_path, {**EOS_KNOBS, "STORK_MAX_NUM_JOBS": "1"}).start()

@@ -16,7 +16,8 @@ from stork import __version__
 from stork.errors import InvalidRequest, PermissionDenied, SubmitError, SubmitProblem
 from stork.job import DapType, JobState
 from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
-from stork.server.dispatcher import Dispatcher, write_userlog
+from stork.server.dispatcher import Dispatcher
+from stork.server.events import write_userlog
 from stork.eos.service import EosService, EstimateRequest
 from stork.server.estimation import EstimationRunner
 from stork.store.base import JobStore

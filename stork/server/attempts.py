@@ -1,0 +1,359 @@
+"""Transfer attempts: plan, start, watch, end, stop, and recover after a crash.
+
+An attempt is planned (`plan_attempt`: its URLs, module and owner) when the task matrix
+selects the job, launched (`Attempts.launch`: IDLE -> RUNNING in the store, user log 001,
+the child process) once its parameters are final, and ended on its own thread: the facts
+are gathered (the module's verdict on a non-zero exit, or the destination's size and
+checksum after exit 0), `judge` decides, and the verdict is applied (partial file removed,
+the transition committed, then the user log and the EOS history). `on_end` then tells the
+dispatcher the slot is free (and when to try again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stork.config import Settings
+from stork.errors import (IdentityError, NoTransferModule, PermanentTransferError, StorkError,
+                          TransferError)
+from stork.identity import RunAs, unlink_as
+from stork.job import Job
+from stork.server import events
+from stork.server.judge import AttemptOutcome, Verdict, judge, urls_for_attempt
+from stork.server.runner import AttemptProcess, AttemptResult, StopReason
+from stork.store.base import JobStore
+from stork.transfer import verify
+from stork.transfer.base import Progress, TransferModule, TransferRequest
+from stork.transfer.registry import Registry
+from stork.urls import parse_url
+from stork.userlog import executing, note
+
+log = logging.getLogger(__name__)
+
+# a finished transfer for the EOS history: (src, dest, arguments, streams, bytes, seconds, job)
+RecordTransfer = Callable[[str, str, str, int, int, float, int], None]
+# the dispatcher's hook: (job id, when to try again or None), after the attempt's end
+OnEnd = Callable[[int, float | None], None]
+
+
+class NotLaunchable(StorkError):
+    """The attempt cannot start at all (no module for the URLs, no such owner): it counts
+    as an attempt that failed with `failure` (permanent)."""
+
+    def __init__(self, failure: TransferError, exit_code: int, src_url: str,
+                 dest_url: str) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+        self.exit_code = exit_code
+        self.src_url = src_url
+        self.dest_url = dest_url
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One attempt as it will run."""
+
+    job: Job  # as read when the attempt was planned
+    attempt_no: int
+    module: TransferModule
+    request: TransferRequest
+    run_as: RunAs | None
+    optimized: bool = False  # the stream count is the EOS's choice
+
+    @property
+    def src_url(self) -> str:
+        return self.request.src_url
+
+    @property
+    def dest_url(self) -> str:
+        return self.request.dest_url
+
+    @property
+    def streams(self) -> int | None:
+        """Parallel streams the tool will use (None for modules without -p)."""
+        if not self.module.takes_streams:
+            return None
+        return self.request.options.streams or self.request.default_streams
+
+    def with_streams(self, streams: int) -> Plan:
+        """The plan with the EOS's stream count."""
+        options = dataclasses.replace(self.request.options, streams=streams)
+        return dataclasses.replace(self, request=dataclasses.replace(self.request, options=options),
+                                   optimized=True)
+
+
+def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
+    """The next attempt of `job` (NotLaunchable when it cannot run)."""
+    attempt_no = job.attempts + 1
+    src, dest = urls_for_attempt(job, attempt_no)
+    module = registry.find(parse_url(src).scheme, parse_url(dest).scheme)
+    if module is None:
+        raise NotLaunchable(NoTransferModule(src, dest), 127, src, dest)
+    try:
+        run_as = RunAs.for_owner(job.owner_uid)
+    except IdentityError as exc:
+        raise NotLaunchable(PermanentTransferError(str(exc)), 126, src, dest) from None
+    request = TransferRequest(src, dest, job.spec.options, settings.default_streams,
+                              job.spec.verify_checksum, job.spec.x509proxy)
+    return Plan(job, attempt_no, module, request, run_as)
+
+
+@dataclass
+class _Running:
+    plan: Plan
+    process: AttemptProcess
+    job: Job  # as the store started the attempt
+    last_progress_write: float = 0.0
+
+
+class Attempts:
+    """The attempts running now, keyed by job id."""
+
+    def __init__(self, store: JobStore, settings: Settings, on_end: OnEnd,
+                 clock: Callable[[], float] = time.time,
+                 record_transfer: RecordTransfer | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self._on_end = on_end
+        self._record_transfer = record_transfer
+        self._running: dict[int, _Running] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def count(self) -> int:
+        return len(self._running)
+
+    def __contains__(self, job_id: int) -> bool:
+        return job_id in self._running
+
+    # -- starting -----------------------------------------------------------------------------
+
+    def launch(self, plan: Plan) -> bool:
+        """IDLE -> RUNNING and start the tool; False (nothing started) when the job is no
+        longer IDLE. The attempt is registered before the store call, so a removal that
+        lands in between stops it before its child exists."""
+        job = plan.job
+        argv = plan.module.command(plan.request)
+        process = AttemptProcess(
+            argv, output=job.spec.output, err=job.spec.err,
+            env=plan.module.environment(plan.request), run_as=plan.run_as,
+            on_progress=lambda p, j=job.id: self._progress(j, p),
+            on_exit=lambda r, j=job.id: self._exited(j, r),
+            on_pid=lambda pid, j=job.id, a=plan.attempt_no: self.store.set_pid(j, a, pid))
+        with self._lock:
+            if job.id in self._running:
+                return False
+            self._running[job.id] = _Running(plan, process, job)
+        now = self.clock()
+        try:
+            started = self.store.start_attempt(job.id, now, plan.src_url, plan.dest_url,
+                                               plan.module.name)
+        except BaseException:
+            self._forget(job.id)
+            raise
+        if started is None:
+            self._forget(job.id)
+            return False
+        self._running[job.id].job = started
+        events.record(started, now, [executing()])
+        chose = f" (EOS chose {plan.streams} streams)" if plan.optimized else ""
+        log.info("job %d attempt %d%s: %s", job.id, started.attempts, chose, " ".join(argv))
+        process.start()
+        return True
+
+    def refuse(self, job: Job, problem: NotLaunchable) -> None:
+        """Count an attempt that cannot start as one that failed permanently."""
+        now = self.clock()
+        started = self.store.start_attempt(job.id, now, problem.src_url, problem.dest_url, "none")
+        if started is None:
+            return
+        outcome = AttemptOutcome(started.attempts, AttemptResult(problem.exit_code, str(problem),
+                                                                 0, 0.0), failure=problem.failure)
+        self._apply(started, started.attempts, judge(started, outcome, self.settings, now), now,
+                    problem.src_url, "")
+
+    def _forget(self, job_id: int) -> None:
+        with self._lock:
+            self._running.pop(job_id, None)
+            self._idle.notify_all()
+
+    # -- while it runs ------------------------------------------------------------------------
+
+    def _progress(self, job_id: int, progress: Progress) -> None:
+        running = self._running.get(job_id)
+        if running is None:
+            return
+        now = time.monotonic()
+        if now - running.last_progress_write < self.settings.progress_interval_s:
+            return
+        running.last_progress_write = now
+        self.store.record_progress(job_id, running.plan.attempt_no, progress.bytes_done,
+                                   progress.rate_mbps)
+
+    # -- its end ------------------------------------------------------------------------------
+
+    def _exited(self, job_id: int, result: AttemptResult) -> None:
+        running = self._running.get(job_id)
+        if running is None:
+            return
+        retry_at: float | None = None
+        try:
+            retry_at = self._finish(running, result)
+        except Exception:
+            log.exception("job %d: cannot record the end of attempt %d", job_id,
+                          running.plan.attempt_no)
+        finally:
+            self._forget(job_id)
+            self._on_end(job_id, retry_at)
+
+    def _finish(self, running: _Running, result: AttemptResult) -> float | None:
+        plan = running.plan
+        outcome = self._outcome(plan, result)
+        now = self.clock()
+        verdict = judge(running.job, outcome, self.settings, now)
+        return self._apply(running.job, plan.attempt_no, verdict, now, plan.src_url,
+                           plan.dest_url)
+
+    def _outcome(self, plan: Plan, result: AttemptResult) -> AttemptOutcome:
+        """The facts the judge needs (this is where the destination is looked at)."""
+        facts = AttemptOutcome(plan.attempt_no, result, plan.dest_url, streams=plan.streams)
+        if result.killed_reason is not None:
+            return facts
+        if result.exit_code != 0:
+            failure = plan.module.judge(result.exit_code, result.stderr_tail)
+            return dataclasses.replace(facts, failure=failure)
+        problem = verify_destination(plan)
+        if problem is not None:
+            return dataclasses.replace(facts, verify_error=problem)
+        try:
+            size = verify.size_of(plan.dest_url)
+        except verify.VerifyError:
+            size = None
+        return dataclasses.replace(facts, dest_size=size)
+
+    def _apply(self, job: Job, attempt_no: int, verdict: Verdict, now: float, src_url: str,
+               dest_url: str) -> float | None:
+        """Carry out a verdict; returns when to try again (None: not to be retried, or the
+        transition did not land because the job moved on)."""
+        if verdict.remove_partial and dest_url:
+            remove_partial(job, dest_url)
+        if verdict.transition is None:
+            return None
+        done = self.store.finish_attempt(job.id, attempt_no, now, verdict.transition)
+        if done is None:
+            return None
+        events.record(done, now, verdict.userlog)
+        if verdict.history is not None and self._record_transfer is not None:
+            h = verdict.history
+            try:
+                self._record_transfer(src_url, dest_url, job.spec.arguments, h.streams,
+                                      h.bytes_moved, h.duration_s, job.id)
+            except Exception:
+                log.exception("job %d: cannot record the transfer in the history", job.id)
+        return verdict.retry_at
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def kill(self, job_id: int, reason: StopReason) -> bool:
+        """Stop the job's attempt; False when none runs."""
+        with self._lock:
+            running = self._running.get(job_id)
+        if running is None:
+            return False
+        running.process.kill(reason)
+        return True
+
+    def check_hung(self) -> list[int]:
+        """Kill attempts running past STORK_MAXDELAY_INMINUTES; returns their job ids."""
+        limit_s = self.settings.max_delay_min * 60
+        with self._lock:
+            hung = [r for r in self._running.values()
+                    if time.monotonic() - r.process.start_time > limit_s]
+        for running in hung:
+            log.warning("job %d: attempt %d ran past %g min, killing it", running.job.id,
+                        running.plan.attempt_no, self.settings.max_delay_min)
+            running.process.kill(StopReason.TIMEOUT)
+        return [r.job.id for r in hung]
+
+    def kill_all(self, reason: StopReason = StopReason.SHUTDOWN) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        for item in running:
+            item.process.kill(reason)
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no attempt runs; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    # -- after a crash ------------------------------------------------------------------------
+
+    def recover(self) -> list[Job]:
+        """At start-up: requeue jobs a dead daemon left RUNNING (the interrupted attempt
+        counts as a failure), kill any child of theirs that survived, remove the partial
+        destination of the killed attempt, and note it in the user log."""
+        now = self.clock()
+        jobs = self.store.requeue_running(now, "stork_server stopped during the attempt")
+        for job in jobs:
+            if job.pid:
+                kill_leftover(job.pid)
+            remove_partial(job, urls_for_attempt(job, job.attempts)[1])
+            events.record(job, now, [note(f"attempt {job.attempts} interrupted: stork_server "
+                                          "restarted; job requeued")])
+        return jobs
+
+
+def verify_destination(plan: Plan) -> str | None:
+    """None when the destination is right; otherwise what is wrong."""
+    try:
+        src_size, dest_size = verify.size_of(plan.src_url), verify.size_of(plan.dest_url)
+        if src_size is not None and dest_size is not None and src_size != dest_size:
+            return f"destination size {dest_size} differs from source size {src_size}"
+        if plan.request.verify_checksum:
+            src_sum, dest_sum = verify.md5_of(plan.src_url), verify.md5_of(plan.dest_url)
+            if src_sum is None or dest_sum is None:
+                if not plan.module.verifies_checksum:
+                    return "verify_checksum is set but the checksums cannot be computed"
+            elif src_sum != dest_sum:
+                return f"destination MD5 {dest_sum} differs from source MD5 {src_sum}"
+    except verify.VerifyError as exc:
+        return str(exc)
+    return None
+
+
+def remove_partial(job: Job, dest_url: str) -> None:
+    """Delete a partial destination with the rights of the job's owner."""
+    try:
+        run_as = RunAs.for_owner(job.owner_uid)
+    except IdentityError:
+        return
+    verify.remove(dest_url, unlink=lambda path: unlink_as(run_as, path))
+
+
+def kill_leftover(pid: int) -> None:
+    """SIGKILL a transfer child that outlived its daemon (PDEATHSIG normally prevents it):
+    only when /proc says the pid still runs a transfer tool, never a reused pid's process."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read()
+    except OSError:
+        return
+    if b"globus-url-copy" in cmdline or b"stork.transfer" in cmdline:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

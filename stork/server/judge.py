@@ -1,0 +1,160 @@
+"""What an attempt's end means: a pure function from facts to the transition to apply.
+
+`judge(job, outcome, settings, now)` takes the job as its attempt started, what happened
+(`AttemptOutcome`: the child's result, the transfer module's judgement of a non-zero exit as
+a `TransferError`, the verification, the streams used), the settings and the time, and returns a `Verdict`: the store transition (or
+none, for a removed job), the user log events to append once it is committed, whether the
+partial destination must go, when to try again, and what to remember in the EOS history.
+No processes, no store, no clock: the caller gathers the facts and applies the verdict.
+
+Policy, as docs/ARCHITECTURE.md describes it:
+- exit 0 and a verified destination: COMPLETED (user log 005, return value 0);
+- a retryable failure within the retry limit: IDLE again after STORK_RETRY_DELAY *
+  2^(failures-1), capped by STORK_RETRY_DELAY_MAX (user log 008);
+- a permanent failure or the retry limit reached: FAILED (user log 008 and 005);
+- removed: nothing to write (the removal did), the partial file goes;
+- daemon shutdown: IDLE without counting a failure, the partial file goes;
+- running past STORK_MAXDELAY_INMINUTES: a timeout failure.
+A retryable failure, a timeout, a verify failure or a tool killed by a signal leaves no
+partial destination file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stork.config import Settings
+from stork.errors import (DestinationMismatch, RetryableTransferError, TransferError,
+                          TransferInterrupted, TransferTimedOut)
+from stork.job import Job, JobState
+from stork.server.runner import AttemptResult, StopReason
+from stork.store.base import Transition
+from stork.transfer.base import summarize_error
+from stork.urls import with_scheme
+from stork.userlog import LogEvent, note, terminated
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """Everything known about an attempt's end, gathered before judging it."""
+
+    attempt_no: int
+    result: AttemptResult
+    dest_url: str = ""  # "" when no tool ran (there is no partial file to remove)
+    failure: TransferError | None = None  # the module's judgement of a non-zero exit
+    verify_error: str | None = None  # after exit 0: what is wrong with the destination
+    dest_size: int | None = None  # after exit 0: the destination's size, when known
+    streams: int | None = None  # parallel streams used (modules that take -p)
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """A finished transfer for the EOS history (written after the transition lands)."""
+
+    streams: int
+    bytes_moved: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    transition: Transition | None  # None: nothing to write (the job was removed)
+    userlog: tuple[LogEvent, ...] = ()  # appended after the transition is committed
+    remove_partial: bool = False  # delete the destination (with the owner's rights)
+    retry_at: float | None = None  # when the job becomes runnable again (unix seconds)
+    history: HistoryRecord | None = None
+
+
+def urls_for_attempt(job: Job, attempt_no: int) -> tuple[str, str]:
+    """The URLs of attempt `attempt_no` (1-based): alt_protocols cycle after the original,
+    so attempt N uses the original pair when (N-1) mod (1 + len(alt_protocols)) is 0."""
+    pairs = job.spec.alt_protocols
+    index = (attempt_no - 1) % (len(pairs) + 1)
+    if index == 0:
+        return job.spec.src_url, job.spec.dest_url
+    src_scheme, dest_scheme = pairs[index - 1]
+    return with_scheme(job.spec.src_url, src_scheme), with_scheme(job.spec.dest_url, dest_scheme)
+
+
+def retry_delay_s(settings: Settings, failures: int) -> float:
+    """Delay before the retry that follows the `failures`-th failure (doubling, capped)."""
+    return float(min(settings.retry_delay_s * 2 ** max(failures - 1, 0),
+                     settings.retry_delay_max_s))
+
+
+def retry_limit(job: Job, settings: Settings) -> int:
+    """The job's max_retries, else STORK_MAX_RETRY."""
+    return job.spec.max_retries if job.spec.max_retries is not None else settings.max_retry
+
+
+def throughput_mbps(bytes_moved: int, seconds: float) -> float:
+    """Megabits (10**6 bits) per second, rounded to 3 decimals; 0 for no time."""
+    return round(bytes_moved * 8 / 1e6 / seconds, 3) if seconds > 0 else 0.0
+
+
+def judge(job: Job, outcome: AttemptOutcome, settings: Settings, now: float) -> Verdict:
+    """The verdict on attempt `outcome.attempt_no` of `job` (the job as it started)."""
+    result = outcome.result
+    has_dest = bool(outcome.dest_url)
+    stop = result.killed_reason
+    if stop is StopReason.REMOVED:
+        return Verdict(None, remove_partial=has_dest)
+    if stop is StopReason.SHUTDOWN:
+        return Verdict(Transition(
+            JobState.IDLE, "requeue", "interrupted", exit_code=result.exit_code,
+            error="stork_server shut down during the attempt",
+            failure_kind=TransferInterrupted.kind.value, bytes_done=result.bytes_done,
+            detail={"reason": "shutdown"}), remove_partial=has_dest)
+    failure: TransferError
+    if stop is StopReason.TIMEOUT:
+        failure = TransferTimedOut(settings.max_delay_min)
+    elif result.exit_code == 0 and outcome.failure is None:
+        if outcome.verify_error is None:
+            return _completed(outcome)
+        failure = DestinationMismatch(outcome.verify_error)
+    else:
+        failure = outcome.failure or RetryableTransferError(
+            result.stderr_tail or f"exit status {result.exit_code}", exit_code=result.exit_code)
+    # never leave a partial file that looks like a result
+    remove = has_dest and (failure.retryable or failure.tool_killed)
+    return _failed(job, outcome, failure, settings, now, remove)
+
+
+def _completed(outcome: AttemptOutcome) -> Verdict:
+    result = outcome.result
+    moved = outcome.dest_size if outcome.dest_size is not None else result.bytes_done
+    facts: dict[str, object] = {
+        "achieved_throughput_mbps": throughput_mbps(moved, result.duration_s),
+        "transfer_time_s": round(result.duration_s, 3)}
+    if outcome.streams is not None:
+        facts["streams_used"] = outcome.streams
+    transition = Transition(JobState.COMPLETED, "completed", "completed", exit_code=0,
+                            bytes_done=moved, detail={"duration_s": round(result.duration_s, 3)},
+                            result=facts)
+    history = (HistoryRecord(outcome.streams, moved, result.duration_s)
+               if outcome.streams is not None else None)
+    return Verdict(transition, (terminated(0, moved),), history=history)
+
+
+def _failed(job: Job, outcome: AttemptOutcome, failure: TransferError, settings: Settings,
+            now: float, remove_partial: bool) -> Verdict:
+    code = outcome.result.exit_code
+    kind = failure.kind
+    limit = retry_limit(job, settings)
+    failures = job.failures + 1
+    error = str(failure)
+    said = (f"attempt {outcome.attempt_no} exited with status {code} ({kind.value}): "
+            f"{summarize_error(error)}")
+    if failure.retryable and failures <= limit:
+        delay = retry_delay_s(settings, failures)
+        return Verdict(Transition(
+            JobState.IDLE, "attempt_failed", "failed", count_failure=True,
+            next_attempt_at=now + delay, exit_code=code, error=error,
+            failure_kind=kind.value, detail={"retry_in_s": delay}),
+            (note(f"{said}; rescheduling in {delay:g} s"),),
+            remove_partial=remove_partial, retry_at=now + delay)
+    why = "permanent failure" if not failure.retryable else f"retry limit {limit} reached"
+    return Verdict(Transition(
+        JobState.FAILED, "failed", "failed", count_failure=True, exit_code=code,
+        error=error, failure_kind=kind.value, detail={"why": why}),
+        (note(f"{said}; {why}"), terminated(code or 1)), remove_partial=remove_partial)

@@ -1,0 +1,123 @@
+"""Optimization: the phase between a transfer's selection and its launch.
+
+A transfer with ``optimization = "YES"``, no ``-p`` of its own, and a module that takes a
+stream count is, once the task matrix selects it, handed to the EOS (the embedded one, or
+the eos_server its `opt_server` names) on a thread of its own. Meanwhile the job stays IDLE
+in the store with the wait reason OPTIMIZING (no attempt has started: `stork_q` and
+`stork_status` show it as waiting for its optimization, not RUNNING), and it keeps its place
+in the transfer matrix: sampling moves data between the same two hosts, so it counts toward
+STORK_MAX_NUM_JOBS and the host penalties like the transfer will. Sampling runs themselves
+are scheduled by the EOS's own task matrix (EOS_WORKERS, one run per equal task).
+
+When the EOS answers, its choice is recorded on the job (`optimized_streams`,
+`predicted_throughput_mbps`, `eos_*`) and the attempt is launched with it. An EOS that
+fails does not stop the transfer: it runs with the default stream count and the job's
+`eos_error` says why. A job removed meanwhile gets nothing recorded and never launches.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stork.eos.client import Estimator
+from stork.eos.types import EstimateRequest, EstimateResult
+from stork.job import JobSpec
+from stork.server.attempts import Plan
+from stork.store.base import JobStore
+
+log = logging.getLogger(__name__)
+
+OPTIMIZING = "optimizing: EOS sampling"  # the wait reason (fits stork_q's progress column)
+
+EstimatorFor = Callable[[JobSpec], Estimator]
+# (the plan to launch, whether the job was removed meanwhile)
+OnOptimized = Callable[[Plan, bool], None]
+
+
+def job_attributes(result: EstimateResult) -> dict[str, Any]:
+    """What an optimized transfer's result attributes record of the EOS's answer."""
+    return {"optimized_streams": result.optimal_streams,
+            "predicted_throughput_mbps": result.estimated_throughput_mbps,
+            "eos_model": result.model,
+            "eos_from_history": result.from_history,
+            "eos_shared_run": result.shared_run,
+            "eos_sampling_time_s": result.sampling_time_s}
+
+
+def request_for(plan: Plan) -> EstimateRequest:
+    """The EOS request for a planned attempt (its URLs and options, its owner's rights)."""
+    spec = plan.job.spec
+    return EstimateRequest(plan.src_url, plan.dest_url, spec.arguments, None, spec.use_history,
+                           spec.x509proxy, plan.run_as, queued_since=plan.job.submitted_at)
+
+
+class Optimizations:
+    def __init__(self, store: JobStore, estimator_for: EstimatorFor | None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.estimator_for = estimator_for
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._active: dict[int, str] = {}  # job id -> its phase, as shown to users
+        self._cancelled: set[int] = set()
+
+    def wants(self, plan: Plan) -> bool:
+        """optimization = "YES" and no explicit -p, on a module that takes a stream count."""
+        spec = plan.job.spec
+        return (spec.optimization and spec.options.streams is None and plan.module.takes_streams
+                and self.estimator_for is not None)
+
+    def begin(self, plan: Plan, on_done: OnOptimized) -> None:
+        """Ask the EOS on a thread of its own; `on_done(plan, removed)` runs on it after."""
+        job_id = plan.job.id
+        with self._lock:
+            self._active[job_id] = OPTIMIZING
+            self._cancelled.discard(job_id)
+        threading.Thread(target=self._run, args=(plan, on_done), name=f"optimize-{job_id}",
+                         daemon=True).start()
+
+    def phase(self, job_id: int) -> str | None:
+        """The job's phase while it is being optimized (no lock: one dictionary look-up)."""
+        return self._active.get(job_id)
+
+    def cancel(self, job_id: int) -> bool:
+        """The job was removed: record nothing and launch nothing when the EOS answers.
+        False when the job is not being optimized."""
+        with self._lock:
+            if job_id not in self._active:
+                return False
+            self._cancelled.add(job_id)
+            return True
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    def _run(self, plan: Plan, on_done: OnOptimized) -> None:
+        job_id = plan.job.id
+        chosen = plan
+        try:
+            assert self.estimator_for is not None
+            result = self.estimator_for(plan.job.spec).estimate(request_for(plan))
+        except Exception as exc:  # the sampler's or the remote EOS's own message
+            log.warning("job %d: the EOS could not choose a stream count (%s); the transfer "
+                        "runs with the default", job_id, exc)
+            attributes: dict[str, Any] = {"eos_error": str(exc)}
+        else:
+            chosen = plan.with_streams(result.optimal_streams)
+            attributes = job_attributes(result)
+        with self._lock:
+            removed = job_id in self._cancelled
+        try:
+            if not removed:
+                self.store.update_result(job_id, attributes)
+        except Exception:
+            log.exception("job %d: cannot record the EOS's answer", job_id)
+        finally:
+            with self._lock:
+                self._active.pop(job_id, None)
+                self._cancelled.discard(job_id)
+            on_done(chosen, removed)
