@@ -13,7 +13,7 @@ from typing import Any
 import classad2
 
 from stork.eos.types import EstimateResult
-from stork.job import Job
+from stork.job import Job, JobState
 from stork.store.base import Attempt
 
 
@@ -51,6 +51,18 @@ def estimate_ad(job_id: int, result: EstimateResult | Mapping[str, Any]) -> str:
     return str(ad)
 
 
+def throughput_mbps(job: Job) -> float:
+    """The job's one throughput figure, in Mbit/s: a completed transfer's average over the
+    attempt that moved it (its result's `achieved_throughput_mbps`), a running attempt's
+    current rate, otherwise 0."""
+    if job.state is JobState.RUNNING:
+        return job.rate_mbps
+    achieved = job.result.get("achieved_throughput_mbps")
+    if job.state is JobState.COMPLETED and isinstance(achieved, (int, float)):
+        return float(achieved)
+    return 0.0
+
+
 def job_summary(job: Job) -> dict[str, Any]:
     """The JSON fields every listing carries."""
     return {
@@ -68,7 +80,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "next_attempt_at": job.next_attempt_at,
         "bytes_done": job.bytes_done,
-        "rate_mbps": job.rate_mbps,
+        "rate_mbps": throughput_mbps(job),
         "last_error": job.last_error,
         "failure_kind": job.failure_kind,
         "result": job.result,
@@ -86,7 +98,7 @@ def job_ad(job: Job) -> classad2.ClassAd:
     ad["failures"] = job.failures
     ad["submit_time"] = int(job.submitted_at)
     ad["bytes_transferred"] = job.bytes_done
-    ad["transfer_rate_mbps"] = round(job.rate_mbps, 3)
+    ad["transfer_rate_mbps"] = round(throughput_mbps(job), 3)
     if job.started_at is not None:
         ad["start_time"] = int(job.started_at)
     if job.finished_at is not None:

@@ -192,6 +192,12 @@ def test_optimized_transfer_records_its_parameters(eos_stork: StorkServer, gridf
     assert f"-p {streams} " in (eos_stork.state / "stork_server.log").read_text()
     ad = eos_stork.cli("stork_q", "-l", check=True).stdout
     assert f"optimized_streams = {streams}" in ad and "achieved_throughput_mbps" in ad
+    # one throughput figure for the finished job, wherever it is shown
+    import classad2
+
+    achieved = result["achieved_throughput_mbps"]
+    parsed = classad2.ClassAd(ad[ad.index("["):ad.rindex("]") + 1])
+    assert job["rate_mbps"] == parsed["transfer_rate_mbps"] == achieved
 
 
 def slow_globus_url_copy(tmp_path: Path, delay_s: float = 1.0) -> Path:

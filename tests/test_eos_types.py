@@ -1,6 +1,5 @@
-"""The EOS boundary: EstimateRequest / EstimateResult values and their JSON, the estimate
-ad built from them, and `stork.eos` standing on its own (it imports nothing from
-`stork.server`)."""
+"""The EOS boundary: EstimateRequest / EstimateResult values and their JSON, the job ad built
+from them, and `stork.eos` standing on its own (it imports nothing from `stork.server`)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,8 @@ import classad2
 import pytest
 
 from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail
-from stork.jobad import estimate_ad
+from stork.job import DapType, Job, JobSpec, JobState
+from stork.jobad import estimate_ad, job_ad, job_summary, throughput_mbps
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,6 +75,26 @@ def test_estimate_ad_from_the_result_or_its_json() -> None:
     assert ad["model_params"]["a"] == pytest.approx(1.5)
     unsized = classad2.ClassAd(estimate_ad(4, EstimateResult(2, 50.0, "best_sample")))
     assert "estimated_time_s" not in unsized and "model_params" not in unsized
+
+
+def transfer(state: JobState, rate_mbps: float = 0.0, **result: object) -> Job:
+    spec = JobSpec(DapType.TRANSFER, "ftp://a/x", "file:///tmp/y",
+                   ad_text='[ dap_type = "transfer"; src_url = "ftp://a/x"; '
+                           'dest_url = "file:///tmp/y" ]')
+    return Job(1, 0, "root", state, spec.to_json(), "transfer", spec.src_url, spec.dest_url,
+               1.0, 2.0, attempts=1, rate_mbps=rate_mbps, result=dict(result))
+
+
+def test_one_throughput_figure_per_job() -> None:
+    done = transfer(JobState.COMPLETED, achieved_throughput_mbps=757.5, transfer_time_s=2.0)
+    ad = job_ad(done)
+    assert throughput_mbps(done) == job_summary(done)["rate_mbps"] == 757.5
+    assert ad["transfer_rate_mbps"] == ad["achieved_throughput_mbps"] == 757.5
+    running = transfer(JobState.RUNNING, rate_mbps=123.4567)
+    assert job_summary(running)["rate_mbps"] == 123.4567
+    assert job_ad(running)["transfer_rate_mbps"] == 123.457
+    assert throughput_mbps(transfer(JobState.FAILED, rate_mbps=9.0)) == 0.0
+    assert throughput_mbps(transfer(JobState.IDLE)) == 0.0
 
 
 def test_eos_modules_import_nothing_from_the_server() -> None:
