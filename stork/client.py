@@ -1,8 +1,18 @@
-"""Thin client of the stork_server API (Unix socket or TCP)."""
+"""Thin client of the stork_server API (Unix socket or TCP).
+
+A server that is busy answers 503 with Retry-After: the client waits (jittered, doubling,
+at least what the server asked) and tries again, saying so on stderr. Waiting for a job is a
+long poll that the server answers when the job changes; a lost connection is re-made.
+"""
 
 from __future__ import annotations
 
+import os
+import random
 import socket
+import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -12,6 +22,9 @@ from stork.errors import ApiError, ServerUnreachable
 from stork.urls import parse_hostport
 
 DEFAULT_TIMEOUT_S = 60.0
+BUSY_RETRY_FOR_S = 600.0  # how long a command keeps retrying a busy (503) server
+WAIT_POLL_S = 55.0  # what a long poll asks the server to wait (STORK_API_WAIT_TIMEOUT caps it)
+RECONNECT_FOR_S = 600.0  # how long a waiting command tries to reach a server that went away
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -48,10 +61,25 @@ def _token(settings: Settings) -> str | None:
         return None
 
 
+def say(message: str) -> None:
+    """A notice on stderr, named by the command that prints it."""
+    print(f"{os.path.basename(sys.argv[0]) or 'stork'}: {message}", file=sys.stderr, flush=True)
+
+
+def backoff_s(attempt: int, floor_s: float = 0.0, cap_s: float = 30.0) -> float:
+    """Delay before retry `attempt` (1-based): `floor_s` (the server's Retry-After) plus a
+    jittered doubling share, so clients refused together do not come back together."""
+    return floor_s + random.uniform(0.5, 1.0) * min(cap_s, 0.5 * 2 ** (attempt - 1))
+
+
 class Client:
     def __init__(self, target: str, token: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout_s: float = DEFAULT_TIMEOUT_S,
+                 notice: Callable[[str], None] = say,
+                 busy_retry_for_s: float = BUSY_RETRY_FOR_S) -> None:
         self.target = target
+        self.notice = notice
+        self.busy_retry_for_s = busy_retry_for_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if "/" in target:
             transport = httpx.HTTPTransport(uds=target)
@@ -71,12 +99,30 @@ class Client:
         self._http.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + self.busy_retry_for_s
+        attempt = 0
+        while True:
+            response = self._request(method, path, **kwargs)
+            if response.status_code != 503:
+                return self._body(response)
+            attempt += 1
+            floor = _retry_after_s(response)
+            delay = backoff_s(attempt, floor)
+            if time.monotonic() + delay > deadline:
+                return self._body(response)  # raises ApiError with the server's words
+            self.notice(f"stork_server at {self.target} is busy (503: "
+                        f"{_error_text(response)}); retrying in {delay:.1f} s")
+            time.sleep(delay)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, path, **kwargs)
+            return self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise ServerUnreachable(
                 f"cannot reach stork_server at {self.target}: {exc or type(exc).__name__} "
                 "(is stork_server running with the same configuration?)") from None
+
+    def _body(self, response: httpx.Response) -> dict[str, Any]:
         try:
             body = response.json()
         except ValueError:
@@ -85,7 +131,39 @@ class Client:
         if response.status_code >= 400:
             raise ApiError(body.get("error", f"HTTP {response.status_code}"),
                            status=response.status_code)
-        return body
+        return dict(body)
+
+    def wait(self, job_id: int, since: int = 0, terminal: bool = False,
+             timeout_s: float = WAIT_POLL_S) -> dict[str, Any]:
+        """One long poll: returns when job `job_id` has an event newer than `since` (with
+        `terminal`, when it has ended) or when the server's wait runs out. The answer has
+        `job`, `seq` (pass it as `since` next time), `changed` and `ended`."""
+        return self._call("GET", f"/v1/jobs/{job_id}/wait",
+                          params={"since": since, "terminal": int(terminal),
+                                  "timeout": timeout_s},
+                          timeout=timeout_s + DEFAULT_TIMEOUT_S)
+
+    def wait_ended(self, job_id: int) -> dict[str, Any]:
+        """The job's summary once it has ended. Long polls, asked again when the server's
+        wait runs out; a server that went away (restart) is reconnected to with backoff."""
+        lost_since: float | None = None
+        attempt = 0
+        while True:
+            try:
+                answer = self.wait(job_id, terminal=True)
+            except ServerUnreachable as exc:
+                now = time.monotonic()
+                lost_since = lost_since if lost_since is not None else now
+                if now - lost_since > RECONNECT_FOR_S:
+                    raise
+                attempt += 1
+                delay = backoff_s(attempt)
+                self.notice(f"{exc}; reconnecting in {delay:.1f} s")
+                time.sleep(delay)
+                continue
+            lost_since, attempt = None, 0
+            if answer["ended"]:
+                return dict(answer["job"])
 
     def ping(self) -> dict[str, Any]:
         return self._call("GET", "/v1/ping")
@@ -118,3 +196,18 @@ class Client:
 
     def remove(self, job_id: int) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/jobs/{job_id}")["job"]
+
+
+def _retry_after_s(response: httpx.Response) -> float:
+    text = response.headers.get("Retry-After", "")
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        return 1.0
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("error", ""))
+    except ValueError:
+        return response.text[:200]

@@ -199,6 +199,63 @@ class StorkServer:
         self.stop()
 
 
+class EosServer:
+    """A real eos_server process on a loopback TCP port, with its own token and state."""
+
+    def __init__(self, workdir: Path, knobs: dict[str, Any] | None = None) -> None:
+        self.port = free_port()
+        self.token_file = workdir / "eos.token"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.token_file.write_text(f"eos-{os.getpid()}-{time.monotonic_ns()}-token")
+        self.token_file.chmod(0o600)
+        self.config = StorkServer(workdir, {"EOS_API_ADDRESS": f"127.0.0.1:{self.port}",
+                                            "EOS_API_TOKEN_FILE": str(self.token_file),
+                                            **(knobs or {})})
+        self.stderr_path = workdir / "eos_server.stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    def call(self, method: str, path: str, token: str | None = None,
+             **kwargs: Any) -> httpx.Response:
+        """A request as a remote caller; `token=None` sends the right token, "" none."""
+        token = self.token if token is None else token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.request(method, f"http://127.0.0.1:{self.port}{path}", headers=headers,
+                             timeout=120, **kwargs)
+
+    def start(self) -> EosServer:
+        with open(self.stderr_path, "ab") as stderr:
+            self.proc = subprocess.Popen([str(BIN / "eos_server")], env=self.config.env(),
+                                         stdout=stderr, stderr=stderr)
+
+        def up() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"eos_server exited with {self.proc.returncode}: "
+                                   f"{self.stderr_path.read_text()[-2000:]}")
+            try:
+                return self.call("GET", "/v1/ping").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, 20, what="eos_server to answer")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+    def __enter__(self) -> EosServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def make_file(path: Path, size_bytes: int, seed: int = 1) -> Path:
     """A file of pseudo-random bytes (fast: one random block repeated with a counter)."""
     import hashlib

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import GridFtpServer, StorkServer, make_file, md5
+from tests.support import EosServer, GridFtpServer, StorkServer, make_file, md5
 from tests.test_api import as_user
 
 
@@ -119,3 +119,85 @@ def test_eos_samples_run_as_the_job_owner(users: list[pwd.struct_passwd], server
     [root_job] = server.submit(ad)
     assert server.wait_state(root_job, timeout_s=60)["state"] == "COMPLETED"
     assert list(out.iterdir()) == []  # samples are scratch files, removed either way
+
+
+def test_estimate_endpoint_runs_as_the_caller(users: list[pwd.struct_passwd], server: StorkServer,
+                                              gridftp: GridFtpServer, gridftp_root: Path,
+                                              shared_dir: Path) -> None:
+    """POST /v1/estimate on the daemon's socket: an ordinary user cannot have root's daemon
+    read /etc/shadow and send it to a server of theirs; their own file can be estimated."""
+    user = users[0]
+    out = gridftp_root / "estimate-leak"
+    out.mkdir(exist_ok=True)
+    body = {"src_url": "file:///etc/shadow", "dest_url": gridftp.url(out / "s")}
+    code, answer = as_user(user.pw_uid, server.socket, "POST", "/v1/estimate", body,
+                           gid=user.pw_gid)
+    assert code == 403, answer
+    assert "file:///etc/shadow" in answer["error"] and "storkt1 cannot read" in answer["error"]
+    assert list(out.iterdir()) == []  # not a byte reached the destination server
+    # the user's own readable file is sampled (as them), and the scratch files are gone
+    mine = make_file(shared_dir / "mine.dat", 300_000, seed=5)
+    os.chown(mine, user.pw_uid, user.pw_gid)
+    mine.chmod(0o600)
+    body = {"src_url": f"file://{mine}", "dest_url": gridftp.url(out / "m")}
+    code, answer = as_user(user.pw_uid, server.socket, "POST", "/v1/estimate", body,
+                           gid=user.pw_gid)
+    assert code == 200 and answer["result"]["optimal_streams"] >= 1, answer
+    assert list(out.iterdir()) == []
+    # samples into a directory the caller may not write fail, and nothing lands there
+    body = {"src_url": gridftp.url(_public(gridftp_root)),
+            "dest_url": "file:///root/stork-estimate.dat"}
+    code, answer = as_user(user.pw_uid, server.socket, "POST", "/v1/estimate", body,
+                           gid=user.pw_gid)
+    assert code >= 400 and "Permission denied" in answer["error"], answer
+    assert not [p for p in Path("/root").iterdir() if p.name.startswith(".stork-sample")]
+    # another user's file as x509proxy is refused: the proxy must be the caller's own
+    code, answer = as_user(user.pw_uid, server.socket, "POST", "/v1/estimate",
+                           {**body, "x509proxy": "/etc/shadow"}, gid=user.pw_gid)
+    assert code == 403 and "x509proxy" in answer["error"], answer
+
+
+def _public(root: Path) -> Path:
+    path = root / "public-est.dat"
+    if not path.exists():
+        make_file(path, 300_000, seed=6)
+    return path
+
+
+def test_eos_server_needs_its_token_and_refuses_local_sources(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    out = gridftp_root / "eos-server-leak"
+    out.mkdir(exist_ok=True)
+    shadow = {"src_url": "file:///etc/shadow", "dest_url": gridftp.url(out / "s")}
+    with EosServer(tmp_path / "eos") as eos:
+        no_token = eos.call("POST", "/v1/estimate", token="", json=shadow)
+        assert no_token.status_code == 403 and "EOS_API_TOKEN_FILE" in no_token.json()["error"]
+        wrong = eos.call("POST", "/v1/estimate", token="x" * 30, json=shadow)
+        assert wrong.status_code == 403
+        local = eos.call("POST", "/v1/estimate", json=shadow)
+        assert local.status_code == 403, local.text
+        error = local.json()["error"]
+        assert "file:///etc/shadow" in error and "EOS_ALLOW_LOCAL_SOURCES" in error
+        assert list(out.iterdir()) == []
+        # a remote source and destination are what eos_server is for
+        src = _public(gridftp_root)
+        ok = eos.call("POST", "/v1/estimate",
+                      json={"src_url": gridftp.url(src), "dest_url": gridftp.url(out / "r")})
+        assert ok.status_code == 200 and ok.json()["result"]["optimal_streams"] >= 1, ok.text
+        assert list(out.iterdir()) == []
+
+
+def test_eos_server_samples_as_its_sample_user(tmp_path: Path, gridftp: GridFtpServer,
+                                               gridftp_root: Path) -> None:
+    """Even where the operator allows local sources, eos_server started as root samples
+    with EOS_SAMPLE_USER's rights (nobody), never its own."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: eos_server drops to EOS_SAMPLE_USER only when root")
+    out = gridftp_root / "eos-sample-user"
+    out.mkdir(exist_ok=True)
+    with EosServer(tmp_path / "eos", {"EOS_ALLOW_LOCAL_SOURCES": "true"}) as eos:
+        answer = eos.call("POST", "/v1/estimate", json={"src_url": "file:///etc/shadow",
+                                                       "dest_url": gridftp.url(out / "s")})
+        assert answer.status_code == 403, answer.text
+        assert "nobody cannot read" in answer.json()["error"]
+        assert list(out.iterdir()) == []

@@ -9,8 +9,8 @@ import sys
 from stork import config
 from stork.cli.common import EXIT_INVALID, EXIT_OK, error, parser
 from stork.errors import ConfigError, StorkError
-from stork.server.api import socket_in_use
-from stork.server.daemon import Daemon, read_token
+from stork.httpd import read_token, socket_in_use
+from stork.server.daemon import Daemon
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = config.load(path)
         if settings.api_address:
-            read_token(settings.api_token_file)
+            read_token(settings.api_token_file, "STORK_API_TOKEN_FILE")
     except ConfigError as exc:
         error(str(exc))
         return EXIT_INVALID

@@ -14,6 +14,9 @@ from stork.transfer.base import summarize_error
 def main(argv: list[str] | None = None) -> int:
     p = parser("stork_status", "Show a job's ad, its attempts and its events.")
     add_name(p)
+    p.add_argument("-wait", "--wait", action="store_true",
+                   help="wait until each job has ended (the server answers when it does), "
+                        "then show it; exit 1 if any failed")
     p.add_argument("ids", nargs="+", type=int, metavar="ID")
     args = p.parse_args(argv)
 
@@ -22,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         code = EXIT_OK
         try:
             for job_id in args.ids:
+                if args.wait:
+                    client.wait_ended(job_id)
                 info = client.status(job_id)
                 job = info["job"]
                 print(f"Job {job_id}: {job['state']} ({progress_text(job, time.time())})")

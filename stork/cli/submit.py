@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from stork.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_OK, add_name, error,
                               load_settings, parser, run)
@@ -16,9 +15,6 @@ from stork.submit import USER_PREFIX, parse_submit, unknown_attributes
 from stork.transfer.base import summarize_error
 from stork.transfer.registry import Registry
 from stork.urls import parse_url
-
-POLL_S = 0.5
-
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("stork_submit", "Submit data placement jobs described as ClassAds.")
@@ -123,29 +119,20 @@ def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:
 
 
 def _wait_one(client: Client, job_id: int) -> dict:
-    while True:
-        job = client.status(job_id)["job"]
-        if JobState(job["state"]).terminal:
-            return job
-        time.sleep(POLL_S)
+    return client.wait_ended(job_id)
 
 
 def _wait(client: Client, ids: list[int]) -> int:
-    pending = set(ids)
-    final: dict[int, dict] = {}
-    while pending:
-        for job_id in sorted(pending):
-            job = client.status(job_id)["job"]
-            if JobState(job["state"]).terminal:
-                final[job_id] = job
-                pending.discard(job_id)
-                line = f"job {job_id}: {job['state']}"
-                if job["state"] != JobState.COMPLETED.value and job.get("last_error"):
-                    line += f": {summarize_error(job['last_error'])}"
-                print(line, flush=True)
-        if pending:
-            time.sleep(POLL_S)
-    ok = all(j["state"] == JobState.COMPLETED.value for j in final.values())
+    """Wait for every job to end (one long poll at a time; the server answers when the job
+    ends), print each end, exit 0 only if all completed."""
+    ok = True
+    for job_id in ids:
+        job = client.wait_ended(job_id)
+        line = f"job {job_id}: {job['state']}"
+        if job["state"] != JobState.COMPLETED.value and job.get("last_error"):
+            line += f": {summarize_error(job['last_error'])}"
+        print(line, flush=True)
+        ok = ok and job["state"] == JobState.COMPLETED.value
     return EXIT_OK if ok else EXIT_FAILED
 
 

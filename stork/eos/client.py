@@ -21,13 +21,15 @@ class Estimator(Protocol):
 class RemoteEos:
     """An eos_server over HTTP (POST /v1/estimate)."""
 
-    def __init__(self, address: str, timeout_s: float = 3600) -> None:
+    def __init__(self, address: str, token: str, timeout_s: float = 3600) -> None:
         self.address = address
+        self.token = token  # EOS_API_TOKEN_FILE's: eos_server's TCP API requires it
         self.timeout_s = timeout_s
 
     def estimate(self, request: EstimateRequest) -> EstimateResult:
         try:
             response = httpx.post(f"http://{self.address}/v1/estimate", json=request.to_json(),
+                                  headers={"Authorization": f"Bearer {self.token}"},
                                   timeout=self.timeout_s)
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"cannot reach eos_server at {self.address}: {exc}") from None

@@ -22,12 +22,14 @@ from stork.errors import ConfigError
 from stork.eos.client import Estimator, RemoteEos, remote_address
 from stork.eos.service import EosService
 from stork.job import DapType, JobSpec, JobState
-from stork.server.api import ApiServers
+from stork.httpd import HttpServer, read_token
+from stork.server.api import api_server, limits_for
 from stork.server.estimation import EstimationRunner
 from stork.server.dispatcher import Dispatcher
 from stork.server.service import Service
 from stork.store import JobStore, open_store
 from stork.transfer.registry import Registry
+from stork.urls import parse_hostport
 
 log = logging.getLogger("stork.server")
 _STOP_WAIT_S = 10.0
@@ -42,7 +44,7 @@ class Daemon:
         self._wake = threading.Event()
         self.store: JobStore | None = None
         self.dispatcher: Dispatcher | None = None
-        self.api: ApiServers | None = None
+        self.api: HttpServer | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.eos: EosService | None = None
         self.estimations: EstimationRunner | None = None
@@ -69,9 +71,6 @@ class Daemon:
     def initialize(self) -> None:
         s = self.settings
         os.makedirs(s.state_dir, mode=0o755, exist_ok=True)
-        token = ""
-        if s.api_address:
-            token = read_token(s.api_token_file)
         self.store = open_store(s.database)
         registry = Registry.default(s.module_dir, s.globus_url_copy)
         self.eos = EosService(s, self.store)
@@ -85,8 +84,8 @@ class Daemon:
         for job in self.store.list_jobs([JobState.IDLE]):
             if job.dap_type == DapType.ESTIMATION.value:
                 self.estimations.start(job.id)
-        self.api = ApiServers(Service(self.dispatcher, self.estimations, self.eos), s.socket,
-                              s.api_address, token)
+        self.api = api_server(Service(self.dispatcher, self.estimations, self.eos), s)
+        self.store.add_listener(self.api.notify)  # job changes wake long polls
         self.api.start()
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                            "misfire_grace_time": None})
@@ -99,9 +98,12 @@ class Daemon:
     def estimator_for(self, spec: JobSpec) -> Estimator:
         """The embedded EOS, or the remote eos_server the job's opt_server names."""
         assert self.eos is not None
-        port = int(self.settings.eos_api_address.rpartition(":")[2])
+        port = parse_hostport(self.settings.eos_api_address).port
         address = remote_address(spec.opt_server, port)
-        return RemoteEos(address) if address else self.eos
+        if not address:
+            return self.eos
+        return RemoteEos(address, read_token(self.settings.eos_api_token_file,
+                                             "EOS_API_TOKEN_FILE"))
 
     def _schedule(self) -> None:
         assert self.scheduler is not None and self.dispatcher is not None
@@ -127,15 +129,19 @@ class Daemon:
         except ConfigError as exc:
             log.error("SIGHUP: keeping the old configuration: %s", exc)
             return
-        for name in ("socket", "api_address", "database", "state_dir", "eos_alpha", "eos_beta",
-                     "eos_workers"):
-            if getattr(new, name) != getattr(self.settings, name):
-                log.warning("SIGHUP: %s changed; it takes effect at the next restart", name)
+        plan = config.reload_plan(self.settings, new)
+        for name in plan.restart_changed:
+            log.warning("SIGHUP: %s changed; it takes effect at the next restart", name)
+        if plan.live_changed:
+            log.info("SIGHUP: applying %s", ", ".join(plan.live_changed))
         assert self.dispatcher is not None
+        new = plan.settings
         self.settings = new
         self.dispatcher.settings = new
         if self.eos is not None:
             self.eos.settings = new
+        if self.api is not None:
+            self.api.limits = limits_for(new)
         self.dispatcher.registry = Registry.default(new.module_dir, new.globus_url_copy)
         self._schedule()
         log.info("SIGHUP: configuration re-read from %s", new.source)
@@ -183,17 +189,3 @@ class Daemon:
             self.loop()
         finally:
             self.shutdown()
-
-
-def read_token(path: str) -> str:
-    """The TCP API token from STORK_API_TOKEN_FILE; ConfigError when missing or weak."""
-    if not path:
-        raise ConfigError("STORK_API_ADDRESS is set but STORK_API_TOKEN_FILE is not: the TCP API "
-                          "needs a token")
-    try:
-        token = open(path).read().strip()
-    except OSError as exc:
-        raise ConfigError(f"STORK_API_TOKEN_FILE: cannot read {path}: {exc.strerror}") from None
-    if len(token) < 16:
-        raise ConfigError(f"STORK_API_TOKEN_FILE: token in {path} is shorter than 16 characters")
-    return token

@@ -1,19 +1,23 @@
 """What the API can do, independent of HTTP: submit, list, status, remove.
 
 Callers are identified by the transport (peer credentials on the Unix socket, a token on
-TCP) and passed in as a `Caller`.
+TCP) and passed in as a `Caller`; everything a request does runs with the caller's rights.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
-import pwd
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from stork import __version__
-from stork.errors import InvalidRequest, PermissionDenied, SubmitError, SubmitProblem
+from stork.caller import Caller
+from stork.eos.access import check_local_ends
+from stork.identity import RunAs
+from stork.errors import (InvalidRequest, PermissionDenied, StoreUnavailable, SubmitError,
+                          SubmitProblem)
 from stork.job import DapType, JobState
 from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
 from stork.server.dispatcher import Dispatcher
@@ -23,19 +27,6 @@ from stork.server.estimation import EstimationRunner
 from stork.store.base import JobStore
 from stork.urls import parse_url
 from stork.submit import parse_submit
-
-@dataclass(frozen=True)
-class Caller:
-    uid: int
-    name: str
-
-    @classmethod
-    def from_uid(cls, uid: int) -> Caller:
-        try:
-            return cls(uid, pwd.getpwuid(uid).pw_name)
-        except KeyError:
-            return cls(uid, str(uid))
-
 
 def proxy_problem(path: str | None, caller: Caller) -> str | None:
     """Why the x509proxy at `path` may not be used by `caller`, or None if it may: it must
@@ -76,10 +67,13 @@ class Service:
 
     def ping(self) -> dict[str, Any]:
         settings = self.dispatcher.settings
+        outage = self.store.outage
         return {"server": "stork_server", "version": __version__, "pid": os.getpid(),
                 "running": self.dispatcher.running_count(),
                 "max_num_jobs": settings.max_num_jobs, "accepting": self.dispatcher.accepting,
-                "config": settings.source}
+                "config": settings.source,
+                "store_outage": None if outage is None else
+                f"{outage.cause} ({outage.location}) since {outage.since:.0f}"}
 
     def submit(self, body: dict[str, Any], caller: Caller) -> dict[str, Any]:
         text = body.get("text")
@@ -181,16 +175,46 @@ class Service:
         return {"transfers": self.dispatcher.matrix_snapshot(),
                 "eos": self.eos.snapshot() if self.eos else None}
 
-    def estimate(self, body: dict[str, Any]) -> dict[str, Any]:
-        """An estimation answered directly (the eos_server endpoint)."""
+    def estimate(self, body: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        """An estimation answered directly, its samples run as the caller (TCP callers:
+        nobody), exactly like an estimation job's; a local end the caller may not use is
+        refused before any byte moves."""
         if self.eos is None:
             raise InvalidRequest("this server runs no EOS")
         try:
             request = EstimateRequest.from_json(body)
         except (KeyError, ValueError, TypeError) as exc:
             raise InvalidRequest(f"bad estimation request: {exc}") from None
+        problem = proxy_problem(request.x509proxy, caller)
+        if problem is not None:
+            raise PermissionDenied(f"x509proxy: {problem}")
+        run_as = RunAs.for_owner(caller.uid)
+        check_local_ends(request.src_url, request.dest_url, caller, run_as, allow_local=True)
+        request = dataclasses.replace(request, run_as=run_as)
         return {"result": self.eos.estimate(request).to_json()}
 
+    def wait_check(self, job_id: int, caller: Caller, *, since: int,
+                   terminal_only: bool) -> tuple[bool, dict[str, Any]]:
+        """For a long poll: (done, answer). Done when the job has an event newer than
+        `since` (or, with `terminal_only`, when it has ended). `seq` in the answer is the
+        job's latest event, to pass as `since` next time."""
+        job = self.store.get(job_id)
+        if not may_see(caller, job.owner_uid):
+            raise PermissionDenied(f"job {job_id} belongs to {job.owner}; only its owner or "
+                                   "root may wait for it")
+        events = self.store.events(job_id)
+        seq = events[-1].seq if events else 0
+        item = job_summary(job)
+        item["wait_reason"] = self.dispatcher.wait_reason(job)
+        ended = job.state.terminal
+        changed = seq > since
+        done = ended if terminal_only else (changed or ended)
+        return done, {"job": item, "seq": seq, "changed": changed, "ended": ended}
+
     def remove(self, job_id: int, caller: Caller) -> dict[str, Any]:
+        outage = self.store.outage
+        if outage is not None:  # a removal would wait for the store: refuse it at once
+            raise StoreUnavailable(f"cannot remove job {job_id} now: the job store cannot be "
+                                   f"written ({outage.cause}; {outage.location}); try again later")
         job = self.dispatcher.remove(job_id, caller.uid, caller.name)
         return {"job": job_summary(job)}
