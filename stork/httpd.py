@@ -30,8 +30,9 @@ from urllib.parse import parse_qs
 from aiohttp import web, web_protocol
 
 from stork.caller import Caller
-from stork.errors import (ConfigError, InvalidRequest, JobNotFound, Overloaded,
-                          PermissionDenied, StoreUnavailable, SubmitError)
+from stork.errors import (ApiError, ConfigError, EosError, IdentityError, InvalidRequest,
+                          JobNotFound, Overloaded, PermissionDenied, StoreUnavailable,
+                          SubmitError)
 from stork.urls import HostPort
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,11 @@ _STATUS: tuple[tuple[type[BaseException], HTTPStatus], ...] = (
     (InvalidRequest, HTTPStatus.BAD_REQUEST),
     (JobNotFound, HTTPStatus.NOT_FOUND),
     (PermissionDenied, HTTPStatus.FORBIDDEN),
+    (IdentityError, HTTPStatus.FORBIDDEN),  # the caller cannot be acted as
     (StoreUnavailable, HTTPStatus.SERVICE_UNAVAILABLE),
     (Overloaded, HTTPStatus.SERVICE_UNAVAILABLE),
+    (EosError, HTTPStatus.BAD_GATEWAY),  # the sample transfer's own failure
+    (ApiError, HTTPStatus.BAD_GATEWAY),  # a remote eos_server's
 )
 RETRY_AFTER_S = 1
 
