@@ -389,6 +389,29 @@ def reload_plan(old: Settings, new: Settings) -> ReloadPlan:
     return ReloadPlan(Settings(source=new.source, **values), tuple(changes))
 
 
+class LiveSettings:
+    """The one owner of the running settings. Every part of the daemon keeps a reference to
+    this object and reads `current` at each decision; SIGHUP replaces `current` once, with
+    the settings of a `ReloadPlan`, and nothing is copied or patched part by part."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._current = settings
+
+    @classmethod
+    def of(cls, settings: Settings | LiveSettings) -> LiveSettings:
+        """The owner itself, or a new one for plain settings (tools and tests)."""
+        return settings if isinstance(settings, LiveSettings) else cls(settings)
+
+    @property
+    def current(self) -> Settings:
+        return self._current
+
+    def apply(self, plan: ReloadPlan) -> Settings:
+        """Run with the plan's settings from the next decision on; returns them."""
+        self._current = plan.settings
+        return plan.settings
+
+
 def _read_file(path: str) -> dict[str, tuple[str, int]]:
     try:
         text = Path(path).read_text()

@@ -154,19 +154,21 @@ class _Server(web.Server):
 
 
 class HttpServer:
-    """Serves `routes` on a Unix socket and/or TCP until `stop`. `limits` may be replaced
-    at any time (live knobs)."""
+    """Serves `routes` on a Unix socket and/or TCP until `stop`. `limits` are fixed, or a
+    function asked at each request (live knobs)."""
 
     def __init__(self, name: str, routes: Sequence[Route | WaitRoute], *,
                  socket_path: str | None = None, tcp: HostPort | None = None,
                  token: str = "", token_knob: str = "STORK_API_TOKEN_FILE",
-                 limits: Limits | None = None, workers: int = 8) -> None:
+                 limits: Limits | Callable[[], Limits] | None = None,
+                 workers: int = 8) -> None:
         if socket_path is None and tcp is None:
             raise ValueError("HttpServer needs a Unix socket path or a TCP address")
         if tcp is not None and not token:
             raise ValueError("a TCP API needs a token")
         self.name = name
-        self.limits = limits or Limits()
+        fixed = limits if isinstance(limits, Limits) else Limits()
+        self._limits: Callable[[], Limits] = limits if callable(limits) else lambda: fixed
         self._routes = [(_pattern(r.path), r) for r in routes]
         self._socket_path = socket_path
         self._tcp = tcp
@@ -283,7 +285,7 @@ class HttpServer:
     async def _answer(self, raw: web.BaseRequest) -> tuple[int, Body, bool]:
         caller = self._caller(raw)
         route, params = self._route(raw.method, raw.path)
-        limits = self.limits
+        limits = self._limits()
         loop = asyncio.get_running_loop()
         if isinstance(route, WaitRoute):
             if self.waiting >= limits.max_waiters:
@@ -292,7 +294,7 @@ class HttpServer:
             request = Request(caller, raw.method, raw.path, params, parse_qs(raw.query_string))
             self.waiting += 1
             try:
-                status, body = await self._long_poll(route, request, loop)
+                status, body = await self._long_poll(route, request, limits, loop)
             finally:
                 self.waiting -= 1
             return status, body, False
@@ -314,10 +316,9 @@ class HttpServer:
         return (HTTPStatus.SERVICE_UNAVAILABLE,
                 {"error": f"{self.name} is busy: {why}; retry after {RETRY_AFTER_S} s"}, True)
 
-    async def _long_poll(self, route: WaitRoute, request: Request,
+    async def _long_poll(self, route: WaitRoute, request: Request, limits: Limits,
                          loop: asyncio.AbstractEventLoop) -> Answer:
-        timeout = min(request.number("timeout", self.limits.wait_timeout_s),
-                      self.limits.wait_timeout_s)
+        timeout = min(request.number("timeout", limits.wait_timeout_s), limits.wait_timeout_s)
         key = route.key(request)
         future: asyncio.Future[None] = loop.create_future()
         self._watch.setdefault(key, set()).add(future)  # before the check: no lost wake-up

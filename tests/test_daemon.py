@@ -152,6 +152,18 @@ def test_sighup_rereads_the_config(stork: StorkServer) -> None:
     stork.signal(signal.SIGHUP)
     wait_for(lambda: stork.api("GET", "/v1/ping").json()["max_num_jobs"] == 3, 10,
              what="new STORK_MAX_NUM_JOBS")
+    # a live knob of the API layer takes effect; a restart-only one is logged and kept
+    [job_id] = stork.submit('[ dap_type = transfer; src_url = "ftp://127.0.0.1:1/x"; '
+                            'max_retries = 0; dest_url = "file:///tmp/stork-hup.dst" ]')
+    assert stork.api("GET", f"/v1/jobs/{job_id}/wait", params={"timeout": 0}).status_code == 200
+    stork.write_config(STORK_API_MAX_WAITERS=0, EOS_WORKERS=3)
+    stork.signal(signal.SIGHUP)
+    wait_for(lambda: stork.api("GET", f"/v1/jobs/{job_id}/wait",
+                               params={"timeout": 0}).status_code == 503, 10,
+             what="STORK_API_MAX_WAITERS = 0 to refuse long polls")
+    log_text = (stork.state / "stork_server.log").read_text()
+    assert "EOS_WORKERS changed; it takes effect at the next restart" in log_text
+    assert "applying STORK_API_MAX_WAITERS" in log_text
     stork.write_config(STORK_MAX_NUM_JOBS="lots")  # a bad file on SIGHUP keeps the old settings
     stork.signal(signal.SIGHUP)
     time.sleep(1.5)

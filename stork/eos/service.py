@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from stork.config import Settings
+from stork.config import LiveSettings, Settings
 from stork.eos.samplers import Sampler, make_sampler
 from stork.eos.sampling import Decision, Sample, decide, doubling, guided
 from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail
@@ -46,10 +46,11 @@ __all__ = ["EosService", "EstimateRequest", "EstimateResult", "Optimization", "S
 
 
 class EosService:
-    def __init__(self, settings: Settings, store: JobStore | None,
+    def __init__(self, settings: Settings | LiveSettings, store: JobStore | None,
                  sampler_factory: SamplerFactory | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.settings = settings
+        self._live = LiveSettings.of(settings)
+        settings = self._live.current
         self.store = store
         self.clock = clock
         self._factory = sampler_factory or self._default_sampler
@@ -63,6 +64,10 @@ class EosService:
         # equal-task key -> (when its last sampling run ended, what it found)
         self._last_run: dict[tuple[object, ...], tuple[float, Optimization]] = {}
         self.sampling_runs = 0  # optimizations actually sampled (not shared, not from history)
+
+    @property
+    def settings(self) -> Settings:
+        return self._live.current
 
     def _default_sampler(self, request: EstimateRequest) -> Sampler:
         s = self.settings

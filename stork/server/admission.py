@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from stork.config import Settings
+from stork.config import LiveSettings, Settings
 from stork.sched import Task, TaskMatrix
 from stork.urls import parse_url
 
@@ -59,14 +59,19 @@ def reason_for(task: Task | None, job_id: int, view: View, alpha: float, n: int,
 
 
 class Admission:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings | LiveSettings) -> None:
+        self._live = LiveSettings.of(settings)
+        settings = self._live.current  # EOS_ALPHA and EOS_BETA are restart-only
         self.matrix = TaskMatrix(settings.eos_alpha, settings.eos_beta, exclusive_pairs=False)
         self._lock = threading.Lock()
         self._tasks: dict[int, Task] = {}  # job id -> its task in the matrix
         self._due: dict[int, float] = {}  # known jobs not yet in the matrix -> when runnable
         self._last_resync = float("-inf")
         self._view = View()
+
+    @property
+    def settings(self) -> Settings:
+        return self._live.current
 
     # -- getting in ---------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
-from stork.config import Settings
+from stork.config import LiveSettings, Settings
 from stork.errors import InvalidRequest
 from stork.httpd import Answer, HttpServer, Limits, Request, Route, WaitRoute, read_token
 from stork.server.service import Service
@@ -69,11 +69,13 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
     ]
 
 
-def api_server(service: Service, settings: Settings) -> HttpServer:
-    """The daemon's API: the Unix socket, and TCP with its token when STORK_API_ADDRESS is set."""
+def api_server(service: Service, live: LiveSettings) -> HttpServer:
+    """The daemon's API: the Unix socket, and TCP with its token when STORK_API_ADDRESS is set.
+    Its limits are live knobs, read from `live` at each request."""
+    settings = live.current
     tcp = parse_hostport(settings.api_address) if settings.api_address else None
     token = read_token(settings.api_token_file, "STORK_API_TOKEN_FILE") if tcp else ""
     server = HttpServer("stork_server", [], socket_path=settings.socket, tcp=tcp, token=token,
-                        limits=limits_for(settings))
+                        limits=lambda: limits_for(live.current))
     server.set_routes(routes(service, server))
     return server

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stork.config import Settings
+from stork.config import LiveSettings, Settings
 from stork.errors import (IdentityError, NoTransferModule, PermanentTransferError, StorkError,
                           TransferError)
 from stork.identity import RunAs, unlink_as
@@ -116,17 +116,21 @@ class _Running:
 class Attempts:
     """The attempts running now, keyed by job id."""
 
-    def __init__(self, store: JobStore, settings: Settings, on_end: OnEnd,
+    def __init__(self, store: JobStore, settings: Settings | LiveSettings, on_end: OnEnd,
                  clock: Callable[[], float] = time.time,
                  record_transfer: RecordTransfer | None = None) -> None:
         self.store = store
-        self.settings = settings
+        self._live = LiveSettings.of(settings)
         self.clock = clock
         self._on_end = on_end
         self._record_transfer = record_transfer
         self._running: dict[int, _Running] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+
+    @property
+    def settings(self) -> Settings:
+        return self._live.current
 
     def count(self) -> int:
         return len(self._running)

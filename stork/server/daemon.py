@@ -17,7 +17,7 @@ from types import FrameType
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from stork import config
-from stork.config import Settings
+from stork.config import LiveSettings, Settings
 from stork.errors import ConfigError
 from stork.eos.client import Estimator, RemoteEos, remote_address
 from stork.eos.service import EosService
@@ -37,7 +37,7 @@ _STOP_WAIT_S = 10.0
 
 class Daemon:
     def __init__(self, settings: Settings, config_file: str | None) -> None:
-        self.settings = settings
+        self.live = LiveSettings(settings)  # the one owner every part reads from
         self.config_file = config_file
         self._terms = 0
         self._hup = False
@@ -48,6 +48,10 @@ class Daemon:
         self.scheduler: BackgroundScheduler | None = None
         self.eos: EosService | None = None
         self.estimations: EstimationRunner | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self.live.current
 
     # -- signals: set flags, nothing else ----------------------------------------------------
 
@@ -73,8 +77,8 @@ class Daemon:
         os.makedirs(s.state_dir, mode=0o755, exist_ok=True)
         self.store = open_store(s.database)
         registry = Registry.default(s.module_dir, s.globus_url_copy)
-        self.eos = EosService(s, self.store)
-        self.dispatcher = Dispatcher(self.store, s, registry, estimator_for=self.estimator_for,
+        self.eos = EosService(self.live, self.store)
+        self.dispatcher = Dispatcher(self.store, self.live, registry, estimator_for=self.estimator_for,
                                      eos=self.eos)
         self.estimations = EstimationRunner(self.store, self.estimator_for, s.eos_workers)
         requeued = self.dispatcher.recover()
@@ -84,7 +88,7 @@ class Daemon:
         for job in self.store.list_jobs([JobState.IDLE]):
             if job.dap_type == DapType.ESTIMATION.value:
                 self.estimations.start(job.id)
-        self.api = api_server(Service(self.dispatcher, self.estimations, self.eos), s)
+        self.api = api_server(Service(self.dispatcher, self.estimations, self.eos), self.live)
         self.store.add_listener(self.api.notify)  # job changes wake long polls
         self.api.start()
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,
@@ -134,14 +138,8 @@ class Daemon:
             log.warning("SIGHUP: %s changed; it takes effect at the next restart", name)
         if plan.live_changed:
             log.info("SIGHUP: applying %s", ", ".join(plan.live_changed))
+        new = self.live.apply(plan)  # every part reads it from its next decision on
         assert self.dispatcher is not None
-        new = plan.settings
-        self.settings = new
-        self.dispatcher.settings = new
-        if self.eos is not None:
-            self.eos.settings = new
-        if self.api is not None:
-            self.api.limits = limits_for(new)
         self.dispatcher.registry = Registry.default(new.module_dir, new.globus_url_copy)
         self._schedule()
         log.info("SIGHUP: configuration re-read from %s", new.source)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from stork.config import Settings
+from stork.config import LiveSettings, Settings
 from stork.eos.service import EosService
 from stork.errors import JobNotFound, PermissionDenied
 from stork.job import DapType, Job, JobState
@@ -37,7 +37,7 @@ SHUTTING_DOWN = "stork_server is shutting down"
 
 
 class Dispatcher:
-    def __init__(self, store: JobStore, settings: Settings, registry: Registry,
+    def __init__(self, store: JobStore, settings: Settings | LiveSettings, registry: Registry,
                  clock: Callable[[], float] = time.time,
                  estimator_for: EstimatorFor | None = None,
                  eos: EosService | None = None) -> None:
@@ -45,24 +45,17 @@ class Dispatcher:
         self.registry = registry
         self.clock = clock
         self.accepting = True
-        self.admission = Admission(settings)
+        self._live = LiveSettings.of(settings)
+        self.admission = Admission(self._live)
         self.optimizations = Optimizations(store, estimator_for, clock)
-        self.attempts = Attempts(store, settings, self._attempt_ended, clock,
+        self.attempts = Attempts(store, self._live, self._attempt_ended, clock,
                                  eos.record_transfer if eos is not None else None)
-        self._settings = settings
         self._tick_lock = threading.Lock()
         self._tick_again = False
 
     @property
     def settings(self) -> Settings:
-        return self._settings
-
-    @settings.setter
-    def settings(self, new: Settings) -> None:
-        """SIGHUP: every part reads the new settings from its next decision on."""
-        self._settings = new
-        self.admission.settings = new
-        self.attempts.settings = new
+        return self._live.current
 
     # -- dispatching --------------------------------------------------------------------------
 
