@@ -13,18 +13,32 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from stork.errors import (AccessDenied, BadUrl, CredentialError, NetworkError, NotFound,
-                          ServerBusy, TransferError)
+from stork.errors import (
+    AccessDenied,
+    BadUrl,
+    CredentialError,
+    NetworkError,
+    NotFound,
+    ServerBusy,
+    TransferError,
+)
 from stork.transfer.base import TransferRequest
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.options import TransferOptions
-from tests.support import (GRIDFTP_SERVER, GridFtpServer, StorkServer, free_port, make_file, md5,
-                           missing_tools, wait_for)
+from tests.support import (
+    GRIDFTP_SERVER,
+    GridFtpServer,
+    StorkServer,
+    free_port,
+    make_file,
+    md5,
+    missing_tools,
+    wait_for,
+)
 from tests.test_security import server, shared_dir, submit_as  # noqa: F401  (fixtures)
 
 
@@ -41,8 +55,12 @@ def test_server_killed_mid_transfer_is_retried_and_the_file_arrives_whole(
         [job_id] = stork.submit(f'[ dap_type = transfer; max_retries = 10; '
                                 f'arguments = "-p 1 -bs 4K"; src_url = "{gridftp.url(src)}"; '
                                 f'dest_url = "file://{dest}" ]')
-        wait_for(lambda: stork.job(job_id)["job"]["bytes_done"] > 0, 60,
+        # caught mid-way for certain: the server is frozen as soon as data arrives, then killed
+        wait_for(lambda: dest.exists() and dest.stat().st_size > 0, 60, interval_s=0.002,
                  what="the transfer to move bytes")
+        assert gridftp.proc is not None
+        os.killpg(gridftp.proc.pid, signal.SIGSTOP)
+        assert 0 < dest.stat().st_size < src.stat().st_size
         gridftp.stop()  # the server and the process serving this transfer die
         failed = wait_for(lambda: stork.job(job_id)["job"]["failures"] >= 1 and
                           stork.job(job_id)["job"], 60, what="the attempt to fail")
