@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DEBS := globus-gass-copy-progs globus-gridftp-server-progs iperf3 iproute2 iputils-ping
 STAMP := $(VENV)/.installed
 
-.PHONY: setup deps demo test test-all bench clean
+.PHONY: setup deps demo lint test test-all bench clean
 
 setup: deps $(STAMP)
 
@@ -27,14 +27,19 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m tests.demo
 
-test: setup
+# Static checks (configured in pyproject.toml); any finding fails the build.
+lint: setup
+	$(VENV)/bin/ruff check stork tests bench tools
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest -q -m "not slow"
 
-test-all: setup
+test-all: lint
 	$(PY) -m pytest -q
 
 bench: setup
 	$(PY) bench/bench_core.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.support import StorkServer, make_file, wait_for  # noqa: E402
-from tests.testbed.cli import add_link_options, topologies  # noqa: E402
-from tests.testbed.netns import Testbed, TestbedUnavailable  # noqa: E402
+from tests.support import StorkServer, make_file, wait_for
+from tests.testbed.cli import add_link_options, topologies
+from tests.testbed.netns import Testbed, TestbedUnavailable
 
 SIZES_MB = (10, 25, 50, 100, 250)
 POLICIES = {

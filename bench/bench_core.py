@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.support import BIN, StorkServer, wait_for  # noqa: E402
+from tests.support import BIN, StorkServer, wait_for
 
 SLEEPER = "#!/bin/sh\nexec sleep 3600\n"
 STAMPER = ("#!/bin/sh\necho start $(date +%s.%N) >> {out}\n: > \"${{2#file://}}\"\n"
@@ -113,7 +113,7 @@ def queue_benchmarks(work: Path, jobs: int) -> None:
         batched = submit_rate(server, jobs, 100, 4)
         total = 3 * jobs
         q_time, q_out = timed([str(BIN / "stork_q")], server)
-        c_time, c_out = timed([str(BIN / "stork_q"), "-constraint", "run < 100"], server)
+        c_time, _ = timed([str(BIN / "stork_q"), "-constraint", "run < 100"], server)
         l_time, _ = timed([str(BIN / "stork_q"), "-l"], server, repeat=3)
         h_time, _ = timed([str(BIN / "stork_q"), "--help"], server)
         client = httpx.Client(transport=httpx.HTTPTransport(uds=server.socket),
@@ -130,9 +130,12 @@ def queue_benchmarks(work: Path, jobs: int) -> None:
               f"| {one:,.0f} | >= 500/s |")
         print(f"| submissions/s, one ad per request, 8 threads, http.client (lighter client) "
               f"| {light:,.0f} | >= 500/s |")
-        print(f"| submissions/s, 100 ads per request, 4 client threads | {batched:,.0f} | >= 500/s |")
-        print(f"| `stork_q` with {jobs:,} queued jobs (median of 5, whole command) | {q_one:.2f} s | < 1 s |")
-        print(f"| `stork_q` with {total:,} queued jobs (median of 5, whole command) | {q_time:.2f} s | - |")
+        print(f"| submissions/s, 100 ads per request, 4 client threads "
+              f"| {batched:,.0f} | >= 500/s |")
+        print(f"| `stork_q` with {jobs:,} queued jobs (median of 5, whole command) "
+              f"| {q_one:.2f} s | < 1 s |")
+        print(f"| `stork_q` with {total:,} queued jobs (median of 5, whole command) "
+              f"| {q_time:.2f} s | - |")
         print(f"| `stork_q -constraint 'run < 100'` with {total:,} jobs | {c_time:.2f} s | - |")
         print(f"| `stork_q -l` with {total:,} jobs (median of 3) | {l_time:.2f} s | - |")
         print(f"| GET /v1/jobs alone ({total:,} jobs) | {api_time:.2f} s | - |")
@@ -161,7 +164,8 @@ def dispatch_overhead(work: Path, count: int = 60) -> None:
     starts = [float(t) for kind, t in lines if kind == "start"]
     ends = [float(t) for kind, t in lines if kind == "end"]
     gaps_ms = sorted((starts[i + 1] - ends[i]) * 1000 for i in range(len(ends) - 1))
-    print(f"\n## Dispatch overhead (STORK_MAX_NUM_JOBS = 1, {count} jobs, module = /bin/sh script)\n")
+    print(f"\n## Dispatch overhead (STORK_MAX_NUM_JOBS = 1, {count} jobs, "
+          "module = /bin/sh script)\n")
     print("From one module's exit to the next module's first instruction: the attempt is judged")
     print("(destination checked, COMPLETED written with its event), the slot freed, the next job")
     print("claimed in a transaction and its process started.\n")

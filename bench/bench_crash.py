@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.crash import run_crash  # noqa: E402
+from tests.crash import run_crash
 
 
 def main() -> int:

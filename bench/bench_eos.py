@@ -16,18 +16,21 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stork.eos.models import estimate  # noqa: E402
-from stork.eos.sampling import Sample, decide, doubling, guided  # noqa: E402
+from stork.eos.models import estimate
+from stork.eos.sampling import Measure, Sample, decide, doubling, guided
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "transfer-logs" / "parallelism-sweeps"
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 TOLERANCE = 0.03
+# a strategy replayed on a measured curve: (streams chosen, samples taken)
+Choose = Callable[[dict[int, float]], tuple[int, int]]
 
 
 def load_curves(name: str) -> list[dict[int, float]]:
@@ -61,7 +64,7 @@ def model_cost() -> None:
 
 
 def replay(name: str, curves: list[dict[int, float]]) -> None:
-    def judge(choose) -> tuple[float, float, int]:  # type: ignore[no-untyped-def]
+    def judge(choose: Choose) -> tuple[float, float, int]:
         shares, counts, excess = [], [], 0
         for curve in curves:
             streams, samples = choose(curve)
@@ -72,7 +75,7 @@ def replay(name: str, curves: list[dict[int, float]]) -> None:
             excess += streams > needed
         return statistics.mean(shares), statistics.mean(counts), excess
 
-    def strategy(sample):  # type: ignore[no-untyped-def]
+    def strategy(sample: Callable[[Measure], list[Sample]]) -> Choose:
         def choose(curve: dict[int, float]) -> tuple[int, int]:
             samples = sample(lambda n: Sample(n, curve[n]))
             return decide(samples, 64, TOLERANCE, LEVELS).streams, len(samples)
@@ -127,7 +130,8 @@ def sampling_overhead() -> None:
                           f"{r['transfer_time_s']:.2f} s | {total:.2f} s | "
                           f"{r['achieved_throughput_mbps']:.0f} Mbit/s |")
                 print("\nOn loopback every stream count moves data at memory speed, so sampling "
-                      "cannot save time here; bench/bench_wan_eos.py and bench/bench_batch.py measure the gain on emulated WAN links.")
+                      "cannot save time here; bench/bench_wan_eos.py and bench/bench_batch.py "
+                      "measure the gain on emulated WAN links.")
             finally:
                 server.stop()
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stork.sched import Task, TaskMatrix  # noqa: E402
+from stork.sched import Task, TaskMatrix
 
 ALPHA, BETA = 0.5, 0.8
 

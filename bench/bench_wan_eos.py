@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import classad2  # noqa: E402
+import classad2
 
-from stork.transfer.options import parse_size  # noqa: E402
-from tests.support import StorkServer, make_file  # noqa: E402
-from tests.testbed.cli import add_link_options, topologies  # noqa: E402
-from tests.testbed.measure import gridftp_mbps, medians, sweep  # noqa: E402
-from tests.testbed.netns import Testbed, TestbedUnavailable  # noqa: E402
-from tests.testbed.topology import PROFILES, Link  # noqa: E402
+from stork.transfer.options import parse_size
+from tests.support import StorkServer, make_file
+from tests.testbed.cli import add_link_options, topologies
+from tests.testbed.measure import gridftp_mbps, medians, sweep
+from tests.testbed.netns import Testbed, TestbedUnavailable
+from tests.testbed.topology import PROFILES, Link
 
 STREAMS = (1, 2, 4, 8, 16, 32)
 

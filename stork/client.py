@@ -69,7 +69,7 @@ def say(message: str) -> None:
 def backoff_s(attempt: int, floor_s: float = 0.0, cap_s: float = 30.0) -> float:
     """Delay before retry `attempt` (1-based): `floor_s` (the server's Retry-After) plus a
     jittered doubling share, so clients refused together do not come back together."""
-    return floor_s + random.uniform(0.5, 1.0) * min(cap_s, 0.5 * 2 ** (attempt - 1))
+    return floor_s + random.uniform(0.5, 1.0) * min(cap_s, 0.5 * 2.0 ** (attempt - 1))
 
 
 class Client:
@@ -195,7 +195,8 @@ class Client:
         return self._call("GET", "/v1/matrix")
 
     def remove(self, job_id: int) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/jobs/{job_id}")["job"]
+        job: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}")["job"]
+        return job
 
 
 def _retry_after_s(response: httpx.Response) -> float:

@@ -21,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from stork.errors import ConfigError
+from stork.errors import ArgumentsError, ConfigError
 from stork.urls import parse_hostport
 
 ENV_CONFIG = "STORK_CONFIG"
@@ -95,7 +95,7 @@ def _parse_size_knob(text: str) -> int:
 
     try:
         return parse_size(text.strip())
-    except Exception as exc:
+    except ArgumentsError as exc:
         raise ValueError(str(exc)) from None
 
 
@@ -190,7 +190,8 @@ KNOBS: tuple[Knob, ...] = (
          "Daemon log level: DEBUG, INFO, WARNING or ERROR."),
     # live because the daemon builds a new Registry from the applied settings on SIGHUP
     Knob("STORK_MODULE_DIR", "module_dir", "", _parse_path, LIVE,
-         "Directory of external transfer modules named stork.transfer.<src>-<dst>; empty for none."),
+         "Directory of external transfer modules named stork.transfer.<src>-<dst>; "
+         "empty for none."),
     Knob("STORK_MAX_NUM_JOBS", "max_num_jobs", "10", _parse_int_min(1), LIVE,
          "Most transfers running at once."),
     Knob("STORK_MAX_SUBMIT_BYTES", "max_submit_bytes", "16M", _parse_size_knob, LIVE,
@@ -443,7 +444,8 @@ def _read_file(path: str) -> dict[str, tuple[str, int]]:
     return raw
 
 
-def _expand(name: str, raw: Mapping[str, str], env: Mapping[str, str], seen: tuple[str, ...]) -> str:
+def _expand(name: str, raw: Mapping[str, str], env: Mapping[str, str],
+            seen: tuple[str, ...]) -> str:
     if name in seen:
         chain = " -> ".join((*seen, name))
         raise ValueError(f"circular reference {chain}")

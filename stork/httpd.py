@@ -12,6 +12,7 @@ at once: nothing waits unbounded in a queue. Every answer, protocol errors inclu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -30,9 +31,18 @@ from urllib.parse import parse_qs
 from aiohttp import web, web_protocol
 
 from stork.caller import Caller
-from stork.errors import (ApiError, ConfigError, EosError, IdentityError, InvalidRequest,
-                          JobNotFound, Overloaded, PermissionDenied, StoreUnavailable,
-                          SubmitError)
+from stork.errors import (
+    ApiError,
+    ConfigError,
+    EosError,
+    IdentityError,
+    InvalidRequest,
+    JobNotFound,
+    Overloaded,
+    PermissionDenied,
+    StoreUnavailable,
+    SubmitError,
+)
 from stork.urls import HostPort
 
 log = logging.getLogger(__name__)
@@ -78,7 +88,8 @@ class Request:
         try:
             value = float(text)
         except ValueError:
-            raise InvalidRequest(f"query argument {name!r} must be a number, got {text!r}") from None
+            raise InvalidRequest(
+                f"query argument {name!r} must be a number, got {text!r}") from None
         if not value >= minimum:
             raise InvalidRequest(f"query argument {name!r} must be at least {minimum:g}")
         return value
@@ -159,7 +170,7 @@ class HttpServer:
 
     def __init__(self, name: str, routes: Sequence[Route | WaitRoute], *,
                  socket_path: str | None = None, tcp: HostPort | None = None,
-                 token: str = "", token_knob: str = "STORK_API_TOKEN_FILE",
+                 token: str = "", token_knob: str = "STORK_API_TOKEN_FILE",  # noqa: S107 - a knob name, not a secret
                  limits: Limits | Callable[[], Limits] | None = None,
                  workers: int = 8) -> None:
         if socket_path is None and tcp is None:
@@ -224,11 +235,11 @@ class HttpServer:
         self._runner = runner
         if self._socket_path is not None:
             path = self._socket_path
-            if os.path.exists(path):
+            if os.path.exists(path):  # noqa: ASYNC240 - once, before anything is served
                 os.unlink(path)  # stale: the caller checked socket_in_use first
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             await web.UnixSite(runner, path, backlog=1024).start()
-            os.chmod(path, 0o777)  # every local user may talk; peer credentials say who
+            os.chmod(path, 0o777)  # noqa: S103 - every local user may talk; peer credentials say who
         if self._tcp is not None:
             await web.TCPSite(runner, self._tcp.host, self._tcp.port, backlog=1024,
                               reuse_address=True).start()
@@ -247,10 +258,8 @@ class HttpServer:
             thread.join(10)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._socket_path is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._socket_path)
-            except FileNotFoundError:
-                pass
 
     def notify(self, keys: Iterable[int]) -> None:
         """Wake the long polls waiting on `keys` (from any thread)."""
@@ -258,10 +267,8 @@ class HttpServer:
         if loop is None or loop.is_closed():
             return
         keys = list(keys)
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._wake, keys)
-        except RuntimeError:  # the loop closed meanwhile
-            pass
 
     def _wake(self, keys: list[int]) -> None:
         for key in keys:
@@ -274,7 +281,7 @@ class HttpServer:
     async def _handle(self, raw: web.BaseRequest) -> web.StreamResponse:
         try:
             status, body, retry = await self._answer(raw)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON answer
+        except Exception as exc:
             status, body = error_answer(exc)
             retry = isinstance(exc, (Overloaded, StoreUnavailable))
             if status == HTTPStatus.INTERNAL_SERVER_ERROR:
@@ -326,10 +333,8 @@ class HttpServer:
             done, status, body = await loop.run_in_executor(self._pool, route.check, request)
             if done or timeout <= 0:
                 return status, body
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(future, timeout)
-            except TimeoutError:
-                pass
             _, status, body = await loop.run_in_executor(self._pool, route.check, request)
             return status, body
         finally:

@@ -10,6 +10,7 @@ short-lived forked child that has dropped to the same user, and handed back as a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import socket
@@ -96,10 +97,8 @@ def open_as(run_as: RunAs | None, path: str, flags: int, mode: int = 0o644) -> i
 def unlink_as(run_as: RunAs | None, path: str) -> None:
     """os.unlink(path) with the rights of `run_as`; a missing file is not an error."""
     if run_as is None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
         return
     pid = os.fork()
     if pid == 0:  # the child: only system calls from here on, then _exit

@@ -139,5 +139,5 @@ def parse_constraint(text: str) -> classad2.ExprTree:
     """Raise ValueError naming the expression when it is not a ClassAd expression."""
     try:
         return classad2.ExprTree(text)
-    except Exception:
+    except Exception:  # noqa: BLE001 - classad2 raises ClassAdException, KeyError, ...
         raise ValueError(f"-constraint {text!r} is not a valid ClassAd expression") from None

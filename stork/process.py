@@ -17,7 +17,9 @@ then never started, and `wait` reports the reason at once).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
 import signal
 import subprocess
@@ -93,8 +95,9 @@ class Child:
             self.start_time = time.monotonic()
             self._proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, preexec_fn=child_setup, start_new_session=True,
-                close_fds=True, env=self.env, **popen_kwargs(self.run_as))
+                stderr=subprocess.PIPE, start_new_session=True, close_fds=True, env=self.env,
+                preexec_fn=child_setup,  # noqa: PLW1509 - only the child can set PDEATHSIG
+                **popen_kwargs(self.run_as))
             self.pid = self._proc.pid
 
     def stop(self, reason: str, grace_s: float = STOP_GRACE_S) -> None:
@@ -119,10 +122,8 @@ class Child:
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def wait(self, timeout_s: float | None = None) -> ChildExit:
         """Copy the output until the child exits, then say how it ended. Past `timeout_s`
@@ -160,7 +161,7 @@ class Child:
         return self.wait(timeout_s)
 
     def _pump_stdout(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
+        assert isinstance(proc.stdout, io.BufferedReader)  # stdout=PIPE, buffered
 
         def copy(chunk: bytes) -> None:
             if self._stdout is not None:
@@ -175,7 +176,7 @@ class Child:
                 self._on_progress(progress)
 
     def _pump_stderr(self, proc: subprocess.Popen[bytes], tail: bytearray) -> None:
-        assert proc.stderr is not None
+        assert isinstance(proc.stderr, io.BufferedReader)  # stderr=PIPE, buffered
         while chunk := proc.stderr.read1(65536):
             if self._stderr is not None:
                 self._stderr.write(chunk)

@@ -119,7 +119,8 @@ def split_ads(text: str, filename: str) -> list[RawAd]:
         if text.startswith("/*", i):
             end = text.find("*/", i + 2)
             if end < 0:
-                problems.append(SubmitProblem(filename, None, line, None, "unterminated /* comment"))
+                problems.append(SubmitProblem(filename, None, line, None,
+                                              "unterminated /* comment"))
                 break
             line += text.count("\n", i, end)
             i = end + 2
@@ -156,7 +157,7 @@ def split_ads(text: str, filename: str) -> list[RawAd]:
             elif depth == 0:
                 ads.append(RawAd(text[start : i + 1], len(ads) + 1, start_line))
         elif depth == 0 and not ch.isspace():
-            snippet = text[i : i + 20].split("\n")[0]
+            snippet = text[i : i + 20].split("\n", maxsplit=1)[0]
             problems.append(SubmitProblem(
                 filename, None, line, None,
                 f"unexpected text {snippet!r} outside any [ ... ] ad"))
@@ -219,7 +220,7 @@ def _name(tokens: list[_Token], at: int = 0) -> str | None:
 def _parses(assignment: str) -> bool:
     try:
         classad2.ClassAd(f"[\n{assignment}\n]")
-    except Exception:  # classad2 raises plain exceptions on syntax errors
+    except Exception:  # noqa: BLE001 - classad2 raises ClassAdException, UnicodeError, ...
         return False
     return True
 
@@ -290,7 +291,7 @@ def _bare_word(ad: classad2.ClassAd, attr: str) -> str | None:
 def _value(ad: classad2.ClassAd, attr: str) -> Any:
     try:
         value = ad.eval(attr)
-    except Exception as exc:  # classad2 raises plain exceptions on evaluation errors
+    except Exception as exc:  # noqa: BLE001 - classad2 raises more than ClassAdException
         raise _Invalid(attr, f"cannot be evaluated: {exc}") from None
     if isinstance(value, classad2.Value):
         raise _Invalid(attr, f"evaluates to {value.name.lower()} (expression: {ad.lookup(attr)})")
@@ -327,10 +328,11 @@ def _local_path(ad: classad2.ClassAd, attr: str, iwd: str) -> str:
     return value if os.path.isabs(value) else os.path.normpath(os.path.join(iwd, value))
 
 
-def _alt_protocols(text: str, src: str, dest: str, registry: Registry) -> tuple[tuple[str, str], ...]:
+def _alt_protocols(text: str, src: str, dest: str,
+                   registry: Registry) -> tuple[tuple[str, str], ...]:
     pairs: list[tuple[str, str]] = []
-    for item in text.split(","):
-        item = item.strip()
+    for part in text.split(","):
+        item = part.strip()
         if not item:
             continue
         a, sep, b = item.partition("-")
@@ -343,14 +345,15 @@ def _alt_protocols(text: str, src: str, dest: str, registry: Registry) -> tuple[
             try:
                 parse_url(with_scheme(url, scheme))
             except ValueError as exc:
-                raise _Invalid("alt_protocols", f"{item}: {attr} rewritten to {scheme}: {exc}") from None
+                raise _Invalid("alt_protocols",
+                               f"{item}: {attr} rewritten to {scheme}: {exc}") from None
         pairs.append((a, b))
     return tuple(pairs)
 
 
 def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
     # Only the names in KNOWN_ATTRIBUTES are read, so that table cannot miss one.
-    present = {key.lower(): key for key in ad.keys() if key.lower() in KNOWN_ATTRIBUTES}
+    present = {key.lower(): key for key in ad if key.lower() in KNOWN_ATTRIBUTES}
 
     def has(attr: str) -> bool:
         return attr in present
@@ -362,7 +365,8 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
     try:
         dap_type = DapType(dap_text.strip().lower())
     except ValueError:
-        raise _Invalid("dap_type", f"unknown type {dap_text!r} (expected transfer or estimation)") from None
+        raise _Invalid("dap_type",
+                       f"unknown type {dap_text!r} (expected transfer or estimation)") from None
 
     urls: dict[str, str] = {}
     schemes: dict[str, str] = {}
@@ -432,13 +436,14 @@ def parse_submit(text: str, filename: str, *, iwd: str, registry: Registry,
     for raw in raws:
         try:
             ad = classad2.ClassAd(raw.text)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any classad2 failure is a syntax problem
             problems.append(_syntax_problem(raw, filename, str(exc)))
             continue
         try:
             spec = _validate(ad, iwd, registry)
         except _Invalid as exc:
-            problems.append(SubmitProblem(filename, raw.index, raw.line, exc.attribute, exc.message))
+            problems.append(SubmitProblem(filename, raw.index, raw.line, exc.attribute,
+                                          exc.message))
             continue
         if lognotes is not None:
             spec = JobSpec(**{**spec.__dict__, "lognotes": lognotes})
@@ -463,9 +468,9 @@ def unknown_attributes(text: str, filename: str) -> list[UnknownAttribute]:
     for raw in raws:
         try:
             ad = classad2.ClassAd(raw.text)
-        except Exception:  # a syntax error: parse_submit's to report
+        except Exception:  # noqa: BLE001, S112 - a syntax error: parse_submit reports it
             continue
-        unknown = [key for key in ad.keys() if key.lower() not in KNOWN_ATTRIBUTES
+        unknown = [key for key in ad if key.lower() not in KNOWN_ATTRIBUTES
                    and not key.lower().startswith(USER_PREFIX)]
         if not unknown:
             continue

@@ -39,7 +39,7 @@ class CrashReport:
 
 def _leftover_tools(marker: str) -> list[str]:
     out = subprocess.run(["pgrep", "-af", "globus-url-copy"], capture_output=True,
-                         text=True).stdout
+                         text=True, check=False).stdout
     return [line for line in out.splitlines() if marker in line]
 
 
@@ -104,12 +104,12 @@ def run_crash(workdir: Path, jobs: int = 200, kills: int = 20, seed: int = 1,
             report.problems.append(f"{log} has {terminations} termination events")
     db = sqlite3.connect(f"file:{server.state / 'stork.db'}?mode=ro", uri=True)
     for what, sql in (
-            ("history rows per job", "SELECT job_id, COUNT(*) FROM history WHERE kind = "
-             "'transfer' GROUP BY job_id HAVING COUNT(*) > 1"),
-            ("completed events per job", "SELECT job_id, COUNT(*) FROM events WHERE kind = "
-             "'completed' GROUP BY job_id HAVING COUNT(*) > 1"),
-            ("attempt rows", "SELECT job_id, number, COUNT(*) FROM attempts "
-             "GROUP BY job_id, number HAVING COUNT(*) > 1")):
+            ("history rows per job", ("SELECT job_id, COUNT(*) FROM history WHERE kind = "
+                                      "'transfer' GROUP BY job_id HAVING COUNT(*) > 1")),
+            ("completed events per job", ("SELECT job_id, COUNT(*) FROM events WHERE kind = "
+                                          "'completed' GROUP BY job_id HAVING COUNT(*) > 1")),
+            ("attempt rows", ("SELECT job_id, number, COUNT(*) FROM attempts "
+                              "GROUP BY job_id, number HAVING COUNT(*) > 1"))):
         rows = db.execute(sql).fetchall()
         if rows:
             report.problems.append(f"duplicated {what}: {rows[:5]}")

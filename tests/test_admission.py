@@ -8,8 +8,8 @@ import threading
 import time
 
 from stork import config
-from stork.server.admission import RESYNC_S, SLOTS_FULL, WAITING, Admission, View, reason_for
 from stork.sched import Task
+from stork.server.admission import RESYNC_S, SLOTS_FULL, WAITING, Admission, View, reason_for
 
 
 def admission(**changes: object) -> Admission:
@@ -108,7 +108,7 @@ def test_wait_reasons_do_not_wait_for_the_lock() -> None:
     release = threading.Event()
 
     def hold() -> None:
-        with a._lock:  # noqa: SLF001 - stand-in for a slow tick
+        with a._lock:
             held.set()
             release.wait(5)
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import htcondor2
+import httpx
 import pytest
 
 from tests.support import StorkServer, free_port, install_slow_module, make_file, wait_for
@@ -25,7 +25,8 @@ def ad(tmp: Path, name: str = "a", extra: str = "") -> str:
 
 
 def as_user(uid: int, socket_path: str, method: str, path: str,
-            body: dict[str, Any] | None = None, gid: int | None = None) -> tuple[int, dict[str, Any]]:
+            body: dict[str, Any] | None = None,
+            gid: int | None = None) -> tuple[int, dict[str, Any]]:
     """Call the API from a forked child that has dropped to `uid`: a real other user."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -169,7 +170,8 @@ def test_tcp_api_needs_the_token(tmp_path: Path) -> None:
         assert r.status_code == 403 and "STORK_API_TOKEN_FILE" in r.json()["error"]
         r = httpx.get(f"{base}/v1/ping", headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 403
-        r = httpx.get(f"{base}/v1/ping", headers={"Authorization": "Bearer s3cret-token-0123456789"})
+        r = httpx.get(f"{base}/v1/ping",
+                      headers={"Authorization": "Bearer s3cret-token-0123456789"})
         assert r.status_code == 200 and r.json()["caller"] == "remote"
         q = server.cli("stork_q", "-name", f"127.0.0.1:{port}")
         assert q.returncode == 0 and "0 job(s)" in q.stdout

@@ -53,7 +53,8 @@ def test_file_overrides_and_references(tmp_path: Path) -> None:
     ("EOS_API_ADDRESS = host\n", 1, "EOS_API_ADDRESS: expected HOST:PORT"),
     ("EOS_API_ADDRESS = host:0\n", 1, "EOS_API_ADDRESS: bad port"),
 ])
-def test_bad_config_names_file_and_line(tmp_path: Path, text: str, line: int, fragment: str) -> None:
+def test_bad_config_names_file_and_line(tmp_path: Path, text: str, line: int,
+                                        fragment: str) -> None:
     cfg = tmp_path / "stork_config"
     cfg.write_text(text)
     with pytest.raises(ConfigError) as info:

@@ -12,8 +12,15 @@ import pytest
 
 from stork.job import JobState
 from stork.store import SqliteStore
-from tests.support import (BIN, GridFtpServer, StorkServer, install_slow_module, make_file, md5,
-                           wait_for)
+from tests.support import (
+    BIN,
+    GridFtpServer,
+    StorkServer,
+    install_slow_module,
+    make_file,
+    md5,
+    wait_for,
+)
 
 KB = 1024
 
@@ -80,8 +87,8 @@ def test_kill_9_kills_the_running_globus_url_copy(tmp_path: Path, gridftp: GridF
                                                   gridftp_root: Path) -> None:
     fifo = tmp_path / "never-ending.fifo"
     os.mkfifo(fifo)
-    writer = subprocess.Popen(["sh", "-c", f"while :; do head -c 65536 /dev/zero; sleep 0.1; "
-                                           f"done > {fifo}"])
+    writer = subprocess.Popen(["sh", "-c", (f"while :; do head -c 65536 /dev/zero; sleep 0.1; "
+                                            f"done > {fifo}")])
     server = StorkServer(tmp_path).start()
     try:
         [job_id] = server.submit(f"""[ dap_type = transfer; src_url = "file://{fifo}";
@@ -174,7 +181,7 @@ def test_sighup_rereads_the_config(stork: StorkServer) -> None:
 def test_bad_config_stops_the_daemon_at_start(tmp_path: Path) -> None:
     server = StorkServer(tmp_path, {"STORK_MAX_RETRY": "often"})
     result = subprocess.run([str(BIN / "stork_server"), "-f"], env=server.env(),
-                            capture_output=True, text=True, timeout=30)
+                            capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 3
     assert f"{server.config}:4: STORK_MAX_RETRY: expected an integer" in result.stderr
 
@@ -182,7 +189,7 @@ def test_bad_config_stops_the_daemon_at_start(tmp_path: Path) -> None:
 def test_detaches_with_a_pid_file(tmp_path: Path) -> None:
     server = StorkServer(tmp_path)
     result = subprocess.run([str(BIN / "stork_server")], env=server.env(), capture_output=True,
-                            text=True, timeout=30)
+                            text=True, timeout=30, check=False)
     assert result.returncode == 0, result.stderr
     pid_file = server.state / "stork_server.pid"
     pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10,
@@ -197,7 +204,7 @@ def test_detaches_with_a_pid_file(tmp_path: Path) -> None:
 
 def test_second_server_on_the_same_socket_is_refused(stork: StorkServer) -> None:
     result = subprocess.run([str(BIN / "stork_server"), "-f"], env=stork.env(),
-                            capture_output=True, text=True, timeout=30)
+                            capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 3 and "already serving" in result.stderr
 
 

@@ -14,9 +14,9 @@ import pytest
 
 from stork import config
 from stork.eos.samplers import GridFtpSampler, Iperf3Sampler, SamplingError, steady_rate
+from stork.eos.sampling import Sample
 from stork.eos.service import EosService
 from stork.eos.types import EstimateRequest, EstimateResult
-from stork.eos.sampling import Sample
 from stork.store import SqliteStore
 from tests.support import GridFtpServer, StorkServer, free_port, make_file, md5, wait_for
 
@@ -97,7 +97,8 @@ def test_steady_rate_leaves_out_the_start_up() -> None:
     steady = steady_rate(tail, total=10_000_000)
     assert steady is not None and steady.mbps == pytest.approx(16.0)  # 2.0 -> 3.0 s
     assert steady.finish_s == pytest.approx(0.5)  # 3 MB in 2 s where the rate moves it in 1.5
-    assert steady_rate(tail).mbps == pytest.approx(13.33, rel=1e-3)  # type: ignore[union-attr]
+    whole = steady_rate(tail)
+    assert whole is not None and whole.mbps == pytest.approx(13.33, rel=1e-3)
     assert steady_rate(points[:3]) is None  # one point with data: cannot tell a rate
     assert steady_rate([(0.5, 1), (0.55, 2), (0.6, 3)]) is None  # under 0.2 s of data
 
@@ -153,7 +154,8 @@ def test_equal_requests_in_flight_share_one_sampling_run(tmp_path: Path) -> None
     a = EstimateRequest("ftp://10.9.9.1:2811/data/a", "ftp://10.9.9.2:2811/data/b", "-b 1M")
     swapped = EstimateRequest("ftp://10.9.9.2:2811/data/c", "ftp://10.9.9.1:2811/data/d",
                               "-b 1048576")
-    other_args = EstimateRequest("ftp://10.9.9.1:2811/data/a", "ftp://10.9.9.2:2811/data/b", "-b 2M")
+    other_args = EstimateRequest("ftp://10.9.9.1:2811/data/a", "ftp://10.9.9.2:2811/data/b",
+                                 "-b 2M")
     results: dict[str, EstimateResult] = {}
     threads = [threading.Thread(target=lambda k=k, r=r: results.__setitem__(k, eos.estimate(r)),
                                 daemon=True)

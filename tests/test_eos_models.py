@@ -9,9 +9,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stork.eos.models import (DynamicOrder, SecondOrder, estimate, fit_dynamic_order,
-                              fit_second_order, pick)
-from stork.eos.sampling import Sample, decide, doubling, guided
+from stork.eos.models import (
+    DynamicOrder,
+    SecondOrder,
+    estimate,
+    fit_dynamic_order,
+    fit_second_order,
+    pick,
+)
+from stork.eos.sampling import Measure, Sample, decide, doubling, guided
 from stork.errors import EosError, FitError, StorkError
 
 
@@ -118,7 +124,7 @@ def test_estimate_never_returns_nan(points: list[tuple[int, float]]) -> None:
     assert math.isfinite(result.throughput_mbps) and 1 <= result.streams <= 128
 
 
-def measure_from(truth: SecondOrder, log: list[int]):  # type: ignore[no-untyped-def]
+def measure_from(truth: SecondOrder, log: list[int]) -> Measure:
     def measure(n: int) -> Sample:
         log.append(n)
         return Sample(n, float(truth.predict(n)))
@@ -164,6 +170,7 @@ def test_sampling_respects_levels_and_n_max() -> None:
     guided(measure_from(truth, log), n_max=8, tolerance=0.0, max_samples=4)
     assert max(log) <= 8
     log.clear()
-    samples = guided(measure_from(truth, log), n_max=64, tolerance=0.0, levels=[1, 2, 4, 8, 16, 32, 64])
+    samples = guided(measure_from(truth, log), n_max=64, tolerance=0.0,
+                     levels=[1, 2, 4, 8, 16, 32, 64])
     assert set(log) <= {1, 2, 4, 8, 16, 32, 64}
     assert decide(samples, 64, 0.0, [1, 2, 4, 8, 16, 32, 64]).streams == 64

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -178,7 +179,7 @@ def fuzz_api(server: StorkServer, count: int) -> None:
 
 
 @pytest.fixture
-def quiet_server(tmp_path: Path):  # type: ignore[no-untyped-def]
+def quiet_server(tmp_path: Path) -> Iterator[StorkServer]:
     """A daemon that never runs what the fuzzer queues (no slot to run it in)."""
     with StorkServer(tmp_path, {"STORK_DISPATCH_INTERVAL": "3600",
                                 "STORK_MAX_NUM_JOBS": "1",
@@ -214,7 +215,8 @@ def test_metacharacters_stay_inside_one_argument(tmp_path: Path) -> None:
     nasty_src = "ftp://h.example/a;b|c&d$(touch${IFS}/tmp/stork-pwned)`id`'q'\"dq\"&&-f>x"
     with StorkServer(tmp_path / "s", {"STORK_MODULE_DIR": str(modules)}) as server:
         dest = tmp_path / "out.dat"
-        [job_id] = server.submit(f'[ dap_type = transfer; max_retries = 0; src_url = {json.dumps(nasty_src)}; '
+        [job_id] = server.submit(f'[ dap_type = transfer; max_retries = 0; '
+                                 f'src_url = {json.dumps(nasty_src)}; '
                                  f'dest_url = "file://{dest}"; ]')
         server.wait_state(job_id)
         refused = server.api("POST", "/v1/jobs", json={"iwd": "/", "text": (

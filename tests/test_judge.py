@@ -17,14 +17,33 @@ from pathlib import Path
 import pytest
 
 from stork import errors
-from stork.errors import (AccessDenied, BadUrl, CredentialError, DestinationFull, FailureKind,
-                          NetworkError, NotFound, PermanentTransferError, RetryableTransferError,
-                          ServerBusy, StorkError, TransferError)
+from stork.errors import (
+    AccessDenied,
+    BadUrl,
+    CredentialError,
+    DestinationFull,
+    FailureKind,
+    NetworkError,
+    NotFound,
+    PermanentTransferError,
+    RetryableTransferError,
+    ServerBusy,
+    StorkError,
+    TransferError,
+)
 from stork.transfer.copyhelper import http_class
 from stork.transfer.external import ExternalModule
-from stork.transfer.failures import (EXIT_ACCESS_DENIED, EXIT_BAD_URL, EXIT_DESTINATION_FULL,
-                                     EXIT_NOT_FOUND, EXIT_PERMANENT, EXIT_RETRYABLE,
-                                     errno_of_text, exit_status_class, exit_status_of)
+from stork.transfer.failures import (
+    EXIT_ACCESS_DENIED,
+    EXIT_BAD_URL,
+    EXIT_DESTINATION_FULL,
+    EXIT_NOT_FOUND,
+    EXIT_PERMANENT,
+    EXIT_RETRYABLE,
+    errno_of_text,
+    exit_status_class,
+    exit_status_of,
+)
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.local import FileModule
 
@@ -71,7 +90,8 @@ NO_CREDENTIAL = """error: globus_ftp_client: the server responded with an error
 530-GSS Major Status: General failure
 530-GSS Minor Status Error Chain:
 530-globus_gsi_gssapi: Error with GSI credential
-530-globus_credential: Valid credentials could not be found in any of the possible locations specified by the credential search order.
+530-globus_credential: Valid credentials could not be found in any of the possible \
+locations specified by the credential search order.
 530-globus_sysconfig: File does not exist: /tmp/x509up_u0 is not a valid file
 530 End."""
 
@@ -173,7 +193,7 @@ def test_http_status_classes() -> None:
 
 def _helper(src: str, dest: str, *prefix: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*prefix, sys.executable, "-m", "stork.transfer.copyhelper", src, dest],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_copy_helper_exit_statuses_name_the_failure(tmp_path: Path) -> None:

@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from stork import config
 from stork.config import Settings
+from stork.errors import (
+    DestinationFull,
+    NetworkError,
+    NotFound,
+    NoTransferModule,
+    PermanentTransferError,
+    TransferError,
+)
 from stork.job import DapType, Job, JobSpec, JobState
-from stork.errors import (DestinationFull, NetworkError, NoTransferModule, NotFound,
-                          PermanentTransferError, TransferError)
-from stork.server.judge import (AttemptOutcome, HistoryRecord, judge, retry_delay_s,
-                                throughput_mbps, urls_for_attempt)
+from stork.server.judge import (
+    AttemptOutcome,
+    HistoryRecord,
+    judge,
+    retry_delay_s,
+    throughput_mbps,
+    urls_for_attempt,
+)
 from stork.server.runner import AttemptResult, StopReason
 from stork.userlog import ABORTED, GENERIC, TERMINATED
 
@@ -27,8 +40,8 @@ def settings(**changes: object) -> Settings:
     return dataclasses.replace(base, **changes)
 
 
-def job(failures: int = 0, attempts: int = 1, **spec: object) -> Job:
-    s = JobSpec(DapType.TRANSFER, SRC, DEST, **spec)  # type: ignore[arg-type]
+def job(failures: int = 0, attempts: int = 1, **spec: Any) -> Job:
+    s = JobSpec(DapType.TRANSFER, SRC, DEST, **spec)
     return Job(7, 1000, "alice", JobState.RUNNING, s.to_json(), "transfer", SRC, DEST,
                NOW - 60, NOW - 1, attempts=attempts, failures=failures)
 
@@ -92,15 +105,16 @@ def test_retry_delay_is_capped() -> None:
 def test_retry_limit_reached_fails_the_job() -> None:
     verdict = judge(job(failures=2, max_retries=2), failed(), settings(), NOW)
     t = verdict.transition
-    assert t is not None and t.state is JobState.FAILED and t.detail == {"why": "retry limit 2 reached"}
+    assert t is not None and t.state is JobState.FAILED
+    assert t.detail == {"why": "retry limit 2 reached"}
     assert verdict.retry_at is None
     assert [(e.code, e.return_value) for e in verdict.userlog] == [(GENERIC, 0), (TERMINATED, 1)]
     assert verdict.userlog[0].text.endswith("; retry limit 2 reached")
     # the job's own max_retries wins over STORK_MAX_RETRY; without it the knob decides
-    assert judge(job(failures=2), failed(), settings(max_retry=3), NOW).transition.state \
-        is JobState.IDLE  # type: ignore[union-attr]
-    assert judge(job(failures=3), failed(), settings(max_retry=3), NOW).transition.state \
-        is JobState.FAILED  # type: ignore[union-attr]
+    t = judge(job(failures=2), failed(), settings(max_retry=3), NOW).transition
+    assert t is not None and t.state is JobState.IDLE
+    t = judge(job(failures=3), failed(), settings(max_retry=3), NOW).transition
+    assert t is not None and t.state is JobState.FAILED
 
 
 def test_permanent_failure_fails_at_once_and_keeps_the_destination() -> None:
@@ -145,8 +159,9 @@ def test_timeout_is_a_retryable_failure_naming_the_knob() -> None:
     assert t.error == "killed after running longer than STORK_MAXDELAY_INMINUTES = 0.5"
     assert verdict.remove_partial
     # a timeout wins even if the tool happened to exit 0 as it was stopped
-    assert judge(job(), AttemptOutcome(1, ended(0, stop=StopReason.TIMEOUT), DEST), settings(),
-                 NOW).transition.failure_kind == "timeout"  # type: ignore[union-attr]
+    t = judge(job(), AttemptOutcome(1, ended(0, stop=StopReason.TIMEOUT), DEST), settings(),
+              NOW).transition
+    assert t is not None and t.failure_kind == "timeout"
 
 
 def test_verify_failure_is_retried_and_removes_the_file() -> None:
@@ -188,8 +203,8 @@ def test_no_module_is_a_permanent_failure_without_partial_file() -> None:
     assert t.error == "no transfer module handles a -> b" and t.failure_kind == "permanent"
     assert not verdict.remove_partial
     identity = AttemptOutcome(1, ended(126), failure=PermanentTransferError("no such owner"))
-    assert judge(job(), identity, settings(), NOW).transition.state \
-        is JobState.FAILED  # type: ignore[union-attr]
+    t = judge(job(), identity, settings(), NOW).transition
+    assert t is not None and t.state is JobState.FAILED
 
 
 def test_alt_protocols_cycle_after_the_original_pair() -> None:

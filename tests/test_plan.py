@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from stork import config
 from stork.eos.types import EstimateResult
 from stork.errors import NoTransferModule
 from stork.job import DapType, Job, JobSpec, JobState
-from stork.server.attempts import NotLaunchable, plan_attempt
+from stork.server.attempts import NotLaunchable, Plan, plan_attempt
 from stork.server.optimization import OPTIMIZING, Optimizations, job_attributes, request_for
 from stork.transfer.registry import Registry
 
@@ -19,8 +20,8 @@ SRC = "gsiftp://a.example:2811/in.dat"
 DEST = "gsiftp://b.example:2811/out.dat"
 
 
-def job(src: str = SRC, dest: str = DEST, attempts: int = 0, **spec: object) -> Job:
-    s = JobSpec(DapType.TRANSFER, src, dest, **spec)  # type: ignore[arg-type]
+def job(src: str = SRC, dest: str = DEST, attempts: int = 0, **spec: Any) -> Job:
+    s = JobSpec(DapType.TRANSFER, src, dest, **spec)
     return Job(3, os.geteuid(), "me", JobState.IDLE, s.to_json(), "transfer", src, dest, 100.0,
                100.0, attempts=attempts)
 
@@ -68,12 +69,12 @@ def test_what_optimization_asks_and_records() -> None:
 
 
 def test_which_jobs_are_optimized() -> None:
-    optimizations = Optimizations(None, lambda spec: None)  # type: ignore[arg-type,return-value]
+    optimizations = Optimizations(None, lambda spec: None)  # type: ignore[arg-type,return-value]  # wants() uses neither
     wants = [optimizations.wants(plan_attempt(j, REGISTRY, SETTINGS)) for j in (
         job(optimization=True), job(optimization=True, arguments="-p 3"),
         job("file:///a", "file:///b", optimization=True), job())]
     assert wants == [True, False, False, False]
-    no_eos = Optimizations(store=None, estimator_for=None)  # type: ignore[arg-type]
+    no_eos = Optimizations(store=None, estimator_for=None)  # type: ignore[arg-type]  # wants() never reads the store
     assert not no_eos.wants(plan_attempt(job(optimization=True), REGISTRY, SETTINGS))
     assert optimizations.phase(3) is None and OPTIMIZING == "optimizing: EOS sampling"
     assert len(OPTIMIZING) <= 26  # stork_q's progress column
@@ -103,12 +104,12 @@ class GatedEos:
         return EstimateResult(self.streams, 100.0, "second_order")
 
 
-def run_phase(eos: GatedEos, cancel: bool = False) -> tuple[object, bool, FakeStore, str | None]:
+def run_phase(eos: GatedEos, cancel: bool = False) -> tuple[Plan, bool, FakeStore, str | None]:
     import queue
 
     store = FakeStore()
-    optimizations = Optimizations(store, lambda spec: eos)  # type: ignore[arg-type]
-    done: queue.Queue[tuple[object, bool]] = queue.Queue()
+    optimizations = Optimizations(store, lambda spec: eos)  # type: ignore[arg-type]  # duck-typed fakes
+    done: queue.Queue[tuple[Plan, bool]] = queue.Queue()
     plan = plan_attempt(job(optimization=True), REGISTRY, SETTINGS)
     optimizations.begin(plan, lambda p, removed: done.put((p, removed)))
     during = optimizations.phase(3)
@@ -124,17 +125,17 @@ def run_phase(eos: GatedEos, cancel: bool = False) -> tuple[object, bool, FakeSt
 def test_the_phase_launches_with_the_eos_choice() -> None:
     chosen, removed, store, during = run_phase(GatedEos(9))
     assert during == OPTIMIZING and not removed
-    assert chosen.streams == 9 and chosen.optimized  # type: ignore[attr-defined]
+    assert chosen.streams == 9 and chosen.optimized
     assert store.results == [(3, job_attributes(EstimateResult(9, 100.0, "second_order")))]
 
 
 def test_a_removed_job_records_nothing() -> None:
-    chosen, removed, store, _ = run_phase(GatedEos(9), cancel=True)
+    _, removed, store, _ = run_phase(GatedEos(9), cancel=True)
     assert removed and store.results == []
 
 
 def test_an_eos_failure_falls_back_to_the_default_streams() -> None:
     chosen, removed, store, _ = run_phase(GatedEos(None))
     assert not removed
-    assert chosen.streams == 2 and not chosen.optimized  # type: ignore[attr-defined]
+    assert chosen.streams == 2 and not chosen.optimized
     assert store.results == [(3, {"eos_error": "sample with 1 streams failed: connection refused"})]

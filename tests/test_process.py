@@ -94,10 +94,11 @@ def test_unknown_program() -> None:
 def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
     """PR_SET_PDEATHSIG: a parent killed by SIGKILL takes its child with it."""
     pid_file = tmp_path / "pid"
+    repo = str(Path(__file__).resolve().parent.parent)
     parent = script(
-        "import sys, time; sys.path.insert(0, %r); from stork.process import Child; "
-        "c = Child(['/bin/sleep', '60']); c.start(); open(%r, 'w').write(str(c.pid)); "
-        "time.sleep(60)" % (str(Path(__file__).resolve().parent.parent), str(pid_file)))
+        f"import sys, time; sys.path.insert(0, {repo!r}); from stork.process import Child; "
+        f"c = Child(['/bin/sleep', '60']); c.start(); open({str(pid_file)!r}, 'w')"
+        ".write(str(c.pid)); time.sleep(60)")
     import subprocess
 
     proc = subprocess.Popen(parent)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from stork.store import SqliteStore
-from tests.support import GridFtpServer, StorkServer, make_file, missing_tools, wait_for
 from stork.urls import parse_url
+from tests.support import GridFtpServer, StorkServer, make_file, missing_tools, wait_for
 
 MB = 1024 * 1024
 

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from stork.errors import SchemaError, StoreError, StoreUnavailable
-from stork.job import DapType, JobSpec, JobState
-from stork.store import SqliteStore, Transition
-from stork.store import sqlite_db
+from stork.job import DapType, Job, JobSpec, JobState
+from stork.store import SqliteStore, Transition, sqlite_db
 from stork.store.sqlite_db import transient_cause
 
 SPEC = JobSpec(DapType.TRANSFER, "file:///a", "file:///b", ad_text='[ dap_type = "transfer" ]')
@@ -71,9 +70,9 @@ def test_transient_causes_are_told_from_permanent_errors(tmp_path: Path) -> None
     assert transient_cause(schema.value) is None
     assert transient_cause(ValueError("x")) is None
     full = sqlite3.OperationalError("database or disk is full")
-    full.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL
     ioerr = sqlite3.OperationalError("disk I/O error")
-    ioerr.sqlite_errorcode = sqlite3.SQLITE_IOERR_FSYNC  # type: ignore[attr-defined]
+    ioerr.sqlite_errorcode = sqlite3.SQLITE_IOERR_FSYNC
     assert (transient_cause(full), transient_cause(ioerr)) == ("disk full", "I/O error")
 
 
@@ -99,7 +98,7 @@ def test_a_finish_waits_out_the_lock_and_lands_once(
     [job_id] = store.submit([SPEC], 0, "root", now=1.0)
     assert store.start_attempt(job_id, 2.0, "file:///a", "file:///b", "m") is not None
     locker.execute("BEGIN IMMEDIATE")
-    results: list[object] = []
+    results: list[Job | None] = []
     caplog.set_level(logging.DEBUG, logger="stork.store")
     finisher = threading.Thread(
         target=lambda: results.append(store.finish_attempt(job_id, 1, 3.0, DONE)))
@@ -116,7 +115,7 @@ def test_a_finish_waits_out_the_lock_and_lands_once(
     finisher.join(10)
     assert not finisher.is_alive()
     [done] = results
-    assert getattr(done, "state") is JobState.COMPLETED
+    assert done is not None and done.state is JobState.COMPLETED
     assert [e.kind for e in store.events(job_id)] == ["submit", "execute", "completed"]
     assert store.available
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

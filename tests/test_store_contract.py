@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +50,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[int, ...]] = []
 
-    def __call__(self, ids: object) -> None:
-        self.calls.append(tuple(ids))  # type: ignore[arg-type]
+    def __call__(self, ids: Iterable[int]) -> None:
+        self.calls.append(tuple(ids))
 
 
 # --- submit, get, list -------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_failed_attempt_goes_back_to_idle_until_its_retry_time(store: JobStore) 
 
 def test_runnable_orders_by_due_time_and_limits(store: JobStore) -> None:
     ids = store.submit([SPEC] * 4, 0, "root", now=1.0)
-    for job_id, due in zip(ids[:2], (8.0, 5.0)):
+    for job_id, due in zip(ids[:2], (8.0, 5.0), strict=True):
         start(store, job_id)
         store.finish_attempt(job_id, 1, 2.0, Transition(
             JobState.IDLE, "attempt_failed", "failed", count_failure=True, next_attempt_at=due))
@@ -409,8 +409,8 @@ def test_listeners_run_after_the_commit_outside_any_lock(store: JobStore) -> Non
     waited: list[bool] = []
     [other] = store.submit([SPEC], 0, "root", now=1.0)
 
-    def listener(ids: object) -> None:
-        [job_id] = ids  # type: ignore[misc]
+    def listener(ids: Iterable[int]) -> None:
+        [job_id] = ids
         if job_id == other:
             return
         seen.append((store.get(job_id).state, [e.kind for e in store.events(job_id)]))

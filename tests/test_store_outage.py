@@ -38,7 +38,7 @@ def mount_problem(directory: Path) -> str | None:
     if shutil.which("mount") is None or shutil.which("umount") is None:
         return "mount/umount not installed (Debian package mount)"
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE},mode=0755", "tmpfs",
-                           str(directory)], capture_output=True, text=True)
+                           str(directory)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return f"`mount -t tmpfs` failed: {done.stderr.strip() or done.returncode}"
     return None

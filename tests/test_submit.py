@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stork.errors import ArgumentsError, SubmitError
-from stork.job import DapType
+from stork.job import DapType, JobSpec
 from stork.submit import KNOWN_ATTRIBUTES, USER_PREFIX, parse_submit, unknown_attributes
 from stork.transfer.options import parse_arguments, parse_size
 from stork.transfer.registry import Registry
@@ -21,7 +21,7 @@ REG = Registry.default()
 GOOD = 'dap_type = transfer; src_url = "file:///data/a"; dest_url = "ftp://h:2811/b"'
 
 
-def parse(text: str, filename: str = "job.dap"):  # type: ignore[no-untyped-def]
+def parse(text: str, filename: str = "job.dap") -> list[JobSpec]:
     return parse_submit(text, filename, iwd="/home/u/work", registry=REG)
 
 
@@ -71,22 +71,35 @@ def test_unknown_attributes_are_kept() -> None:
 
 
 @pytest.mark.parametrize("ad, attribute, fragment", [
-    ('[ dap_type = copy; src_url = "file:///a"; dest_url = "file:///b" ]', "dap_type", "unknown type 'copy'"),
+    ('[ dap_type = copy; src_url = "file:///a"; dest_url = "file:///b" ]', "dap_type",
+     "unknown type 'copy'"),
     ('[ src_url = "file:///a"; dest_url = "file:///b" ]', "dap_type", "is missing"),
     ('[ dap_type = transfer; dest_url = "file:///b" ]', "src_url", "is missing"),
     ('[ dap_type = transfer; src_url = "data/a"; dest_url = "file:///b" ]', "src_url", "not a URL"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file://host/b" ]', "dest_url", "names host"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "ftp:///b" ]', "dest_url", "names no host"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "s3://bucket/b" ]', "dest_url", "no transfer module handles file -> s3"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; optimization = 3 ]', "optimization", '"YES" or "NO"'),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; max_retries = "x" ]', "max_retries", "non-negative integer"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; arguments = "-p 4 -f /etc/passwd" ]', "arguments", "unknown option '-f'"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; arguments = "-p many" ]', "arguments", "-p needs a stream count"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; arguments = "-p 2\\n-p 3" ]', "arguments", "control characters"),
-    ('[ dap_type = transfer; src_url = "file:///a b"; dest_url = "file:///b" ]', "src_url", "whitespace"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; output = 7 ]', "output", "must be a string"),
-    ('[ dap_type = transfer; src_url = undefined_thing; dest_url = "file:///b" ]', "src_url", "evaluates to undefined"),
-    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; alt_protocols = "ftp" ]', "alt_protocols", "pairs like"),
+    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file://host/b" ]', "dest_url",
+     "names host"),
+    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "ftp:///b" ]', "dest_url",
+     "names no host"),
+    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "s3://bucket/b" ]', "dest_url",
+     "no transfer module handles file -> s3"),
+    (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+      'optimization = 3 ]'), "optimization", '"YES" or "NO"'),
+    (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+      'max_retries = "x" ]'), "max_retries", "non-negative integer"),
+    (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+      'arguments = "-p 4 -f /etc/passwd" ]'), "arguments", "unknown option '-f'"),
+    (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+      'arguments = "-p many" ]'), "arguments", "-p needs a stream count"),
+    (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+      'arguments = "-p 2\\n-p 3" ]'), "arguments", "control characters"),
+    ('[ dap_type = transfer; src_url = "file:///a b"; dest_url = "file:///b" ]', "src_url",
+     "whitespace"),
+    ('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; output = 7 ]', "output",
+     "must be a string"),
+    ('[ dap_type = transfer; src_url = undefined_thing; dest_url = "file:///b" ]', "src_url",
+     "evaluates to undefined"),
+    (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+      'alt_protocols = "ftp" ]'), "alt_protocols", "pairs like"),
 ])
 def test_invalid_ads_name_file_ad_and_attribute(ad: str, attribute: str, fragment: str) -> None:
     text = f"[ {GOOD} ]\n\n{ad}\n"
@@ -120,8 +133,8 @@ def ad_lines(*lines: str) -> str:
     # an unterminated string: named where the string opens, not where the parser gave up
     (('dap_type = transfer;', 'src_url = "file:///a;', 'dest_url = "ftp://h:2811/b";',
       'log = "x.log";'),
-     "job.dap:3: ad 1: attribute 'src_url': syntax error: string '\"file:///a;' runs over several "
-     "lines", "a missing '\"'?"),
+     ("job.dap:3: ad 1: attribute 'src_url': syntax error: string '\"file:///a;' runs over "
+      "several lines"), "a missing '\"'?"),
     (('dap_type = transfer;', 'src_url = "a;', 'dest_url = "b";'),
      "job.dap:3: ad 1: attribute 'src_url': string '\"a;' runs over several lines", "a missing"),
     (('dap_type = transfer;', 'src_url = "file:///a;', 'dest_url = 3;'),

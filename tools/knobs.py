@@ -50,7 +50,8 @@ variables (`_STORK_MAX_NUM_JOBS=4` overrides `STORK_MAX_NUM_JOBS`).
 An unknown knob or a bad value stops `stork_server` at start (and any command) with a message
 naming the file and line, for example:
 
-    stork_server: error: /etc/stork/stork_config:12: STORK_MAX_NUM_JOBS: expected an integer, got 'many'
+    stork_server: error: /etc/stork/stork_config:12: STORK_MAX_NUM_JOBS: \
+expected an integer, got 'many'
 
 ## Reloading on SIGHUP
 

@@ -28,7 +28,8 @@ EXIT_CODES_HELP = (
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description, epilog=EXIT_CODES_HELP)
     p.add_argument("-c", "--config", metavar="FILE",
-                   help=f"configuration file (default: ${config.ENV_CONFIG}, else built-in defaults)")
+                   help=f"configuration file (default: ${config.ENV_CONFIG}, "
+                        "else built-in defaults)")
     return p
 
 

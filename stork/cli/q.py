@@ -19,7 +19,8 @@ def progress_text(job: dict[str, Any], now: float) -> str:
     if state == "IDLE" and job["next_attempt_at"] > now:
         return f"retry in {job['next_attempt_at'] - now:.0f}s"
     if state == "IDLE" and job.get("wait_reason"):
-        return job["wait_reason"][:26]
+        reason: str = job["wait_reason"]
+        return reason[:26]
     if state == "COMPLETED" and job.get("dap_type") == "estimation":
         result = job.get("result") or {}
         return (f"{result.get('optimal_streams')} streams, "
@@ -27,16 +28,20 @@ def progress_text(job: dict[str, Any], now: float) -> str:
     if state == "COMPLETED":
         return human_bytes(job["bytes_done"])
     if state == "FAILED" and job.get("failure_kind"):
-        return job["failure_kind"]
+        kind: str = job["failure_kind"]
+        return kind
     return "-"
 
 
 def table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
     now = time.time() if now is None else now
-    lines = [f"{'ID':>6} {'OWNER':<10} {'STATE':<9} {'ATT':>3}  {'PROGRESS':<26} SOURCE -> DESTINATION"]
+    header = (f"{'ID':>6} {'OWNER':<10} {'STATE':<9} {'ATT':>3}  {'PROGRESS':<26} "
+              "SOURCE -> DESTINATION")
+    lines = [header]
     for job in jobs:
-        lines.append(f"{job['id']:>6} {job['owner'][:10]:<10} {job['state']:<9} {job['attempts']:>3}  "
-                     f"{progress_text(job, now):<26} {job['src_url']} -> {job['dest_url']}")
+        lines.append(f"{job['id']:>6} {job['owner'][:10]:<10} {job['state']:<9} "
+                     f"{job['attempts']:>3}  {progress_text(job, now):<26} "
+                     f"{job['src_url']} -> {job['dest_url']}")
     counts: dict[str, int] = {}
     for job in jobs:
         counts[job["state"]] = counts.get(job["state"], 0) + 1

@@ -15,7 +15,7 @@ from stork.server.daemon import Daemon
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def _logging(settings: config.Settings, foreground: bool) -> logging.Handler:
+def _logging(settings: config.Settings, foreground: bool) -> logging.FileHandler:
     os.makedirs(os.path.dirname(settings.log), exist_ok=True)
     handler = logging.FileHandler(settings.log)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))

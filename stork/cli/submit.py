@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from typing import Any
 
-from stork.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_OK, add_name, error,
-                              load_settings, parser, run)
+from stork.cli.common import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    add_name,
+    error,
+    load_settings,
+    parser,
+    run,
+)
 from stork.client import Client
 from stork.errors import SubmitError
-from stork.jobad import estimate_ad
 from stork.job import DapType, JobState
+from stork.jobad import estimate_ad
 from stork.submit import USER_PREFIX, parse_submit, unknown_attributes
 from stork.transfer.base import summarize_error
 from stork.transfer.registry import Registry
 from stork.urls import parse_url
+
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("stork_submit", "Submit data placement jobs described as ClassAds.")
@@ -36,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(lambda: _submit(args))
 
 
-def _submit(args) -> int:  # type: ignore[no-untyped-def]
+def _submit(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     if args.stdin:
         filename, text = "<stdin>", sys.stdin.read()
@@ -118,7 +129,7 @@ def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:
     return code
 
 
-def _wait_one(client: Client, job_id: int) -> dict:
+def _wait_one(client: Client, job_id: int) -> dict[str, Any]:
     return client.wait_ended(job_id)
 
 

@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy import optimize
 
 from stork.errors import FitError
+
+Floats = NDArray[np.float64]
 
 # A fit may not promise more than this many times the best throughput ever measured.
 MAX_PROMISE = 2.0
@@ -35,10 +38,10 @@ class SecondOrder:
 
     name = "second_order"
 
-    def denominator(self, n: np.ndarray) -> np.ndarray:
+    def denominator(self, n: Floats) -> Floats:
         return self.a * n * n + self.b * n + self.c
 
-    def predict(self, n: float | np.ndarray) -> np.ndarray:
+    def predict(self, n: ArrayLike) -> Floats:
         arr = np.asarray(n, dtype=float)
         return _throughput(arr, self.denominator(arr))
 
@@ -57,10 +60,10 @@ class DynamicOrder:
 
     name = "dynamic_order"
 
-    def denominator(self, n: np.ndarray) -> np.ndarray:
+    def denominator(self, n: Floats) -> Floats:
         return self.a * np.power(n, self.k) + self.b
 
-    def predict(self, n: float | np.ndarray) -> np.ndarray:
+    def predict(self, n: ArrayLike) -> Floats:
         arr = np.asarray(n, dtype=float)
         return _throughput(arr, self.denominator(arr))
 
@@ -74,13 +77,13 @@ class DynamicOrder:
 Model = SecondOrder | DynamicOrder
 
 
-def _throughput(n: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+def _throughput(n: Floats, denominator: Floats) -> Floats:
     with np.errstate(divide="ignore", invalid="ignore"):
         th = n / np.sqrt(denominator)
     return np.where(denominator > 0, th, 0.0)
 
 
-def _arrays(streams: Sequence[float], mbps: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def _arrays(streams: ArrayLike, mbps: ArrayLike) -> tuple[Floats, Floats]:
     n = np.asarray(streams, dtype=float)
     th = np.asarray(mbps, dtype=float)
     if n.shape != th.shape or n.ndim != 1:
@@ -94,7 +97,7 @@ def _arrays(streams: Sequence[float], mbps: Sequence[float]) -> tuple[np.ndarray
     return n, th
 
 
-def fit_second_order(streams: Sequence[float], mbps: Sequence[float]) -> SecondOrder:
+def fit_second_order(streams: ArrayLike, mbps: ArrayLike) -> SecondOrder:
     """Solve n^2/Th^2 = a n^2 + b n + c (exactly for 3 samples, least squares for more)."""
     n, th = _arrays(streams, mbps)
     y = (n / th) ** 2
@@ -108,8 +111,8 @@ def fit_second_order(streams: Sequence[float], mbps: Sequence[float]) -> SecondO
     return SecondOrder(a, b, c)
 
 
-def _linear_in_ab(n: np.ndarray, y: np.ndarray,
-                  ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _linear_in_ab(n: Floats, y: Floats,
+                  ks: Floats) -> tuple[Floats, Floats, Floats]:
     """For each order k: the least-squares (a, b) of y = a n^k + b and its squared residual
     (closed form of the two-parameter regression, vectorised over k)."""
     x = np.power(n[None, :], ks[:, None])
@@ -123,7 +126,7 @@ def _linear_in_ab(n: np.ndarray, y: np.ndarray,
     return a, b, (resid * resid).sum(axis=1)
 
 
-def fit_dynamic_order(streams: Sequence[float], mbps: Sequence[float]) -> DynamicOrder:
+def fit_dynamic_order(streams: ArrayLike, mbps: ArrayLike) -> DynamicOrder:
     """Solve n^2/Th^2 = a n^k + b: for each k the fit is linear in (a, b); k minimises the
     squared residual (zero for three samples when an exact solution exists)."""
     n, th = _arrays(streams, mbps)
@@ -153,12 +156,12 @@ class Estimate:
     fit_error: float  # relative RMS error of the model at the samples (0 for best_sample)
 
 
-def _relative_rms(model: Model, n: np.ndarray, th: np.ndarray) -> float:
+def _relative_rms(model: Model, n: Floats, th: Floats) -> float:
     predicted = model.predict(n)
     return float(np.sqrt(np.mean(((predicted - th) / th) ** 2)))
 
 
-def _check(model: Model, n: np.ndarray, th: np.ndarray, candidates: np.ndarray) -> str | None:
+def _check(model: Model, n: Floats, th: Floats, candidates: Floats) -> str | None:
     """None when the model is usable on the candidates; otherwise what is wrong with it."""
     den = model.denominator(candidates)
     if not np.all(np.isfinite(den)) or np.any(den <= 0):
@@ -187,7 +190,7 @@ def pick(model: Model, candidates: Sequence[int], tolerance: float = 0.0) -> tup
     return int(c[i]), float(predicted[i])
 
 
-def estimate(streams: Sequence[float], mbps: Sequence[float], n_max: int,
+def estimate(streams: ArrayLike, mbps: ArrayLike, n_max: int,
              candidates: Sequence[int] | None = None, tolerance: float = 0.0) -> Estimate:
     """Fit both models and choose. Falls back to the best sample; never returns NaN.
 

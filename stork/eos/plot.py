@@ -32,7 +32,8 @@ def plot_estimate(result: EstimateResult | Mapping[str, Any], path: str, title: 
             except ValueError:
                 continue
             chosen = " (chosen)" if model.name == estimate.model else ""
-            ax.plot(grid, model.predict(grid), style, label=f"{model.name.replace('_', ' ')}{chosen}")
+            label = f"{model.name.replace('_', ' ')}{chosen}"
+            ax.plot(grid, model.predict(grid), style, label=label)
     ax.axvline(estimate.optimal_streams, color="tab:red", linestyle=":",
                label=f"optimum: {estimate.optimal_streams} streams, "
                      f"{estimate.estimated_throughput_mbps:.0f} Mbit/s")

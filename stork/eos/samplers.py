@@ -170,7 +170,7 @@ class GridFtpSampler(Sampler):
                 "-partial-length", str(self.sample_bytes)]
         if self.tcp_buffer_bytes:
             argv += ["-tcp-bs", str(self.tcp_buffer_bytes)]
-        return argv + [self.src_url, scratch]
+        return [*argv, self.src_url, scratch]
 
     def measure(self, streams: int) -> Sample:
         scratch = scratch_url(self.dest_url)

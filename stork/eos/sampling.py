@@ -11,8 +11,8 @@ GridFTP or iperf3.
   path does not reward parallelism and sampling stops. Otherwise 16, fit, then sample where
   the fitted model puts the optimum, until the prediction settles on an already measured
   count or `max_samples` are taken; a sample left over checks half the chosen count (fewer
-  streams that do as well are better for the hosts). On the LONI sweeps this reaches a higher share of the
-  best throughput than Algorithm 2 with fewer samples (bench/bench_eos.py).
+  streams that do as well are better for the hosts). On the LONI sweeps this reaches a higher
+  share of the best throughput than Algorithm 2 with fewer samples (bench/bench_eos.py).
 
 `decide` then picks the fewest streams whose throughput (measured where sampled, predicted
 by the fitted model elsewhere) is within `tolerance` of the best.

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -135,7 +135,7 @@ class EosService:
         request = self._waiting[task][0]
         try:
             outcome: Optimization | BaseException = self._optimize(request)
-        except Exception as exc:  # every waiter gets the sampler's error
+        except Exception as exc:  # noqa: BLE001 - every waiter gets the sampler's error
             outcome = exc
         with self._lock:
             if not isinstance(outcome, BaseException):

@@ -15,7 +15,6 @@ from stork.errors import SchedError
 from stork.sched.relations import Task, check_weights, conf
 
 
-
 class TaskMatrix:
     def __init__(self, alpha: float, beta: float, exclusive_pairs: bool = True) -> None:
         """`exclusive_pairs` (the paper's matrix): tasks on one host pair share a row and never
@@ -188,7 +187,8 @@ class TaskMatrix:
                       "tasks": [item(t) for t in row]} for row in self._rows.values()],
             "last_selection": [item(t) for t in self.last_selection],
             "confusion": conf(self.last_selection, self.alpha, self.beta),
-            "penalties": {str(h): v for h, v in sorted(self._load.items(), key=lambda x: str(x[0]))},
+            "penalties": {str(h): v
+                          for h, v in sorted(self._load.items(), key=lambda x: str(x[0]))},
             "gain": self.gain(),
         }
 

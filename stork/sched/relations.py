@@ -9,6 +9,7 @@ same pair. Swapped source and destination count as the same pair.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
@@ -45,7 +46,7 @@ class Task:
 def check_weights(alpha: float, beta: float, limit: float | None = None) -> None:
     """0 <= alpha <= beta <= 1 (equation 16) and a penalty limit >= 0."""
     for name, value in (("alpha", alpha), ("beta", beta)):
-        if not isinstance(value, (int, float)) or value != value:
+        if not isinstance(value, (int, float)) or math.isnan(value):
             raise SchedError(f"{name} must be a number, got {value!r}")
     if not 0 <= alpha <= beta <= 1:
         raise SchedError(f"need 0 <= alpha <= beta <= 1, got alpha = {alpha}, beta = {beta}")

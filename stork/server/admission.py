@@ -29,6 +29,12 @@ WAITING = "waiting for the next dispatch"
 SLOTS_FULL = "slots full"
 
 
+def _job_id(task: Task) -> int:
+    """The job a task stands for: admission makes every task with its job id as the id."""
+    assert isinstance(task.id, int)
+    return task.id
+
+
 def host_of(url: str) -> str:
     """The machine a URL touches (file URLs: this one), for host penalties."""
     return parse_url(url).host or "localhost"
@@ -137,7 +143,7 @@ class Admission:
             chosen = self.matrix.select(s.max_num_jobs, s.eos_penalty_limit, int(s.eos_selection))
             if chosen:
                 self._publish()
-        return [int(task.id) for task in chosen]
+        return [_job_id(task) for task in chosen]
 
     def release(self, job_id: int) -> None:
         """The job's attempt is over, never started, or the job left: free its place."""
@@ -160,7 +166,7 @@ class Admission:
     def _publish(self) -> None:
         """Publish a new View (call with the lock held)."""
         self._view = View(self.matrix.penalties(),
-                          frozenset(int(t.id) for t in self.matrix.running()))
+                          frozenset(_job_id(t) for t in self.matrix.running()))
 
     # -- looking ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ dispatcher the slot is free (and when to try again).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -21,8 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stork.config import LiveSettings, Settings
-from stork.errors import (IdentityError, NoTransferModule, PermanentTransferError, StorkError,
-                          TransferError)
+from stork.errors import (
+    IdentityError,
+    NoTransferModule,
+    PermanentTransferError,
+    StorkError,
+    TransferError,
+)
 from stork.identity import RunAs, unlink_as
 from stork.job import Job
 from stork.server import events
@@ -145,13 +151,14 @@ class Attempts:
         longer IDLE. The attempt is registered before the store call, so a removal that
         lands in between stops it before its child exists."""
         job = plan.job
+        job_id, attempt_no = job.id, plan.attempt_no
         argv = plan.module.command(plan.request)
         process = AttemptProcess(
             argv, output=job.spec.output, err=job.spec.err,
             env=plan.module.environment(plan.request), run_as=plan.run_as,
-            on_progress=lambda p, j=job.id: self._progress(j, p),
-            on_exit=lambda r, j=job.id: self._exited(j, r),
-            on_pid=lambda pid, j=job.id, a=plan.attempt_no: self.store.set_pid(j, a, pid))
+            on_progress=lambda p: self._progress(job_id, p),
+            on_exit=lambda r: self._exited(job_id, r),
+            on_pid=lambda pid: self.store.set_pid(job_id, attempt_no, pid))
         with self._lock:
             if job.id in self._running:
                 return False
@@ -357,7 +364,5 @@ def kill_leftover(pid: int) -> None:
     except OSError:
         return
     if b"globus-url-copy" in cmdline or b"stork.transfer" in cmdline:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass

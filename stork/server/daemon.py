@@ -18,14 +18,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from stork import config
 from stork.config import LiveSettings, Settings
-from stork.errors import ConfigError
 from stork.eos.client import Estimator, RemoteEos, remote_address
 from stork.eos.service import EosService
-from stork.job import DapType, JobSpec, JobState
+from stork.errors import ConfigError
 from stork.httpd import HttpServer, read_token
-from stork.server.api import api_server, limits_for
-from stork.server.estimation import EstimationRunner
+from stork.job import DapType, JobSpec, JobState
+from stork.server.api import api_server
 from stork.server.dispatcher import Dispatcher
+from stork.server.estimation import EstimationRunner
 from stork.server.service import Service
 from stork.store import JobStore, open_store
 from stork.transfer.registry import Registry
@@ -78,8 +78,8 @@ class Daemon:
         self.store = open_store(s.database)
         registry = Registry.default(s.module_dir, s.globus_url_copy)
         self.eos = EosService(self.live, self.store)
-        self.dispatcher = Dispatcher(self.store, self.live, registry, estimator_for=self.estimator_for,
-                                     eos=self.eos)
+        self.dispatcher = Dispatcher(self.store, self.live, registry,
+                                     estimator_for=self.estimator_for, eos=self.eos)
         self.estimations = EstimationRunner(self.store, self.estimator_for, s.eos_workers)
         requeued = self.dispatcher.recover()
         if requeued:

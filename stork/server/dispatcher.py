@@ -182,7 +182,7 @@ class Dispatcher:
         """stork_rm: REMOVED in the store, then the attempt stopped (its end frees the
         slot), or the optimization abandoned (its end frees the slot), or the slot freed."""
         job = self.store.get(job_id)
-        if caller_uid != 0 and caller_uid != job.owner_uid:
+        if caller_uid not in (0, job.owner_uid):
             raise PermissionDenied(f"job {job_id} belongs to {job.owner}; only its owner or root "
                                    f"may remove it")
         now = self.clock()

@@ -48,7 +48,7 @@ class EstimationRunner:
                                       spec.size_bytes, spec.use_history, spec.x509proxy,
                                       RunAs.for_owner(job.owner_uid))
             result = self.estimator_for(spec).estimate(request)
-        except Exception as exc:  # the sampler's or the remote EOS's own message
+        except Exception as exc:  # noqa: BLE001 - the sampler's or remote EOS's message fails the job
             self.store.finish_attempt(job.id, job.attempts, self.clock(), Transition(
                 JobState.FAILED, "failed", "failed", exit_code=1, error=str(exc),
                 failure_kind=FailureKind.PERMANENT.value))

@@ -2,9 +2,10 @@
 
 `judge(job, outcome, settings, now)` takes the job as its attempt started, what happened
 (`AttemptOutcome`: the child's result, the transfer module's judgement of a non-zero exit as
-a `TransferError`, the verification, the streams used), the settings and the time, and returns a `Verdict`: the store transition (or
-none, for a removed job), the user log events to append once it is committed, whether the
-partial destination must go, when to try again, and what to remember in the EOS history.
+a `TransferError`, the verification, the streams used), the settings and the time, and
+returns a `Verdict`: the store transition (or none, for a removed job), the user log events
+to append once it is committed, whether the partial destination must go, when to try again,
+and what to remember in the EOS history.
 No processes, no store, no clock: the caller gathers the facts and applies the verdict.
 
 Policy, as docs/ARCHITECTURE.md describes it:
@@ -24,8 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stork.config import Settings
-from stork.errors import (DestinationMismatch, RetryableTransferError, TransferError,
-                          TransferInterrupted, TransferTimedOut)
+from stork.errors import (
+    DestinationMismatch,
+    RetryableTransferError,
+    TransferError,
+    TransferInterrupted,
+    TransferTimedOut,
+)
 from stork.job import Job, JobState
 from stork.server.runner import AttemptResult, StopReason
 from stork.store.base import Transition

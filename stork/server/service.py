@@ -7,6 +7,7 @@ TCP) and passed in as a `Caller`; everything a request does runs with the caller
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import stat
 from dataclasses import asdict
@@ -15,18 +16,25 @@ from typing import Any
 from stork import __version__
 from stork.caller import Caller
 from stork.eos.access import check_local_ends
+from stork.eos.service import EosService, EstimateRequest
+from stork.errors import (
+    InvalidRequest,
+    PermissionDenied,
+    StoreUnavailable,
+    SubmitError,
+    SubmitProblem,
+)
 from stork.identity import RunAs
-from stork.errors import (InvalidRequest, PermissionDenied, StoreUnavailable, SubmitError,
-                          SubmitProblem)
 from stork.job import DapType, JobState
 from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
 from stork.server.dispatcher import Dispatcher
-from stork.server.events import write_userlog
-from stork.eos.service import EosService, EstimateRequest
 from stork.server.estimation import EstimationRunner
+from stork.server.events import write_userlog
 from stork.store.base import JobStore
-from stork.urls import parse_url
 from stork.submit import parse_submit
+from stork.urls import parse_url
+from stork.userlog import UserLog
+
 
 def proxy_problem(path: str | None, caller: Caller) -> str | None:
     """Why the x509proxy at `path` may not be used by `caller`, or None if it may: it must
@@ -109,7 +117,8 @@ class Service:
         ids = self.store.submit(specs, caller.uid, caller.name, now)
         for job_id, spec in zip(ids, specs, strict=True):
             if spec.log:
-                write_userlog(self.store.get(job_id), lambda u, s=spec: u.submit(now, s.lognotes))
+                write_userlog(self.store.get(job_id),
+                              functools.partial(UserLog.submit, when=now, lognotes=spec.lognotes))
             if spec.dap_type is DapType.ESTIMATION and self.estimations is not None:
                 self.estimations.start(job_id)
         self.dispatcher.admit_new([(i, s.src_url, s.dest_url)

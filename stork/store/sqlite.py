@@ -8,6 +8,7 @@ refuse (`submit`), drop (`record_progress`) or fail (`purge_finished`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -94,7 +95,7 @@ _JOB_COLUMNS = ("id, owner_uid, owner, state, spec, dap_type, src_url, dest_url,
                 "last_error, failure_kind, bytes_done, rate_mbps, pid, result")
 # Job's fields in _JOB_COLUMNS order (the spec column holds Job.spec_json)
 _JOB_FIELDS = tuple("spec_json" if c == "spec" else c for c in _JOB_COLUMNS.split(", "))
-if _JOB_FIELDS != tuple(f.name for f in fields(Job)) or hasattr(Job, "__post_init__"):
+if tuple(f.name for f in fields(Job)) != _JOB_FIELDS or hasattr(Job, "__post_init__"):
     raise ImportError("stork.job.Job changed: update _JOB_COLUMNS and _job in "
                       "stork/store/sqlite.py")
 
@@ -107,7 +108,7 @@ def _job(row: Sequence[Any]) -> Job:
     """A Job from a row of _JOB_COLUMNS. The listing hot path: it fills the instance's
     fields directly instead of through the frozen dataclass's __init__ (a third of the cost
     of listing 100,000 jobs); the import-time check above keeps the two in step."""
-    values = dict(zip(_JOB_FIELDS, row))
+    values = dict(zip(_JOB_FIELDS, row, strict=True))
     values["state"] = _STATES[row[3]]
     values["result"] = json.loads(row[20]) if row[20] != "{}" else {}
     job = object.__new__(Job)
@@ -118,7 +119,7 @@ def _job(row: Sequence[Any]) -> Job:
 def _select_jobs(db: sqlite3.Connection, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
     cursor = db.cursor()
     cursor.row_factory = None  # plain tuples: the listing hot path
-    rows = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {where}", params).fetchall()
+    rows = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {where}", params).fetchall()  # noqa: S608 - constant SQL; values are bound
     return [_job(row) for row in rows]
 
 
@@ -240,7 +241,7 @@ class SqliteStore(JobStore):
                 return
             self._refuse_or_split(batch, self._database.error("submit", exc))
             return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every waiting submitter must get an answer
             self._refuse_or_split(batch, exc)
             return
         self._database.health.landed()
@@ -330,10 +331,9 @@ class SqliteStore(JobStore):
                        "WHERE id = ? AND attempts = ? AND state = ?",
                        (bytes_done, rate_mbps, job_id, attempt, JobState.RUNNING.value))
 
-        try:
+        # said once per outage; the next progress report or the end carries on
+        with contextlib.suppress(StoreUnavailable):
             self._database.write_once(f"progress of job {job_id}", body, "drop")
-        except StoreUnavailable:
-            pass  # said once per outage; the next progress report or the end carries on
 
     def finish_attempt(self, job_id: int, attempt: int, now: float,
                        transition: Transition) -> Job | None:
@@ -421,7 +421,7 @@ class SqliteStore(JobStore):
 
         def body(db: sqlite3.Connection) -> int:
             ids = [r["id"] for r in db.execute(
-                f"SELECT id FROM jobs WHERE state IN ({marks}) AND finished_at < ?",
+                f"SELECT id FROM jobs WHERE state IN ({marks}) AND finished_at < ?",  # noqa: S608 - constant SQL; values are bound
                 (*terminal, before)).fetchall()]
             for job_id in ids:
                 db.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
@@ -464,7 +464,7 @@ class SqliteStore(JobStore):
             where.append("kind = ?")
             params.append(kind)
         rows = self._read(
-            "SELECT time, src_host, dest_host, arguments, kind, streams, throughput_mbps, "
+            "SELECT time, src_host, dest_host, arguments, kind, streams, throughput_mbps, "  # noqa: S608 - constant SQL; values are bound
             "bytes_moved, duration_s, model, samples, job_id FROM history WHERE "
             + " AND ".join(where) + " ORDER BY time DESC, id DESC LIMIT ?", (*params, limit))
         return [HistoryEntry(**{**dict(r), "samples": json.loads(r["samples"])}) for r in rows]

@@ -14,6 +14,7 @@ that failed for a transient cause until it lands, `write_once` raises `StoreUnav
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -123,10 +124,8 @@ class SqliteDatabase:
         except sqlite3.Error as exc:
             log.warning("%s: rollback failed (%s); reopening the write connection", self.path, exc)
             self._writer_db = None
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 db.close()
-            except sqlite3.Error:
-                pass
 
     def write(self, what: str, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run `body` in a write transaction until it commits. A transient failure (disk full,

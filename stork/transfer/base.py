@@ -12,7 +12,7 @@ import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Protocol
 
 from stork.errors import DestinationFull, FailureKind, RetryableTransferError, TransferError
 from stork.transfer.options import TransferOptions
@@ -65,14 +65,21 @@ def parse_progress(line: str) -> Progress | None:
 _LINE_END = re.compile(rb"[\r\n]")
 
 
-def read_progress(stream: BinaryIO,
+class ChunkReader(Protocol):
+    """A binary stream that returns what has arrived without waiting for more (a pipe's
+    io.BufferedReader)."""
+
+    def read1(self, size: int = ..., /) -> bytes: ...
+
+
+def read_progress(stream: ChunkReader,
                   on_chunk: Callable[[bytes], None] | None = None) -> Iterator[Progress]:
     """Progress from a child's stdout as it arrives (-vb lines end in \\r or \\n).
 
     `on_chunk` sees every raw chunk first (to copy the stream to the job's output file).
     """
     pending = b""
-    while chunk := stream.read1(65536):  # type: ignore[attr-defined]
+    while chunk := stream.read1(65536):
         if on_chunk is not None:
             on_chunk(chunk)
         *lines, pending = _LINE_END.split(pending + chunk)
@@ -88,7 +95,8 @@ def read_progress(stream: BinaryIO,
 
 def format_progress(bytes_done: int, avg_mbyte_s: float, inst_mbyte_s: float) -> str:
     """A -vb style line, for Stork's own helper processes to print."""
-    return f"{bytes_done:>15} bytes {avg_mbyte_s:>12.2f} MB/sec avg {inst_mbyte_s:>12.2f} MB/sec inst"
+    return (f"{bytes_done:>15} bytes {avg_mbyte_s:>12.2f} MB/sec avg "
+            f"{inst_mbyte_s:>12.2f} MB/sec inst")
 
 
 _NOISE = re.compile(r"^(\d{3}[- ]?)+")

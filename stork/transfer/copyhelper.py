@@ -14,9 +14,18 @@ import sys
 import time
 from collections.abc import Iterator
 from http import HTTPStatus
+from typing import IO
 
-from stork.errors import (AccessDenied, BadUrl, NetworkError, NotFound, PermanentTransferError,
-                          RetryableTransferError, ServerBusy, TransferError)
+from stork.errors import (
+    AccessDenied,
+    BadUrl,
+    NetworkError,
+    NotFound,
+    PermanentTransferError,
+    RetryableTransferError,
+    ServerBusy,
+    TransferError,
+)
 from stork.transfer.base import format_progress
 from stork.transfer.failures import EXIT_OK, errno_class, exit_status_of
 from stork.urls import parse_url
@@ -48,12 +57,16 @@ def os_failure(exc: OSError, what: str) -> TransferError:
     return error(f"{what}: {exc.strerror or exc}")
 
 
-def _file_chunks(path: str) -> Iterator[bytes]:
+def _open(path: str, mode: str, what: str) -> IO[bytes]:
+    """`path` opened; failing to open it is a TransferError (what it does later is not)."""
     try:
-        handle = open(path, "rb")
+        return open(path, mode)
     except OSError as exc:
-        raise os_failure(exc, f"cannot open source {path}") from None
-    with handle:
+        raise os_failure(exc, f"cannot open {what} {path}") from None
+
+
+def _file_chunks(path: str) -> Iterator[bytes]:
+    with _open(path, "rb", "source") as handle:
         while chunk := handle.read(CHUNK_BYTES):
             yield chunk
 
@@ -94,11 +107,7 @@ def copy(src_url: str, dest_url: str) -> None:
     chunks = _file_chunks(src.path) if src.scheme == "file" else _http_chunks(src.text)
     start = last = time.monotonic()
     done = last_done = 0
-    try:
-        out = open(dest.path, "wb")
-    except OSError as exc:
-        raise os_failure(exc, f"cannot open destination {dest.path}") from None
-    with out:
+    with _open(dest.path, "wb", "destination") as out:
         for chunk in chunks:
             try:
                 out.write(chunk)
@@ -128,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # closing the destination (a late ENOSPC, for one)
         print(f"error: {exc}", file=sys.stderr)
         return exit_status_of(errno_class(exc.errno) or RetryableTransferError)
-    except Exception as exc:  # anything unforeseen is worth another attempt
+    except Exception as exc:  # noqa: BLE001 - anything unforeseen is worth another attempt
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exit_status_of(RetryableTransferError)
     return EXIT_OK

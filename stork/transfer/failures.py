@@ -17,9 +17,17 @@ from __future__ import annotations
 import errno
 import os
 
-from stork.errors import (AccessDenied, BadUrl, DestinationFull, NetworkError, NotFound,
-                          PermanentTransferError, RetryableTransferError, ServerBusy,
-                          TransferError)
+from stork.errors import (
+    AccessDenied,
+    BadUrl,
+    DestinationFull,
+    NetworkError,
+    NotFound,
+    PermanentTransferError,
+    RetryableTransferError,
+    ServerBusy,
+    TransferError,
+)
 
 ERRNO_CLASSES: dict[int, type[TransferError]] = {
     # the path is not there

@@ -29,9 +29,18 @@ from __future__ import annotations
 import enum
 import re
 
-from stork.errors import (AccessDenied, BadUrl, CredentialError, DestinationFull, NetworkError,
-                          NotFound, PermanentTransferError, RetryableTransferError, ServerBusy,
-                          TransferError)
+from stork.errors import (
+    AccessDenied,
+    BadUrl,
+    CredentialError,
+    DestinationFull,
+    NetworkError,
+    NotFound,
+    PermanentTransferError,
+    RetryableTransferError,
+    ServerBusy,
+    TransferError,
+)
 from stork.transfer.base import TransferModule, TransferRequest
 from stork.transfer.failures import errno_class, errno_of_text
 

@@ -13,7 +13,8 @@ class FileModule(TransferModule):
     name = "file-copy"
 
     def command(self, request: TransferRequest) -> list[str]:
-        return [sys.executable, "-m", "stork.transfer.copyhelper", request.src_url, request.dest_url]
+        return [sys.executable, "-m", "stork.transfer.copyhelper",
+                request.src_url, request.dest_url]
 
     def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
         """The helper names its failure's class with its exit status."""

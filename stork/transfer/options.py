@@ -75,7 +75,8 @@ def parse_arguments(text: str) -> TransferOptions:
         raw = tokens[i + 1]
         if field == "streams":
             if not raw.isdigit() or not 1 <= int(raw) <= MAX_STREAMS:
-                raise ArgumentsError(f"-p needs a stream count from 1 to {MAX_STREAMS}, got {raw!r}")
+                raise ArgumentsError(
+                    f"-p needs a stream count from 1 to {MAX_STREAMS}, got {raw!r}")
             values[field] = int(raw)
         else:
             try:

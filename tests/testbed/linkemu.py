@@ -19,6 +19,7 @@ it prints ``ready`` once both devices exist and, on SIGTERM, writes its counters
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -111,10 +112,9 @@ def forward(fds: tuple[int, int], shapers: tuple[Shaper, Shaper], stop: list[boo
         now = clock()
         for queue, out in outs:
             while queue and queue[0][0] <= now:
-                try:
+                # the receiving device's queue is full or it went down: a loss
+                with contextlib.suppress(BlockingIOError, OSError):
                     os.write(out, queue.popleft()[1])
-                except (BlockingIOError, OSError):
-                    pass  # the receiving device's queue is full or it went down: a loss
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import statistics
@@ -57,7 +58,7 @@ class LinkCheck:
         """How many stream doublings in a row raised the throughput by at least 10%."""
         counts = sorted(self.mbps)
         grew = 0
-        for low, high in zip(counts, counts[1:]):
+        for low, high in itertools.pairwise(counts):
             if self.mbps[high] < 1.1 * self.mbps[low]:
                 break
             grew += 1

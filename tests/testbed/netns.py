@@ -15,6 +15,7 @@ testbed whose process died are removed by the next one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -43,7 +44,7 @@ class TestbedUnavailable(RuntimeError):
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
     if check and result.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
     return result
@@ -93,10 +94,8 @@ def remove_namespace(name: str) -> None:
         if not pids:
             break
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
         time.sleep(0.1)
     _ip("netns", "del", name, check=False)
     shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
@@ -171,14 +170,14 @@ class Testbed:
     def run(self, site: str, argv: list[str], timeout: float = 600,
             **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(site, argv), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, **kwargs)
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False, **kwargs)
 
     def popen(self, site: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
         return subprocess.Popen(self.argv(site, argv), **kwargs)
 
     def listening(self, site: str, port: int) -> bool:
         out = subprocess.run(["ss", "-N", self.namespace(site), "-Hltn", f"sport = :{port}"],
-                             capture_output=True, text=True, timeout=10).stdout
+                             capture_output=True, text=True, timeout=10, check=False).stdout
         return bool(out.strip())
 
     # --- life cycle -------------------------------------------------------------------

@@ -45,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
                 source = make_file(bed.site_dir(link.a) / "sweep.dat", size)
                 runs = sweep(bed, link.a, link.b, source, STREAMS, args.repeat)
             curves[name] = record(link, size, runs)
-            best = max(curves[name]["median_mbps"].values())  # type: ignore[union-attr]
+            median = medians(runs)
+            best = max(median.values())
             print(f"## {link.label}, {args.size} file, median of {args.repeat}\n")
             print("| streams | Mbit/s (median) | share of best | runs |")
             print("| ---: | ---: | ---: | --- |")
-            for n, value in medians(runs).items():
+            for n, value in median.items():
                 cells = ", ".join(f"{v:.1f}" for v in runs[n])
                 print(f"| {n} | {value:.1f} | {value / best:.3f} | {cells} |")
             print(flush=True)

@@ -123,10 +123,10 @@ def load(path: Path) -> Topology:
         raise TopologyError(f"{path}: {exc}") from None
     try:
         sites = tuple(str(s["name"]) for s in data.get("site", []))
-        links = tuple(Link(str(l["a"]), str(l["b"]), float(l["rtt_ms"]), float(l["rate_mbps"]),
-                           float(l.get("loss", 0.0)),
-                           int(l["queue_bytes"]) if "queue_bytes" in l else None)
-                      for l in data.get("link", []))
+        links = tuple(Link(str(e["a"]), str(e["b"]), float(e["rtt_ms"]), float(e["rate_mbps"]),
+                           float(e.get("loss", 0.0)),
+                           int(e["queue_bytes"]) if "queue_bytes" in e else None)
+                      for e in data.get("link", []))
     except (KeyError, TypeError, ValueError) as exc:
         raise TopologyError(f"{path}: missing or bad field {exc}") from None
     try:
