@@ -40,7 +40,7 @@ def as_user(uid: int, socket_path: str, method: str, path: str,
             with httpx.Client(transport=transport, base_url="http://stork") as client:
                 response = client.request(method, path, json=body)
             os.write(write_fd, json.dumps([response.status_code, response.json()]).encode())
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - the forked child reports it to the parent
             os.write(write_fd, json.dumps([0, {"error": repr(exc)}]).encode())
         finally:
             os._exit(0)

@@ -96,8 +96,8 @@ def test_missing_destination_directory_fails_at_once(stork: StorkServer,
 
 
 def test_permission_denied_at_the_destination_fails_at_once(
-        users: list[pwd.struct_passwd], server: StorkServer,  # noqa: F811
-        gridftp: GridFtpServer, gridftp_root: Path, shared_dir: Path) -> None:  # noqa: F811
+        users: list[pwd.struct_passwd], server: StorkServer,  # noqa: F811 - the fixture, by name
+        gridftp: GridFtpServer, gridftp_root: Path, shared_dir: Path) -> None:  # noqa: F811 - fixture
     src = make_file(gridftp_root / "pd.dat", 100_000)
     locked = shared_dir / "locked"
     locked.mkdir(mode=0o755)  # root's; the job's owner may not write here
