@@ -66,7 +66,7 @@ def say(message: str) -> None:
     print(f"{os.path.basename(sys.argv[0]) or 'stork'}: {message}", file=sys.stderr, flush=True)
 
 
-def backoff_s(attempt: int, floor_s: float = 0.0, cap_s: float = 30.0) -> float:
+def backoff_s(attempt: int, floor_s: float = 0.0, cap_s: float = 8.0) -> float:
     """Delay before retry `attempt` (1-based): `floor_s` (the server's Retry-After) plus a
     jittered doubling share, so clients refused together do not come back together."""
     return floor_s + random.uniform(0.5, 1.0) * min(cap_s, 0.5 * 2.0 ** (attempt - 1))

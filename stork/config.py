@@ -173,7 +173,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_API_TOKEN_FILE", "api_token_file", "", _parse_path, RESTART,
          "File holding the bearer token TCP clients must send; required with STORK_API_ADDRESS."),
     # the API must read these three per request from the daemon's current Settings
-    Knob("STORK_API_MAX_INFLIGHT", "api_max_inflight", "256", _parse_int_min(1), LIVE,
+    Knob("STORK_API_MAX_INFLIGHT", "api_max_inflight", "1024", _parse_int_min(1), LIVE,
          "Requests the API works on at once, not counting long-poll waiters; past it the "
          "daemon answers 503 with Retry-After."),
     Knob("STORK_API_MAX_WAITERS", "api_max_waiters", "10000", _parse_int_min(0), LIVE,

@@ -122,7 +122,7 @@ class WaitRoute:
 
 @dataclass(frozen=True)
 class Limits:
-    max_inflight: int = 256  # requests at work (handlers queued or running on the pool)
+    max_inflight: int = 1024  # requests at work (handlers queued or running on the pool)
     max_waiters: int = 10000  # long polls waiting
     max_body_bytes: int = 16 << 20
     wait_timeout_s: float = 60.0  # the longest a long poll waits
@@ -287,9 +287,12 @@ class HttpServer:
             if status == HTTPStatus.INTERNAL_SERVER_ERROR:
                 log.error("api: %s %s failed", raw.method, raw.path, exc_info=exc)
         headers = {"Retry-After": str(RETRY_AFTER_S)} if retry else None
+        if isinstance(body, bytes):  # encoded on the pool
+            return web.Response(body=body, status=status, headers=headers,
+                                content_type="application/json")
         return web.json_response(body, status=status, headers=headers)
 
-    async def _answer(self, raw: web.BaseRequest) -> tuple[int, Body, bool]:
+    async def _answer(self, raw: web.BaseRequest) -> tuple[int, Body | bytes, bool]:
         caller = self._caller(raw)
         route, params = self._route(raw.method, raw.path)
         limits = self._limits()
@@ -313,7 +316,8 @@ class HttpServer:
             body = await self._read_json(raw, limits) if route.body else {}
             request = Request(caller, raw.method, raw.path, params, parse_qs(raw.query_string),
                               body)
-            status, answer = await loop.run_in_executor(self._pool, route.handler, request)
+            status, answer = await loop.run_in_executor(self._pool, _encoded, route.handler,
+                                                        request)
         finally:
             self.inflight -= 1
         return status, answer, False
@@ -386,6 +390,13 @@ class HttpServer:
         if not isinstance(body, dict):
             raise InvalidRequest("request body must be a JSON object")
         return body
+
+
+def _encoded(handler: Handler, request: Request) -> tuple[int, bytes]:
+    """Run a handler and encode its answer, both on the pool: a listing of 100,000 jobs is
+    tens of megabytes of JSON, which must not hold the event loop."""
+    status, body = handler(request)
+    return status, json.dumps(body).encode()
 
 
 def socket_in_use(path: str) -> bool:

@@ -115,7 +115,7 @@ def test_addresses_go_through_the_one_hostport_parser(tmp_path: Path) -> None:
 
 def test_new_api_and_eos_knobs(tmp_path: Path) -> None:
     s = config.load(None, env={"HOME": "/root"})
-    assert (s.api_max_inflight, s.api_max_waiters, s.api_wait_timeout_s) == (256, 10000, 60.0)
+    assert (s.api_max_inflight, s.api_max_waiters, s.api_wait_timeout_s) == (1024, 10000, 60.0)
     assert (s.eos_api_token_file, s.eos_allow_local_sources, s.eos_sample_user) == (
         "", False, "nobody")
     cfg = tmp_path / "cfg"

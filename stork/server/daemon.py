@@ -97,7 +97,7 @@ class Daemon:
         self.scheduler.start()
         log.info("stork_server %d serving on %s%s (config %s)", os.getpid(), s.socket,
                  f" and {s.api_address}" if s.api_address else "", s.source)
-        self.dispatcher.tick()
+        self.dispatcher.start()  # ticks at once, then on wake-ups and every interval
 
     def estimator_for(self, spec: JobSpec) -> Estimator:
         """The embedded EOS, or the remote eos_server the job's opt_server names."""
@@ -113,8 +113,6 @@ class Daemon:
         assert self.scheduler is not None and self.dispatcher is not None
         s = self.settings
         d = self.dispatcher
-        self.scheduler.add_job(d.tick, "interval", seconds=s.dispatch_interval_s,
-                               id="dispatch", replace_existing=True)
         self.scheduler.add_job(d.check_hung, "interval", seconds=s.hung_check_interval_s,
                                id="hung", replace_existing=True)
         self.scheduler.add_job(self._cleanup, "interval", seconds=s.cleanup_interval_s,
@@ -143,7 +141,7 @@ class Daemon:
         self.dispatcher.registry = Registry.default(new.module_dir, new.globus_url_copy)
         self._schedule()
         log.info("SIGHUP: configuration re-read from %s", new.source)
-        self.dispatcher.tick()
+        self.dispatcher.wake()
 
     def loop(self) -> None:
         while self._terms == 0:
@@ -157,6 +155,7 @@ class Daemon:
         assert self.dispatcher is not None
         d = self.dispatcher
         d.stop_accepting()
+        d.stop()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
         grace = self.settings.shutdown_grace_s

@@ -52,6 +52,9 @@ class Dispatcher:
                                  eos.record_transfer if eos is not None else None)
         self._tick_lock = threading.Lock()
         self._tick_again = False
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
 
     @property
     def settings(self) -> Settings:
@@ -62,6 +65,32 @@ class Dispatcher:
     def running_count(self) -> int:
         """Attempts whose tool runs (jobs being optimized are not counted: they are IDLE)."""
         return self.attempts.count()
+
+    def start(self) -> None:
+        """Run ticks on the dispatcher's own thread: one when `wake` asks, and one every
+        STORK_DISPATCH_INTERVAL anyway. Requests and attempt threads only wake it, so an
+        API request never waits while a tick starts transfers."""
+        self._wake.set()  # the first tick at once
+        self._thread = threading.Thread(target=self._loop, name="dispatcher", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Ask for a tick soon (from any thread; returns at once)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """End the dispatcher's thread (running attempts are the caller's business)."""
+        self._stopped = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _loop(self) -> None:
+        while not self._stopped:
+            self._wake.wait(self.settings.dispatch_interval_s)
+            self._wake.clear()
+            if not self._stopped:
+                self.tick()
 
     def tick(self) -> None:
         """Start runnable jobs while slots are free. Safe to call from any thread.
@@ -147,14 +176,14 @@ class Dispatcher:
             launched = False
         if not launched:
             self.admission.release(job_id)
-            self.tick()
+            self.wake()
 
     def _attempt_ended(self, job_id: int, retry_at: float | None) -> None:
         """An attempt's end is recorded: free its slot, enqueue its retry, fill the slot."""
         self.admission.release(job_id)
         if retry_at is not None:
             self.admission.enqueue([job_id], retry_at)
-        self.tick()
+        self.wake()
 
     # -- looking ------------------------------------------------------------------------------
 

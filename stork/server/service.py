@@ -124,7 +124,7 @@ class Service:
         self.dispatcher.admit_new([(i, s.src_url, s.dest_url)
                                    for i, s in zip(ids, specs, strict=True)
                                    if s.dap_type is DapType.TRANSFER])
-        self.dispatcher.tick()
+        self.dispatcher.wake()
         return {"ids": ids}
 
     def list_jobs(self, constraint: str | None, long: bool, states: list[str] | None,
