@@ -483,7 +483,7 @@ class Queue:
 def stork_q(server: StorkServer, build: Build) -> tuple[float, subprocess.CompletedProcess[str]]:
     started = time.monotonic()
     result = subprocess.run([str(BIN / "stork_q")], env=build.env(server), capture_output=True,
-                            text=True, timeout=600, cwd=server.workdir)
+                            text=True, timeout=600, cwd=server.workdir, check=False)
     return time.monotonic() - started, result
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from bench_load import Build, mixed, queued, status_only  # noqa: E402
+from bench_load import Build, mixed, queued, status_only
 
 NEW = Build("new")
 
