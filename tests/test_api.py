@@ -250,3 +250,17 @@ def test_defaults_refuse_a_50_mb_ad_and_100000_ads(stork: StorkServer, tmp_path:
     assert result.returncode != 0
     assert "100000 ads is more than the limit STORK_MAX_ADS_PER_SUBMIT = 10000" in result.stderr
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_listing_by_columns_gives_rows_of_the_same_fields(stork: StorkServer,
+                                                           tmp_path: Path) -> None:
+    text = "\n".join(ad(tmp_path, f"c{n}", 'src_url = "ftp://127.0.0.1:1/x"') for n in range(3))
+    r = stork.api("POST", "/v1/jobs", json={"text": text, "iwd": str(tmp_path)})
+    assert r.status_code == 201
+    full = stork.api("GET", "/v1/jobs").json()["jobs"]
+    rows = stork.api("GET", "/v1/jobs", params={"columns": "id,src_url,dest_url,state"}).json()
+    assert rows["columns"] == ["id", "src_url", "dest_url", "state"]
+    assert [r[:3] for r in rows["rows"]] == [[j["id"], j["src_url"], j["dest_url"]] for j in full]
+    assert {r[3] for r in rows["rows"]} <= {"IDLE", "RUNNING", "FAILED", "COMPLETED"}
+    bad = stork.api("GET", "/v1/jobs", params={"columns": "id,password"})
+    assert bad.status_code == 400 and "unknown column(s) password" in bad.json()["error"]

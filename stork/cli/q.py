@@ -33,6 +33,12 @@ def progress_text(job: dict[str, Any], now: float) -> str:
     return "-"
 
 
+# what `table` (and `progress_text`) read: all a plain listing asks the server for
+TABLE_COLUMNS = ["id", "owner", "state", "attempts", "bytes_done", "rate_mbps",
+                 "next_attempt_at", "wait_reason", "dap_type", "result", "failure_kind",
+                 "src_url", "dest_url"]
+
+
 def table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
     now = time.time() if now is None else now
     header = (f"{'ID':>6} {'OWNER':<10} {'STATE':<9} {'ATT':>3}  {'PROGRESS':<26} "
@@ -95,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(matrix_text("EOS optimization tasks", info["eos"]))
             return EXIT_OK
         try:
-            jobs = client.jobs(args.constraint, long=args.long)
+            jobs = (client.jobs(args.constraint, long=True) if args.long
+                    else client.job_rows(TABLE_COLUMNS, args.constraint))
         finally:
             client.close()
         if args.ids:

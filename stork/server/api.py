@@ -39,7 +39,8 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
         return HTTPStatus.OK, service.list_jobs(
             constraint=request.arg("constraint"),
             long=request.arg("long", "0") in ("1", "true"),
-            states=list(request.query.get("state", [])) or None, caller=request.caller)
+            states=list(request.query.get("state", [])) or None, caller=request.caller,
+            columns=columns.split(",") if (columns := request.arg("columns")) is not None else None)
 
     def history(request: Request) -> Answer:
         src, dest = request.arg("src", ""), request.arg("dest", "")

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -25,8 +26,16 @@ from stork.errors import (
     SubmitProblem,
 )
 from stork.identity import RunAs
-from stork.job import DapType, JobState
-from stork.jobad import attempt_record, job_ad, job_summary, matches, parse_constraint
+from stork.job import DapType, Job, JobState
+from stork.jobad import (
+    SUMMARY,
+    attempt_record,
+    job_ad,
+    job_row,
+    job_summary,
+    matches,
+    parse_constraint,
+)
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
 from stork.server.events import write_userlog
@@ -128,7 +137,10 @@ class Service:
         return {"ids": ids}
 
     def list_jobs(self, constraint: str | None, long: bool, states: list[str] | None,
-                  caller: Caller) -> dict[str, Any]:
+                  caller: Caller, columns: list[str] | None = None) -> dict[str, Any]:
+        """Jobs in id order, as objects (`{"jobs": [...]}`), or with `columns` as rows of
+        those fields (`{"columns": [...], "rows": [[...], ...]}`: a third of the bytes, for
+        `stork_q` over a large queue)."""
         wanted = None
         if states:
             try:
@@ -136,6 +148,7 @@ class Service:
             except ValueError:
                 raise InvalidRequest(f"unknown state in {states}; known: "
                                      f"{', '.join(s.value for s in JobState)}") from None
+        readers = self._column_readers(columns) if columns is not None else None
         jobs = self.store.list_jobs(wanted)
         if constraint:
             try:
@@ -143,6 +156,8 @@ class Service:
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
             jobs = [job for job in jobs if matches(expr, job)]
+        if readers is not None:
+            return {"columns": columns, "rows": [job_row(job, readers) for job in jobs]}
         out = []
         for job in jobs:
             item = job_summary(job)
@@ -151,6 +166,15 @@ class Service:
                 item["ad"] = str(job_ad(job))  # other users' full ads are not shown
             out.append(item)
         return {"jobs": out}
+
+    def _column_readers(self, columns: list[str]) -> list[Callable[[Job], Any]]:
+        readers: dict[str, Callable[[Job], Any]] = {**SUMMARY,
+                                                    "wait_reason": self.dispatcher.wait_reason}
+        unknown = [c for c in columns if c not in readers]
+        if unknown or not columns:
+            raise InvalidRequest(f"unknown column(s) {', '.join(unknown) or '(none given)'}; "
+                                 f"known: {', '.join(readers)}")
+        return [readers[c] for c in columns]
 
     def status(self, job_id: int, caller: Caller) -> dict[str, Any]:
         job = self.store.get(job_id)
