@@ -42,6 +42,18 @@ def wait_for(predicate: Any, timeout_s: float = 15.0, interval_s: float = 0.05,
     raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
 
+def answers(name: str, proc: subprocess.Popen[bytes] | None, stderr_path: Path,
+            ping: Any) -> bool:
+    """True once a server process answers `ping()` with 200; its stderr if it exited."""
+    if proc is not None and proc.poll() is not None:
+        raise RuntimeError(f"{name} exited with {proc.returncode}: "
+                           f"{stderr_path.read_text()[-2000:]}")
+    try:
+        return bool(ping().status_code == 200)
+    except httpx.TransportError:
+        return False
+
+
 class GridFtpServer:
     """globus-gridftp-server in anonymous mode on a loopback address (forks per session)."""
 
@@ -126,13 +138,8 @@ class StorkServer:
         return self
 
     def ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"stork_server exited with {self.proc.returncode}: "
-                               f"{self.stderr_path.read_text()[-2000:]}")
-        try:
-            return self.api("GET", "/v1/ping").status_code == 200
-        except httpx.TransportError:
-            return False
+        return answers("stork_server", self.proc, self.stderr_path,
+                       lambda: self.api("GET", "/v1/ping"))
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         transport = httpx.HTTPTransport(uds=self.socket)
@@ -230,16 +237,9 @@ class EosServer:
             self.proc = subprocess.Popen([str(BIN / "eos_server")], env=self.config.env(),
                                          stdout=stderr, stderr=stderr)
 
-        def up() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"eos_server exited with {self.proc.returncode}: "
-                                   f"{self.stderr_path.read_text()[-2000:]}")
-            try:
-                return self.call("GET", "/v1/ping").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(up, 20, what="eos_server to answer")
+        wait_for(lambda: answers("eos_server", self.proc, self.stderr_path,
+                                 lambda: self.call("GET", "/v1/ping")),
+                 20, what="eos_server to answer")
         return self
 
     def stop(self) -> None:
