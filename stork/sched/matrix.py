@@ -65,11 +65,17 @@ class TaskMatrix:
         penalty = dict(self._load)
         waiting = [row[0] for pair, row in self._rows.items() if pair not in self._running]
 
+        unfit: set[frozenset[Hashable]] = set()  # penalties only grow while selecting
+
         def fits(task: Task) -> bool:
             # the paper checks penal < limit before adding alpha; checking the sum keeps every
             # host at or below the limit for any alpha (identical when the limit is k alpha)
-            return all(penalty.get(h, 0.0) + self.alpha <= penalty_limit + 1e-12
-                       for h in task.pair)
+            if task.pair in unfit:
+                return False
+            if all(penalty.get(h, 0.0) + self.alpha <= penalty_limit + 1e-12 for h in task.pair):
+                return True
+            unfit.add(task.pair)
+            return False
 
         def take(task: Task) -> None:
             chosen.append(task)

@@ -12,6 +12,7 @@ import itertools
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from stork.errors import SchedError
 
@@ -27,9 +28,10 @@ class Task:
     args: Hashable = ""
     id: Hashable = field(default_factory=lambda: next(_ids))
 
-    @property
+    @cached_property
     def pair(self) -> frozenset[Hashable]:
-        """The unordered host pair (equation 10 treats <S, D> and <D, S> alike)."""
+        """The unordered host pair (equation 10 treats <S, D> and <D, S> alike); computed
+        once, since every selection reads it for every waiting task."""
         return frozenset((self.src_host, self.dest_host))
 
     @property
