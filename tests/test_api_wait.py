@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
 import sys
 import threading
 import time
@@ -18,7 +19,7 @@ import httpx
 
 from stork.cli import submit as submit_cli
 from stork.client import Client
-from tests.support import StorkServer, wait_for
+from tests.support import BIN, StorkServer, wait_for
 
 # A transfer module that holds every job until the gate file exists; URLs naming "bad" fail.
 GATE_MODULE = """#!{python}
@@ -126,3 +127,22 @@ def test_a_flood_past_the_inflight_limit_gets_503_and_commands_retry(tmp_path: P
     assert accepted == [8000] * 4
     assert all(c.returncode == 0 for c in commands), [c.stderr for c in commands]
     assert any("busy (503" in c.stderr and "retrying in" in c.stderr for c in commands)
+
+
+def test_stork_status_wait_returns_when_the_job_ends(tmp_path: Path) -> None:
+    server, gate = _gate_server(tmp_path)
+    with server:
+        [ok] = server.submit(f'[ dap_type = transfer; src_url = "gate://h/ok"; '
+                             f'dest_url = "file://{tmp_path}/ok.out" ]')
+        [bad] = server.submit('[ dap_type = transfer; max_retries = 0; src_url = "gate://h/bad"; '
+                              f'dest_url = "file://{tmp_path}/bad.out" ]')
+        waiting = subprocess.Popen([str(BIN / "stork_status"), "-wait", str(ok), str(bad)],
+                                   env=server.env(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: server.api("GET", "/v1/ping").json()["api"]["waiting"] == 1, 30,
+                 what="stork_status -wait to hold a long poll")
+        assert waiting.poll() is None  # still waiting: neither job can end before the gate
+        gate.touch()
+        out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 1, err  # one of them failed
+    assert f"Job {ok}: COMPLETED" in out and f"Job {bad}: FAILED" in out
