@@ -294,3 +294,20 @@ class SamplingError(EosError):
 
 class SchedError(StorkError):
     """Bad scheduling parameters or a misuse of the task matrix."""
+
+
+# -- datasets (a directory, a glob or a url_list expanded into files) -------------------------
+
+class DatasetError(StorkError):
+    """A dataset cannot be expanded into files; nothing of it may be queued. `where` names
+    the directory, URL or url_list line, `reason` says what is wrong there."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+class DatasetUnreachable(DatasetError):
+    """The server could not be asked, or broke off in the middle of a listing: another
+    listing later may succeed."""
