@@ -18,6 +18,7 @@ by what went wrong:
     +-- VerifyError
     +-- EosError: FitError, SamplingError
     +-- SchedError
+    +-- DatasetError: DatasetUnreachable (a listing that another try may get through)
 
 Every error names what was wrong and where; messages are built from typed arguments
 where that helps, so callers do not format them by hand.
