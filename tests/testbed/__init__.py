@@ -1,7 +1,9 @@
 """A wide-area testbed on one machine: sites in network namespaces, links emulated in userspace.
 
 `topology` describes sites and links, `linkemu` is the link emulator process, `netns.Testbed`
-builds and tears down a topology, `selfcheck` and `sweep` are command-line tools.
+builds and tears down a topology, `dataset` writes many-file datasets at a site, `grid` moves
+one over a (cc, p, pp, fast) grid into rows of the HARP grid tables, `selfcheck` and `sweep`
+are command-line tools.
 """
 
 from tests.testbed.netns import Testbed, TestbedUnavailable, leftovers, unavailable_reason
