@@ -97,9 +97,24 @@ def job_summary(job: Job) -> dict[str, Any]:
     return {name: read(job) for name, read in SUMMARY.items()}
 
 
-def job_row(job: Job, readers: Sequence[Callable[[Job], Any]]) -> list[Any]:
-    """The job's values for a listing by columns (`readers` from SUMMARY, in order)."""
-    return [read(job) for read in readers]
+# SUMMARY fields read as the Job attribute of the same name
+_PLAIN = frozenset(name for name, read in SUMMARY.items()
+                   if repr(read) == repr(attrgetter(name)))
+
+
+def row_reader(columns: Sequence[str], computed: Mapping[str, Callable[[Job], Any]]
+               ) -> tuple[list[str], Callable[[Job], list[Any]]]:
+    """For a listing by columns (all known: SUMMARY's or `computed`'s): the columns in the
+    order rows carry them, and the function that reads a job's row. Plain fields come first
+    and are read in one call (a listing of 100,000 jobs reads a million values)."""
+    plain = [c for c in columns if c in _PLAIN]
+    rest = [c for c in columns if c not in _PLAIN]
+    readers = [computed.get(c) or SUMMARY[c] for c in rest]
+    get_plain = attrgetter(*plain) if len(plain) > 1 else None
+    if get_plain is None:
+        readers = [SUMMARY[c] for c in plain] + readers
+        return plain + rest, lambda job: [read(job) for read in readers]
+    return plain + rest, lambda job: [*get_plain(job), *[read(job) for read in readers]]
 
 
 def job_ad(job: Job) -> classad2.ClassAd:

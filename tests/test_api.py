@@ -258,9 +258,13 @@ def test_listing_by_columns_gives_rows_of_the_same_fields(stork: StorkServer,
     r = stork.api("POST", "/v1/jobs", json={"text": text, "iwd": str(tmp_path)})
     assert r.status_code == 201
     full = stork.api("GET", "/v1/jobs").json()["jobs"]
-    rows = stork.api("GET", "/v1/jobs", params={"columns": "id,src_url,dest_url,state"}).json()
-    assert rows["columns"] == ["id", "src_url", "dest_url", "state"]
-    assert [r[:3] for r in rows["rows"]] == [[j["id"], j["src_url"], j["dest_url"]] for j in full]
-    assert {r[3] for r in rows["rows"]} <= {"IDLE", "RUNNING", "FAILED", "COMPLETED"}
+    asked = ["state", "rate_mbps", "id", "src_url", "dest_url", "wait_reason"]
+    answer = stork.api("GET", "/v1/jobs", params={"columns": ",".join(asked)}).json()
+    assert sorted(answer["columns"]) == sorted(asked)  # in the order the rows carry them
+    rows = [dict(zip(answer["columns"], row, strict=True)) for row in answer["rows"]]
+    assert [(r["id"], r["src_url"], r["dest_url"]) for r in rows] == [
+        (j["id"], j["src_url"], j["dest_url"]) for j in full]
+    assert all(r["state"] in {"IDLE", "RUNNING", "FAILED", "COMPLETED"} for r in rows)
+    assert all(isinstance(r["rate_mbps"], float) for r in rows)
     bad = stork.api("GET", "/v1/jobs", params={"columns": "id,password"})
     assert bad.status_code == 400 and "unknown column(s) password" in bad.json()["error"]

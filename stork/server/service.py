@@ -31,10 +31,10 @@ from stork.jobad import (
     SUMMARY,
     attempt_record,
     job_ad,
-    job_row,
     job_summary,
     matches,
     parse_constraint,
+    row_reader,
 )
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
@@ -148,7 +148,7 @@ class Service:
             except ValueError:
                 raise InvalidRequest(f"unknown state in {states}; known: "
                                      f"{', '.join(s.value for s in JobState)}") from None
-        readers = self._column_readers(columns) if columns is not None else None
+        reader = self._row_reader(columns) if columns is not None else None
         jobs = self.store.list_jobs(wanted)
         if constraint:
             try:
@@ -156,8 +156,9 @@ class Service:
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
             jobs = [job for job in jobs if matches(expr, job)]
-        if readers is not None:
-            return {"columns": columns, "rows": [job_row(job, readers) for job in jobs]}
+        if reader is not None:
+            order, read = reader
+            return {"columns": order, "rows": [read(job) for job in jobs]}
         out = []
         for job in jobs:
             item = job_summary(job)
@@ -167,14 +168,14 @@ class Service:
             out.append(item)
         return {"jobs": out}
 
-    def _column_readers(self, columns: list[str]) -> list[Callable[[Job], Any]]:
-        readers: dict[str, Callable[[Job], Any]] = {**SUMMARY,
-                                                    "wait_reason": self.dispatcher.wait_reason}
-        unknown = [c for c in columns if c not in readers]
+    def _row_reader(self, columns: list[str]
+                    ) -> tuple[list[str], Callable[[Job], list[Any]]]:
+        computed: dict[str, Callable[[Job], Any]] = {"wait_reason": self.dispatcher.wait_reason}
+        unknown = [c for c in columns if c not in SUMMARY and c not in computed]
         if unknown or not columns:
             raise InvalidRequest(f"unknown column(s) {', '.join(unknown) or '(none given)'}; "
-                                 f"known: {', '.join(readers)}")
-        return [readers[c] for c in columns]
+                                 f"known: {', '.join([*SUMMARY, *computed])}")
+        return row_reader(columns, computed)
 
     def status(self, job_id: int, caller: Caller) -> dict[str, Any]:
         job = self.store.get(job_id)
