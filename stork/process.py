@@ -13,21 +13,30 @@ stderr is copied to a file and its tail kept for the error message.
 
 `stop(reason)` may be called from any thread at any time, before `start` too (the child is
 then never started, and `wait` reports the reason at once).
+
+How PDEATHSIG is set: a child that runs with the daemon's own rights is started through
+`setpriv --pdeathsig KILL --` (util-linux), so Python can start it with vfork: forking a
+daemon of a few hundred megabytes costs milliseconds of its interpreter per transfer, and a
+busy daemon starts hundreds a second. A child that changes user cannot be vforked anyway and
+sets PDEATHSIG in a `preexec_fn`. Either way the program is looked up first, so a missing
+one is an OSError from `start`, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import io
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from stork.identity import RunAs, popen_kwargs
 from stork.transfer.base import Progress, read_progress
@@ -37,11 +46,35 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 TAIL_BYTES = 4096
 STOP_GRACE_S = 5.0  # SIGTERM first; SIGKILL if the child is still there after this long
 TIMEOUT = "timeout"  # the stop reason `wait(timeout_s=...)` gives
+SETPRIV = shutil.which("setpriv")  # util-linux (Debian: essential); None: preexec_fn only
 
 
 def child_setup() -> None:
     """In the child before exec: die with the parent (PR_SET_PDEATHSIG = SIGKILL)."""
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _program(name: str, env: Mapping[str, str] | None) -> str:
+    """The executable `name` resolves to (as execvp would), or the OSError exec would give."""
+    if os.sep in name:
+        if not os.path.exists(name):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+        if not os.access(name, os.X_OK) or os.path.isdir(name):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+        return name
+    path = (env or os.environ).get("PATH", os.defpath)
+    found = shutil.which(name, path=path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    return found
+
+
+def spawn_args(argv: Sequence[str], run_as: RunAs | None,
+               env: Mapping[str, str] | None) -> tuple[list[str], dict[str, Any]]:
+    """The argv and Popen keywords that start `argv` with PDEATHSIG set (see the module doc)."""
+    if run_as is None and SETPRIV is not None:
+        return [SETPRIV, "--pdeathsig", "KILL", "--", _program(argv[0], env), *argv[1:]], {}
+    return list(argv), {"preexec_fn": child_setup, **popen_kwargs(run_as)}
 
 
 @dataclass(frozen=True)
@@ -93,11 +126,11 @@ class Child:
             if self._stopped is not None:
                 return
             self.start_time = time.monotonic()
+            argv, extra = spawn_args(self.argv, self.run_as, self.env)
             self._proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, close_fds=True, env=self.env,
-                preexec_fn=child_setup,  # noqa: PLW1509 - only the child can set PDEATHSIG
-                **popen_kwargs(self.run_as))
+                **extra)
             self.pid = self._proc.pid
 
     def stop(self, reason: str, grace_s: float = STOP_GRACE_S) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stork.process import TIMEOUT, Child
+from stork.process import SETPRIV, TIMEOUT, Child, spawn_args
 from stork.transfer.base import Progress, format_progress
 
 PY = sys.executable
@@ -87,8 +87,25 @@ def test_timeout() -> None:
 
 
 def test_unknown_program() -> None:
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         Child(["/nonexistent/tool"]).start()
+    with pytest.raises(FileNotFoundError):
+        Child(["stork-no-such-tool"]).start()  # looked up on PATH, as exec would
+
+
+def test_a_program_that_cannot_be_run(tmp_path: Path) -> None:
+    plain = tmp_path / "not-executable"
+    plain.write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(PermissionError):
+        Child([str(plain)]).start()
+
+
+def test_children_with_the_daemons_rights_start_through_setpriv() -> None:
+    """vfork needs no preexec_fn: setpriv sets PDEATHSIG (the death test below proves it)."""
+    argv, extra = spawn_args(["true", "x"], None, None)
+    assert SETPRIV is not None, "setpriv (util-linux) is missing"
+    assert argv[:4] == [SETPRIV, "--pdeathsig", "KILL", "--"] and argv[5:] == ["x"]
+    assert argv[4].endswith("/true") and extra == {}
 
 
 def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
