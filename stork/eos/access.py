@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Mapping
+from typing import Any
 
 from stork.caller import Caller
-from stork.errors import PermissionDenied, StorkError
+from stork.eos.types import EstimateRequest
+from stork.errors import InvalidRequest, PermissionDenied, StorkError
 from stork.identity import RunAs, open_as
 from stork.urls import parse_url
+
+
+def request_from(body: Mapping[str, Any]) -> EstimateRequest:
+    """The estimation an API body asks for; InvalidRequest saying what is malformed."""
+    try:
+        return EstimateRequest.from_json(body)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise InvalidRequest(f"bad estimation request: {exc}") from None
 
 
 def sample_user(name: str) -> RunAs | None:

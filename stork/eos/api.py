@@ -7,10 +7,8 @@ import dataclasses
 from http import HTTPStatus
 
 from stork.config import Settings
-from stork.eos.access import check_local_ends, sample_user
+from stork.eos.access import check_local_ends, request_from, sample_user
 from stork.eos.service import EosService
-from stork.eos.types import EstimateRequest
-from stork.errors import InvalidRequest
 from stork.httpd import Answer, HttpServer, Limits, Request, Route, read_token
 from stork.urls import parse_hostport
 
@@ -23,10 +21,7 @@ def routes(eos: EosService, settings: Settings) -> list[Route]:
                                "caller": request.caller.name}
 
     def estimate(request: Request) -> Answer:
-        try:
-            wanted = EstimateRequest.from_json(request.body)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise InvalidRequest(f"bad estimation request: {exc}") from None
+        wanted = request_from(request.body)
         check_local_ends(wanted.src_url, wanted.dest_url, request.caller, run_as,
                          allow_local=settings.eos_allow_local_sources,
                          knob="EOS_ALLOW_LOCAL_SOURCES")

@@ -16,8 +16,8 @@ from typing import Any
 
 from stork import __version__
 from stork.caller import Caller
-from stork.eos.access import check_local_ends
-from stork.eos.service import EosService, EstimateRequest
+from stork.eos.access import check_local_ends, request_from
+from stork.eos.service import EosService
 from stork.errors import (
     InvalidRequest,
     PermissionDenied,
@@ -161,8 +161,7 @@ class Service:
             return {"columns": order, "rows": [read(job) for job in jobs]}
         out = []
         for job in jobs:
-            item = job_summary(job)
-            item["wait_reason"] = self.dispatcher.wait_reason(job)
+            item = self._summary(job)
             if long and may_see(caller, job.owner_uid):
                 item["ad"] = str(job_ad(job))  # other users' full ads are not shown
             out.append(item)
@@ -177,13 +176,23 @@ class Service:
                                  f"known: {', '.join([*SUMMARY, *computed])}")
         return row_reader(columns, computed)
 
-    def status(self, job_id: int, caller: Caller) -> dict[str, Any]:
+    def _own_job(self, job_id: int, caller: Caller, action: str) -> Job:
+        """The job, if `caller` may `action` it (its owner or root); else PermissionDenied."""
         job = self.store.get(job_id)
         if not may_see(caller, job.owner_uid):
             raise PermissionDenied(f"job {job_id} belongs to {job.owner}; only its owner or "
-                                   "root may see its details")
+                                   f"root may {action}")
+        return job
+
+    def _summary(self, job: Job) -> dict[str, Any]:
+        """A listing's fields and why the job waits."""
         item = job_summary(job)
         item["wait_reason"] = self.dispatcher.wait_reason(job)
+        return item
+
+    def status(self, job_id: int, caller: Caller) -> dict[str, Any]:
+        job = self._own_job(job_id, caller, "see its details")
+        item = self._summary(job)
         item["ad"] = str(job_ad(job))
         return {
             "job": item,
@@ -215,10 +224,7 @@ class Service:
         refused before any byte moves."""
         if self.eos is None:
             raise InvalidRequest("this server runs no EOS")
-        try:
-            request = EstimateRequest.from_json(body)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise InvalidRequest(f"bad estimation request: {exc}") from None
+        request = request_from(body)
         problem = proxy_problem(request.x509proxy, caller)
         if problem is not None:
             raise PermissionDenied(f"x509proxy: {problem}")
@@ -232,14 +238,10 @@ class Service:
         """For a long poll: (done, answer). Done when the job has an event newer than
         `since` (or, with `terminal_only`, when it has ended). `seq` in the answer is the
         job's latest event, to pass as `since` next time."""
-        job = self.store.get(job_id)
-        if not may_see(caller, job.owner_uid):
-            raise PermissionDenied(f"job {job_id} belongs to {job.owner}; only its owner or "
-                                   "root may wait for it")
+        job = self._own_job(job_id, caller, "wait for it")
         events = self.store.events(job_id)
         seq = events[-1].seq if events else 0
-        item = job_summary(job)
-        item["wait_reason"] = self.dispatcher.wait_reason(job)
+        item = self._summary(job)
         ended = job.state.terminal
         changed = seq > since
         done = ended if terminal_only else (changed or ended)
