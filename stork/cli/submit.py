@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from stork.cli.common import (
     EXIT_FAILED,
@@ -111,12 +110,12 @@ def _submit(args: argparse.Namespace) -> int:
 def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:
     code = EXIT_OK
     for job_id in ids:
-        job = _wait_one(client, job_id)
+        job = client.wait_ended(job_id)  # its summary carries the result
         if job["state"] != JobState.COMPLETED.value:
             error(f"estimation {job_id} {job['state']}: {summarize_error(job['last_error'] or '')}")
             code = EXIT_FAILED
             continue
-        result = client.status(job_id)["job"]["result"]
+        result = job["result"]
         print(estimate_ad(job_id, result), flush=True)
         if plot:
             from stork.eos.plot import plot_estimate
@@ -127,10 +126,6 @@ def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:
             plot_estimate(result, target, title=f"{name}: {src.endpoint} -> {dest.endpoint}")
             print(f"plot written to {target}")
     return code
-
-
-def _wait_one(client: Client, job_id: int) -> dict[str, Any]:
-    return client.wait_ended(job_id)
 
 
 def _wait(client: Client, ids: list[int]) -> int:
