@@ -297,11 +297,12 @@ class HttpServer:
         route, params = self._route(raw.method, raw.path)
         limits = self._limits()
         loop = asyncio.get_running_loop()
+        query = parse_qs(raw.query_string)
         if isinstance(route, WaitRoute):
             if self.waiting >= limits.max_waiters:
                 return self._busy(f"{self.waiting} requests are waiting for jobs "
                                   f"({limits.waiters_knob} = {limits.max_waiters})")
-            request = Request(caller, raw.method, raw.path, params, parse_qs(raw.query_string))
+            request = Request(caller, raw.method, raw.path, params, query)
             self.waiting += 1
             try:
                 status, body = await self._long_poll(route, request, limits, loop)
@@ -314,8 +315,7 @@ class HttpServer:
         self.inflight += 1
         try:
             body = await self._read_json(raw, limits) if route.body else {}
-            request = Request(caller, raw.method, raw.path, params, parse_qs(raw.query_string),
-                              body)
+            request = Request(caller, raw.method, raw.path, params, query, body)
             status, answer = await loop.run_in_executor(self._pool, _encoded, route.handler,
                                                         request)
         finally:
