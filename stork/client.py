@@ -169,9 +169,11 @@ class Client:
         return self._call("GET", "/v1/ping")
 
     def submit(self, text: str, filename: str, iwd: str, lognotes: str | None = None,
-               dry_run: bool = False) -> list[int]:
+               dry_run: bool = False, datasets: dict[str, Any] | None = None) -> list[int]:
+        """Queue the ads of a submit file; `datasets` carries the files of the datasets
+        stork_submit listed (`stork.dataset.wire`), by ad number."""
         body = {"text": text, "filename": filename, "iwd": iwd, "lognotes": lognotes,
-                "dry_run": dry_run}
+                "dry_run": dry_run, "datasets": datasets or {}}
         return list(self._call("POST", "/v1/jobs", json=body)["ids"])
 
     def jobs(self, constraint: str | None = None, long: bool = False,
@@ -200,6 +202,17 @@ class Client:
 
     def status(self, job_id: int) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{job_id}")
+
+    def files(self, job_id: int, states: list[str] | None = None, offset: int = 0,
+              limit: int | None = None) -> dict[str, Any]:
+        """A dataset job's files (`files`: index, rel_path, src_url, dest_url, state,
+        size_bytes, bytes_done, attempts, failures, last_error, failure_kind, chunk, ...)."""
+        params: dict[str, Any] = {"offset": offset}
+        if states:
+            params["state"] = ",".join(states)
+        if limit is not None:
+            params["limit"] = limit
+        return self._call("GET", f"/v1/jobs/{job_id}/files", params=params)
 
     def history(self, src: str, dest: str, limit: int = 50) -> dict[str, Any]:
         return self._call("GET", "/v1/history", params={"src": src, "dest": dest, "limit": limit})

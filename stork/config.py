@@ -198,6 +198,15 @@ KNOBS: tuple[Knob, ...] = (
          "Largest submit file (or API request body) the daemon accepts."),
     Knob("STORK_MAX_ADS_PER_SUBMIT", "max_ads_per_submit", "10000", _parse_int_min(1), LIVE,
          "Most ads in one submit file."),
+    Knob("STORK_MAX_FILES_PER_JOB", "max_files_per_job", "500000", _parse_int_min(1), LIVE,
+         "Most files in one dataset job: refused at submission when the dataset is listed "
+         "locally (file:// and url_list), when the daemon lists it otherwise."),
+    Knob("STORK_LINK_MBPS", "link_mbps", "1000", _parse_float_min(0.001), LIVE,
+         "The path's bandwidth in Mbit/s, for a dataset's size classes: bandwidth x the "
+         "round trip time measured at the attempt's start is the bandwidth-delay product."),
+    Knob("STORK_DATASET_FAST", "dataset_fast", "true", _parse_bool, LIVE,
+         "Datasets run globus-url-copy with -fast (MODE E, data channels kept between files); "
+         "set false for FTP servers that are not GridFTP servers."),
     Knob("STORK_MAX_RETRY", "max_retry", "5", _parse_int_min(0), LIVE,
          "Retries of a failed transfer when the job sets no max_retries."),
     Knob("STORK_RETRY_DELAY", "retry_delay_s", "5", _parse_float_min(0), LIVE,
@@ -306,6 +315,9 @@ class Settings:
     max_num_jobs: int
     max_submit_bytes: int
     max_ads_per_submit: int
+    max_files_per_job: int
+    link_mbps: float
+    dataset_fast: bool
     max_retry: int
     retry_delay_s: float
     retry_delay_max_s: float

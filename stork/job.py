@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
+from stork.dataset.expand import is_dataset
 from stork.transfer.options import TransferOptions, parse_arguments
 
 
@@ -48,12 +49,19 @@ class JobSpec:
     max_retries: int | None = None
     verify_checksum: bool = False
     size_bytes: int | None = None
+    recursive: bool = False  # a directory dataset descends into subdirectories
+    url_list: str | None = None  # a dataset named by a url_list file (absolute path)
     ad_text: str = ""  # the whole ad, normalised, including the user's own attributes
     lognotes: str | None = None
 
     @property
     def options(self) -> TransferOptions:
         return parse_arguments(self.arguments)
+
+    @property
+    def is_dataset(self) -> bool:
+        """Whether the job names many files (a directory, a glob or a url_list)."""
+        return self.dap_type is DapType.TRANSFER and is_dataset(self.src_url, self.url_list)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -93,10 +101,45 @@ class Job:
     rate_mbps: float = 0.0
     pid: int | None = None
     result: dict[str, Any] = field(default_factory=dict)
+    files_total: int = 0  # a dataset's files (0: one file, or not listed yet)
+    files_done: int = 0
+    files_failed: int = 0
+    bytes_total: int | None = None  # a dataset's bytes; None while a size is unknown
 
     @cached_property
     def spec(self) -> JobSpec:
         return JobSpec.from_json(self.spec_json)
+
+
+class FileState(enum.Enum):
+    """The state of one file of a dataset."""
+
+    PENDING = "PENDING"  # to be sent (now or at its retry time)
+    RUNNING = "RUNNING"  # handed to the tool by the running attempt
+    DONE = "DONE"  # at the destination, verified
+    FAILED = "FAILED"  # a permanent failure or its retry limit reached
+
+
+@dataclass(frozen=True)
+class DatasetFileRow:
+    """One file of a dataset job, as the store holds it."""
+
+    job_id: int
+    index: int  # 0-based, in listing order
+    src_url: str
+    dest_url: str
+    rel_path: str
+    size_bytes: int | None
+    state: FileState = FileState.PENDING
+    bytes_done: int = 0
+    attempts: int = 0
+    failures: int = 0
+    next_attempt_at: float = 0.0
+    last_error: str | None = None
+    failure_kind: str | None = None
+    checksum: str | None = None  # MD5 of both ends when verified
+    chunk: str | None = None  # size class it ran in, with the (cc, p, pp) used
+    in_doubt: bool = False  # was running when the daemon stopped: check before resending
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,10 @@ SUMMARY: dict[str, Callable[[Job], Any]] = {
     "last_error": attrgetter("last_error"),
     "failure_kind": attrgetter("failure_kind"),
     "result": attrgetter("result"),
+    "files_total": attrgetter("files_total"),  # a dataset's files (0: a single-file job)
+    "files_done": attrgetter("files_done"),
+    "files_failed": attrgetter("files_failed"),
+    "bytes_total": attrgetter("bytes_total"),  # None while a size is unknown
 }
 
 
@@ -129,6 +133,12 @@ def job_ad(job: Job) -> classad2.ClassAd:
     ad["submit_time"] = int(job.submitted_at)
     ad["bytes_transferred"] = job.bytes_done
     ad["transfer_rate_mbps"] = round(throughput_mbps(job), 3)
+    if job.files_total:
+        ad["files_total"] = job.files_total
+        ad["files_done"] = job.files_done
+        ad["files_failed"] = job.files_failed
+        if job.bytes_total is not None:
+            ad["bytes_total"] = job.bytes_total
     if job.started_at is not None:
         ad["start_time"] = int(job.started_at)
     if job.finished_at is not None:

@@ -95,11 +95,14 @@ class Child:
                  run_as: RunAs | None = None, stdout: BinaryIO | None = None,
                  stderr: BinaryIO | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
-                 on_stdout: Callable[[bytes], None] | None = None) -> None:
+                 on_stdout: Callable[[bytes], None] | None = None,
+                 stdin: bytes | None = None) -> None:
         """`env` is added to the daemon's environment (with the owner's HOME, USER and
         LOGNAME when `run_as` is set); `stdout` and `stderr` are open files the output is
-        copied to; `on_stdout` sees every raw stdout chunk, `on_progress` every -vb line."""
+        copied to; `on_stdout` sees every raw stdout chunk, `on_progress` every -vb line;
+        `stdin` is written to the child's standard input (else it reads /dev/null)."""
         self.argv = list(argv)
+        self._stdin = stdin
         self.run_as = run_as
         extra = {**(run_as.env() if run_as else {}), **(env or {})}
         self.env = {**os.environ, **extra} if extra else None
@@ -128,10 +131,23 @@ class Child:
             self.start_time = time.monotonic()
             argv, extra = spawn_args(self.argv, self.run_as, self.env)
             self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True, close_fds=True, env=self.env,
-                **extra)
+                argv, stdin=subprocess.DEVNULL if self._stdin is None else subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                close_fds=True, env=self.env, **extra)
             self.pid = self._proc.pid
+            if self._stdin is not None:
+                threading.Thread(target=self._feed, args=(self._proc, self._stdin),
+                                 daemon=True).start()
+
+    @staticmethod
+    def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+        """Write `data` to the child's stdin and close it (a child that exits early just
+        stops reading)."""
+        assert proc.stdin is not None
+        with contextlib.suppress(OSError):
+            proc.stdin.write(data)
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
 
     def stop(self, reason: str, grace_s: float = STOP_GRACE_S) -> None:
         """Stop the child for `reason`: SIGTERM to its process group, SIGKILL after `grace_s`.

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 import classad2
 
+from stork.dataset.base import parse_dir_url
+from stork.dataset.expand import LISTERS, is_dataset
 from stork.errors import ArgumentsError, SubmitError, SubmitProblem
 from stork.job import DapType, JobSpec
 from stork.transfer.options import parse_arguments
@@ -32,7 +34,7 @@ from stork.urls import parse_url, with_scheme
 KNOWN_ATTRIBUTES = (
     "dap_type", "src_url", "dest_url", "arguments", "optimization", "use_history",
     "stork_server", "opt_server", "output", "err", "log", "x509proxy", "alt_protocols",
-    "max_retries", "verify_checksum", "size",
+    "max_retries", "verify_checksum", "size", "recursive", "url_list",
 )
 USER_PREFIX = "user_"  # names starting with this are the user's own: never warned about
 SUGGEST_CUTOFF = 0.7  # difflib similarity (0..1) a known name needs to be suggested
@@ -351,6 +353,39 @@ def _alt_protocols(text: str, src: str, dest: str,
     return tuple(pairs)
 
 
+def _urls(ad: classad2.ClassAd, has: Callable[[str], bool], dap_type: DapType
+          ) -> tuple[dict[str, str], dict[str, str]]:
+    """src_url and dest_url, checked, with their schemes. A transfer's source may name a
+    dataset: a directory (ending in '/') or a glob in its last segment; its dest_url is then
+    a directory (a missing '/' is added)."""
+    urls: dict[str, str] = {}
+    schemes: dict[str, str] = {}
+    for attr in ("src_url", "dest_url"):
+        if not has(attr):
+            raise _Invalid(attr, "is missing")
+        urls[attr] = _string(ad, attr)
+    many = dap_type is DapType.TRANSFER and is_dataset(urls["src_url"])
+    if many and not urls["dest_url"].endswith("/"):
+        urls["dest_url"] += "/"
+    for attr, url in urls.items():
+        try:
+            if not many:
+                schemes[attr] = parse_url(url).scheme
+            elif attr == "dest_url" or url.endswith("/"):
+                schemes[attr] = parse_dir_url(url).scheme
+            else:  # a glob: its directory must be a directory URL
+                schemes[attr] = parse_dir_url(url.rsplit("/", 1)[0] + "/").scheme
+        except ValueError as exc:
+            raise _Invalid(attr, str(exc)) from None
+    if many and schemes["src_url"] not in LISTERS:
+        raise _Invalid("src_url", f"{schemes['src_url']}:// directories cannot be listed; "
+                                  f"datasets are listed on "
+                                  f"{', '.join(s + '://' for s in LISTERS)} (or use url_list)")
+    if dap_type is DapType.ESTIMATION and (urls["src_url"].endswith("/")):
+        raise _Invalid("src_url", "an estimation job names one file, not a directory")
+    return urls, schemes
+
+
 def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
     # Only the names in KNOWN_ATTRIBUTES are read, so that table cannot miss one.
     present = {key.lower(): key for key in ad if key.lower() in KNOWN_ATTRIBUTES}
@@ -368,19 +403,24 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
         raise _Invalid("dap_type",
                        f"unknown type {dap_text!r} (expected transfer or estimation)") from None
 
-    urls: dict[str, str] = {}
-    schemes: dict[str, str] = {}
-    for attr in ("src_url", "dest_url"):
-        if not has(attr):
-            raise _Invalid(attr, "is missing")
-        url = _string(ad, attr)
-        try:
-            schemes[attr] = parse_url(url).scheme
-        except ValueError as exc:
-            raise _Invalid(attr, str(exc)) from None
-        urls[attr] = url
-
     fields: dict[str, Any] = {}
+    if has("url_list"):
+        if dap_type is not DapType.TRANSFER:
+            raise _Invalid("url_list", "only a transfer job can name a url_list")
+        fields["url_list"] = _local_path(ad, "url_list", iwd)
+        for attr in ("src_url", "dest_url"):
+            if has(attr):
+                raise _Invalid(attr, "a job with url_list takes its sources and destinations "
+                                     "from the list; leave src_url and dest_url out")
+        urls, schemes = {"src_url": "", "dest_url": ""}, dict[str, str]()
+    else:
+        urls, schemes = _urls(ad, has, dap_type)
+    if has("recursive"):
+        fields["recursive"] = _yes_no(ad, "recursive")
+        if fields["recursive"] and (dap_type is not DapType.TRANSFER
+                                    or not is_dataset(urls["src_url"])):
+            raise _Invalid("recursive", "descends into the directories of a dataset: src_url "
+                                        "must end in '/' or have a glob in its last segment")
     if has("arguments"):
         arguments = _string(ad, "arguments")
         try:
@@ -406,7 +446,15 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
             raise _Invalid("size", "must be a positive number of bytes")
         fields["size_bytes"] = size
 
-    if dap_type is DapType.TRANSFER:
+    dataset = dap_type is DapType.TRANSFER and is_dataset(urls["src_url"], fields.get("url_list"))
+    if dataset:
+        if fields.get("optimization"):
+            raise _Invalid("optimization", "the EOS tunes single files; for a dataset give "
+                                           "-cc, -p and -pp in arguments, or leave them to the "
+                                           "defaults per size class")
+        if "size_bytes" in fields:
+            raise _Invalid("size", "is for one file; a dataset's sizes come from its listing")
+    if dap_type is DapType.TRANSFER and schemes:
         if registry.find(schemes["src_url"], schemes["dest_url"]) is None:
             raise _Invalid("dest_url", f"no transfer module handles "
                            f"{schemes['src_url']} -> {schemes['dest_url']}")
@@ -416,7 +464,7 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
 
     normal = ad.__copy__() if hasattr(ad, "__copy__") else classad2.ClassAd(str(ad))
     normal[present["dap_type"]] = dap_type.value
-    for attr in ("output", "err", "log"):
+    for attr in ("output", "err", "log", "url_list"):
         if attr in fields:
             normal[present[attr]] = fields[attr]
     return JobSpec(dap_type=dap_type, src_url=urls["src_url"], dest_url=urls["dest_url"],

@@ -39,8 +39,9 @@ def note(text: str) -> LogEvent:
     return LogEvent(GENERIC, text)
 
 
-def terminated(return_value: int, bytes_done: int = 0) -> LogEvent:
-    return LogEvent(TERMINATED, return_value=return_value, bytes_done=bytes_done)
+def terminated(return_value: int, bytes_done: int = 0, text: str = "") -> LogEvent:
+    """TERMINATED; `text` (a dataset's file counts) is one more line of the event."""
+    return LogEvent(TERMINATED, text, return_value=return_value, bytes_done=bytes_done)
 
 
 def aborted(reason: str) -> LogEvent:
@@ -82,7 +83,7 @@ class UserLog:
         elif event.code == EXECUTE:
             self.execute(when)
         elif event.code == TERMINATED:
-            self.terminated(when, event.return_value, event.bytes_done)
+            self.terminated(when, event.return_value, event.bytes_done, event.text)
         elif event.code == GENERIC:
             self.generic(when, event.text)
         elif event.code == ABORTED:
@@ -102,8 +103,10 @@ class UserLog:
     def generic(self, when: float, info: str) -> None:
         self._append(_header(8, self.job_id, when) + _clean(info)[:1000] + "\n...\n")
 
-    def terminated(self, when: float, return_value: int, bytes_done: int = 0) -> None:
+    def terminated(self, when: float, return_value: int, bytes_done: int = 0,
+                   text: str = "") -> None:
         usage = "Usr 0 00:00:00, Sys 0 00:00:00"
+        extra = f"\t{_clean(text)}\n" if text else ""
         self._append(
             _header(5, self.job_id, when) + "Job terminated.\n"
             f"\t(1) Normal termination (return value {return_value})\n"
@@ -114,7 +117,7 @@ class UserLog:
             f"\t{bytes_done}  -  Run Bytes Sent By Job\n"
             "\t0  -  Run Bytes Received By Job\n"
             f"\t{bytes_done}  -  Total Bytes Sent By Job\n"
-            "\t0  -  Total Bytes Received By Job\n...\n")
+            "\t0  -  Total Bytes Received By Job\n" + extra + "...\n")
 
     def aborted(self, when: float, reason: str) -> None:
         self._append(_header(9, self.job_id, when) + f"Job was aborted.\n\t{_clean(reason)}\n...\n")

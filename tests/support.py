@@ -57,7 +57,9 @@ def answers(name: str, proc: subprocess.Popen[bytes] | None, stderr_path: Path,
 class GridFtpServer:
     """globus-gridftp-server in anonymous mode on a loopback address (forks per session)."""
 
-    def __init__(self, workdir: Path, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, workdir: Path, host: str = "127.0.0.1", port: int | None = None,
+                 user: str = "root") -> None:
+        self.user = user  # whose rights the server's sessions have
         self.host = host
         self.port = port or free_port(host)
         self.workdir = workdir
@@ -69,7 +71,7 @@ class GridFtpServer:
 
     def start(self) -> GridFtpServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        argv = [GRIDFTP_SERVER, "-aa", "-anonymous-user", "root", "-allow-root",
+        argv = [GRIDFTP_SERVER, "-aa", "-anonymous-user", self.user, "-allow-root",
                 "-p", str(self.port), "-control-interface", self.host,
                 "-data-interface", self.host, "-d", "ERROR", "-l", str(self.log)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -17,6 +17,7 @@ import pytest
 from stork.errors import SchemaError, StoreError, StoreUnavailable
 from stork.job import DapType, Job, JobSpec, JobState
 from stork.store import SqliteStore, Transition, sqlite_db
+from stork.store.sqlite import SCHEMA_VERSION
 from stork.store.sqlite_db import transient_cause
 
 SPEC = JobSpec(DapType.TRANSFER, "file:///a", "file:///b", ad_text='[ dap_type = "transfer" ]')
@@ -45,13 +46,36 @@ def locker(tmp_path: Path, store: SqliteStore) -> Iterator[sqlite3.Connection]:
 def test_wal_mode_and_schema_version(tmp_path: Path, store: SqliteStore) -> None:
     db = sqlite3.connect(tmp_path / "q.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 1
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 2
     db.execute("UPDATE schema_version SET version = 99")
     db.commit()
     db.close()
     store.close()
     with pytest.raises(SchemaError, match="schema version 99"):
         SqliteStore(str(tmp_path / "q.db"))
+
+
+def test_a_version_1_database_is_migrated_and_keeps_its_jobs(tmp_path: Path,
+                                                             store: SqliteStore) -> None:
+    [job_id] = store.submit([SPEC], 0, "root", 1.0)
+    store.close()
+    db = sqlite3.connect(tmp_path / "q.db")  # back to version 1: no datasets
+    db.execute("DROP TABLE files")
+    for column in ("files_total", "files_done", "files_failed", "bytes_total"):
+        db.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+    db.execute("UPDATE schema_version SET version = 1")
+    db.commit()
+    db.close()
+    again = SqliteStore(str(tmp_path / "q.db"))
+    try:
+        job = again.get(job_id)
+        assert job.src_url == SPEC.src_url and job.files_total == 0
+        assert again.files(job_id) == []
+    finally:
+        again.close()
+    db = sqlite3.connect(tmp_path / "q.db")
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 2
+    db.close()
 
 
 def test_database_readable_by_the_daemon_only(tmp_path: Path, store: SqliteStore) -> None:

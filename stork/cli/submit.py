@@ -17,7 +17,9 @@ from stork.cli.common import (
     run,
 )
 from stork.client import Client
-from stork.errors import SubmitError
+from stork.dataset.expand import Dataset, list_dataset, listed_locally
+from stork.dataset.wire import to_wire
+from stork.errors import DatasetError, SubmitError
 from stork.job import DapType, JobState
 from stork.jobad import estimate_ad
 from stork.submit import USER_PREFIX, parse_submit, unknown_attributes
@@ -76,10 +78,28 @@ def _submit(args: argparse.Namespace) -> int:
             print(f"stork_submit: error: {problem}", file=sys.stderr)
         print(f"stork_submit: nothing from {filename} was submitted", file=sys.stderr)
         return EXIT_INVALID
+    listed: dict[int, Dataset] = {}
+    for index, spec in enumerate(specs, 1):
+        if spec.is_dataset and (args.dry_run or listed_locally(spec.src_url, spec.url_list)):
+            try:  # as the submitting user: what they cannot read is refused here
+                listed[index] = list_dataset(spec.src_url, spec.dest_url,
+                                             recursive=spec.recursive, url_list=spec.url_list,
+                                             max_files=settings.max_files_per_job,
+                                             x509proxy=spec.x509proxy)
+            except DatasetError as exc:
+                error(f"{filename}: ad {index}: {exc}")
+                print(f"stork_submit: nothing from {filename} was submitted", file=sys.stderr)
+                return EXIT_INVALID
     if args.dry_run:
         for index, spec in enumerate(specs, 1):
-            print(f"{filename}: ad {index}: {spec.dap_type.value} {spec.src_url} -> {spec.dest_url}"
-                  " (valid)")
+            what = (f"url_list {spec.url_list}" if spec.url_list
+                    else f"{spec.src_url} -> {spec.dest_url}")
+            found = ""
+            if index in listed:
+                d = listed[index]
+                amount = "unknown size" if d.total_bytes is None else _bytes(d.total_bytes)
+                found = f": {d.count} file{'s' if d.count != 1 else ''}, {amount}"
+            print(f"{filename}: ad {index}: {spec.dap_type.value} {what}{found} (valid)")
         print(f"{filename}: {len(specs)} ad(s) valid; nothing submitted (--dry-run)")
         return EXIT_OK
     servers = {spec.stork_server for spec in specs if spec.stork_server}
@@ -92,7 +112,9 @@ def _submit(args: argparse.Namespace) -> int:
         name = servers.pop()
     client = Client.from_settings(settings, name)
     try:
-        ids = client.submit(text, filename, iwd, args.lognotes)
+        wire = {str(i): to_wire(d, url_list=bool(specs[i - 1].url_list))
+                for i, d in listed.items()}
+        ids = client.submit(text, filename, iwd, args.lognotes, datasets=wire)
         for job_id in ids:
             print(f"Request assigned id: {job_id}", flush=True)
         estimations = [i for i, s in zip(ids, specs, strict=True)
@@ -105,6 +127,14 @@ def _submit(args: argparse.Namespace) -> int:
         return max(code, _wait(client, ids))
     finally:
         client.close()
+
+
+def _bytes(n: int) -> str:
+    """1234567 -> "1,234,567 bytes (1.2 MiB)"."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n:,} bytes ({n / size:.1f} {unit})"
+    return f"{n:,} bytes"
 
 
 def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:

@@ -11,6 +11,7 @@ directory; or it reads a url_list (`stork.dataset.urllist`). The result is a `Da
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -232,3 +233,36 @@ def _from_url_list(text: str, name: str, max_files: int) -> Dataset:
                                f"(line {pair.line})")
     return Dataset(tuple(DatasetFile(p.src.text, p.dest.text, source_name(p.src), None)
                          for p in pairs))
+
+
+def list_dataset(src_url: str, dest_url: str, *, recursive: bool, url_list: str | None,
+                 max_files: int, x509proxy: str | None = None) -> Dataset:
+    """The files of a dataset job as its spec names them, listed with the rights of the
+    calling process: a url_list is read from its file, a directory or glob is listed."""
+    if url_list:
+        try:
+            with open(url_list, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise DatasetError(url_list, f"cannot read the url_list: "
+                                         f"{exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise DatasetError(url_list, "the url_list is not UTF-8 text") from None
+        dataset = expand(None, None, url_list_text=text, url_list_name=url_list,
+                         max_files=max_files)
+        return Dataset(tuple(DatasetFile(f.src_url, f.dest_url, f.rel_path, _local_size(f.src_url))
+                             for f in dataset.files))
+    return expand(src_url, dest_url, recursive=recursive, max_files=max_files,
+                  x509proxy=x509proxy)
+
+
+def _local_size(url: str) -> int | None:
+    """The size of a file:// source (None for other schemes, or when it cannot be stat'ed:
+    the transfer will say why)."""
+    if _scheme(url) != "file":
+        return None
+    try:
+        return os.stat(unquote(parse_dir_url(url.rsplit("/", 1)[0] + "/").path)
+                       + unquote(url.rsplit("/", 1)[1])).st_size
+    except (OSError, ValueError):
+        return None

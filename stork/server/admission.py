@@ -37,6 +37,10 @@ def _job_id(task: Task) -> int:
 
 def host_of(url: str) -> str:
     """The machine a URL touches (file URLs: this one), for host penalties."""
+    if url.endswith("/"):  # a dataset's directory
+        url += "_"
+    elif "://" in url and any(c in url.rsplit("/", 1)[-1] for c in "*?["):  # a glob
+        url = url.rsplit("/", 1)[0] + "/_"
     return parse_url(url).host or "localhost"
 
 

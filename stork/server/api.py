@@ -17,7 +17,8 @@ from stork.urls import parse_hostport
 
 def limits_for(settings: Settings) -> Limits:
     return Limits(max_inflight=settings.api_max_inflight, max_waiters=settings.api_max_waiters,
-                  max_body_bytes=settings.max_submit_bytes,
+                  # a dataset listed by stork_submit travels with its files (~30 bytes each)
+                  max_body_bytes=settings.max_submit_bytes + 64 * settings.max_files_per_job,
                   wait_timeout_s=settings.api_wait_timeout_s)
 
 
@@ -48,6 +49,14 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
             raise InvalidRequest("GET /v1/history needs src and dest (hosts or URLs)")
         return HTTPStatus.OK, service.history(src, dest, int(request.number("limit", 50)))
 
+    def files(request: Request) -> Answer:
+        states = [s for part in request.query.get("state", []) for s in part.split(",") if s]
+        limit = request.arg("limit")
+        return HTTPStatus.OK, service.files(job_id(request), request.caller,
+                                            states=states or None,
+                                            offset=int(request.number("offset", 0)),
+                                            limit=int(limit) if limit else None)
+
     def wait_check(request: Request) -> tuple[bool, int, dict[str, object]]:
         done, body = service.wait_check(job_id(request), request.caller,
                                         since=int(request.number("since", 0)),
@@ -67,6 +76,7 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
         Route("DELETE", "/v1/jobs/{id}",
               lambda r: (HTTPStatus.OK, service.remove(job_id(r), r.caller))),
         WaitRoute("GET", "/v1/jobs/{id}/wait", job_id, wait_check),
+        Route("GET", "/v1/jobs/{id}/files", files),
     ]
 
 

@@ -30,13 +30,23 @@ from stork.errors import (
     TransferError,
 )
 from stork.identity import RunAs, unlink_as
-from stork.job import Job
+from stork.job import FileState, Job
 from stork.server import events
-from stork.server.judge import AttemptOutcome, Verdict, judge, urls_for_attempt
+from stork.server.dataset_run import DatasetRun
+from stork.server.judge import (
+    AttemptOutcome,
+    DatasetFacts,
+    DatasetOutcome,
+    Verdict,
+    judge,
+    judge_dataset,
+    urls_for_attempt,
+)
 from stork.server.runner import AttemptProcess, AttemptResult, StopReason
 from stork.store.base import JobStore
 from stork.transfer import verify
 from stork.transfer.base import Progress, TransferModule, TransferRequest
+from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.registry import Registry
 from stork.urls import parse_url
 from stork.userlog import executing, note
@@ -99,7 +109,11 @@ def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
     """The next attempt of `job` (NotLaunchable when it cannot run)."""
     attempt_no = job.attempts + 1
     src, dest = urls_for_attempt(job, attempt_no)
-    module = registry.find(parse_url(src).scheme, parse_url(dest).scheme)
+    module: TransferModule | None
+    if job.spec.is_dataset:  # datasets run through globus-url-copy's lists
+        module = GridFtpModule(settings.globus_url_copy)
+    else:
+        module = registry.find(parse_url(src).scheme, parse_url(dest).scheme)
     if module is None:
         raise NotLaunchable(NoTransferModule(src, dest), 127, src, dest)
     try:
@@ -114,7 +128,7 @@ def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
 @dataclass
 class _Running:
     plan: Plan
-    process: AttemptProcess
+    process: AttemptProcess | DatasetRun
     job: Job  # as the store started the attempt
     last_progress_write: float = 0.0
 
@@ -152,13 +166,21 @@ class Attempts:
         lands in between stops it before its child exists."""
         job = plan.job
         job_id, attempt_no = job.id, plan.attempt_no
-        argv = plan.module.command(plan.request)
-        process = AttemptProcess(
-            argv, output=job.spec.output, err=job.spec.err,
-            env=plan.module.environment(plan.request), run_as=plan.run_as,
-            on_progress=lambda p: self._progress(job_id, p),
-            on_exit=lambda r: self._exited(job_id, r),
-            on_pid=lambda pid: self.store.set_pid(job_id, attempt_no, pid))
+        process: AttemptProcess | DatasetRun
+        if job.spec.is_dataset:
+            assert isinstance(plan.module, GridFtpModule)
+            argv = ["dataset", f"pass {attempt_no}"]
+            process = DatasetRun(job, attempt_no, store=self.store, settings=self.settings,
+                                 module=plan.module, run_as=plan.run_as, clock=self.clock,
+                                 on_exit=lambda o: self._dataset_exited(job_id, o))
+        else:
+            argv = plan.module.command(plan.request)
+            process = AttemptProcess(
+                argv, output=job.spec.output, err=job.spec.err,
+                env=plan.module.environment(plan.request), run_as=plan.run_as,
+                on_progress=lambda p: self._progress(job_id, p),
+                on_exit=lambda r: self._exited(job_id, r),
+                on_pid=lambda pid: self.store.set_pid(job_id, attempt_no, pid))
         with self._lock:
             if job.id in self._running:
                 return False
@@ -174,7 +196,8 @@ class Attempts:
             self._forget(job.id)
             return False
         self._running[job.id].job = started
-        events.record(started, now, [executing()])
+        if not (job.spec.is_dataset and started.attempts > 1):  # DAGMan: one execute event
+            events.record(started, now, [executing()])
         chose = f" (EOS chose {plan.streams} streams)" if plan.optimized else ""
         log.info("job %d attempt %d%s: %s", job.id, started.attempts, chose, " ".join(argv))
         process.start()
@@ -224,6 +247,34 @@ class Attempts:
         finally:
             self._forget(job_id)
             self._on_end(job_id, retry_at)
+
+    def _dataset_exited(self, job_id: int, outcome: DatasetOutcome) -> None:
+        running = self._running.get(job_id)
+        if running is None:
+            return
+        retry_at: float | None = None
+        try:
+            retry_at = self._finish_dataset(running, outcome)
+        except Exception:
+            log.exception("job %d: cannot record the end of pass %d", job_id,
+                          running.plan.attempt_no)
+        finally:
+            self._forget(job_id)
+            self._on_end(job_id, retry_at)
+
+    def _finish_dataset(self, running: _Running, outcome: DatasetOutcome) -> float | None:
+        """The facts of a pass read back from the store, judged, applied."""
+        job_id, attempt_no = running.job.id, running.plan.attempt_no
+        job = self.store.get(job_id)
+        pending = self.store.files(job_id, [FileState.PENDING])
+        failed = self.store.files(job_id, [FileState.FAILED], limit=5)
+        facts = DatasetFacts(outcome, attempt_no,
+                             min((f.next_attempt_at for f in pending), default=None),
+                             tuple((f.rel_path, f.last_error or "") for f in failed),
+                             failed[0].failure_kind if failed else None)
+        now = self.clock()
+        verdict = judge_dataset(job, facts, self.settings, now)
+        return self._apply(job, attempt_no, verdict, now, running.plan.src_url, "")
 
     def _finish(self, running: _Running, result: AttemptResult) -> float | None:
         plan = running.plan

@@ -22,7 +22,7 @@ partial destination file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stork.config import Settings
 from stork.errors import (
@@ -39,6 +39,8 @@ from stork.transfer.base import summarize_error
 from stork.urls import with_scheme
 from stork.userlog import LogEvent, note, terminated
 
+MAX_FAILED_NAMED = 5  # failed files a dataset's error names (stork_status -files has them all)
+
 
 @dataclass(frozen=True)
 class AttemptOutcome:
@@ -51,6 +53,30 @@ class AttemptOutcome:
     verify_error: str | None = None  # after exit 0: what is wrong with the destination
     dest_size: int | None = None  # after exit 0: the destination's size, when known
     streams: int | None = None  # parallel streams used (modules that take -p)
+
+
+@dataclass
+class DatasetOutcome:
+    """What a pass did, for the judge (the files' states are in the store)."""
+
+    stopped: StopReason | None = None
+    listing_error: TransferError | None = None  # the dataset could not be listed
+    chunks: list[str] = field(default_factory=list)  # "small cc=8 p=1 pp=4 (on)", ...
+    bytes_moved: int = 0
+    files_done: int = 0
+    duration_s: float = 0.0
+    internal_error: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    """A dataset job after a pass, read back from the store for `judge_dataset`."""
+
+    outcome: DatasetOutcome
+    attempt_no: int
+    next_due: float | None  # the earliest retry time of its PENDING files; None: none left
+    failed_errors: tuple[tuple[str, str], ...] = ()  # (path, error) of some FAILED files
+    failure_kind: str | None = None  # the first FAILED file's
 
 
 @dataclass(frozen=True)
@@ -164,3 +190,54 @@ def _failed(job: Job, outcome: AttemptOutcome, failure: TransferError, settings:
         JobState.FAILED, "failed", "failed", count_failure=True, exit_code=code,
         error=error, failure_kind=kind.value, detail={"why": why}),
         (note(f"{said}; {why}"), terminated(code or 1)), remove_partial=remove_partial)
+
+
+def judge_dataset(job: Job, facts: DatasetFacts, settings: Settings, now: float) -> Verdict:
+    """The verdict on a pass of a dataset job (`job` as read after the pass: its file
+    counters are current). COMPLETED when every file is done; FAILED when none is left to
+    send and some failed (the error names them); IDLE until the earliest file retry
+    otherwise. A failure of the pass itself (the listing, a timeout, stork_server) follows
+    the job's retry rules like a single file's attempt; shutdown and removal as `judge`."""
+    outcome = facts.outcome
+    result = AttemptResult(0, "", outcome.bytes_moved, outcome.duration_s,
+                           outcome.stopped)
+    if outcome.stopped is StopReason.REMOVED:
+        return Verdict(None)
+    if outcome.stopped is StopReason.SHUTDOWN:
+        return judge(job, AttemptOutcome(facts.attempt_no, result), settings, now)
+    pass_failure: TransferError | None = outcome.listing_error
+    if outcome.stopped is StopReason.TIMEOUT:
+        pass_failure = TransferTimedOut(settings.max_delay_min)
+    elif outcome.internal_error is not None:
+        pass_failure = RetryableTransferError(outcome.internal_error)
+    if pass_failure is not None:
+        failed = AttemptOutcome(facts.attempt_no, AttemptResult(1, str(pass_failure), 0,
+                                                                outcome.duration_s))
+        return _failed(job, failed, pass_failure, settings, now, False)
+    counts = f"{job.files_done} of {job.files_total} files done, {job.files_failed} failed"
+    facts_out: dict[str, object] = {
+        "dataset_files_done": job.files_done, "dataset_files_failed": job.files_failed,
+        "transfer_time_s": round(outcome.duration_s, 3),
+        "achieved_throughput_mbps": throughput_mbps(outcome.bytes_moved, outcome.duration_s)}
+    pending = job.files_total - job.files_done - job.files_failed
+    if pending > 0:
+        due = facts.next_due if facts.next_due is not None else now
+        return Verdict(Transition(
+            JobState.IDLE, "pass_ended", "partial", next_attempt_at=due, exit_code=0,
+            detail={"files_done": job.files_done, "files_failed": job.files_failed,
+                    "files_pending": pending}, result=facts_out),
+            (note(f"pass {facts.attempt_no}: {counts}; {pending} to retry"),), retry_at=due)
+    if job.files_failed == 0:
+        return Verdict(Transition(JobState.COMPLETED, "completed", "completed", exit_code=0,
+                                  detail={"duration_s": round(outcome.duration_s, 3)},
+                                  result=facts_out),
+                       (terminated(0, job.bytes_done, f"Dataset: {counts}"),))
+    named = "; ".join(f"{path}: {summarize_error(e)}"
+                      for path, e in facts.failed_errors[:MAX_FAILED_NAMED])
+    more = job.files_failed - min(len(facts.failed_errors), MAX_FAILED_NAMED)
+    error = (f"{job.files_failed} of {job.files_total} files failed: {named}"
+             + (f"; and {more} more (stork_status -files)" if more > 0 else ""))
+    return Verdict(Transition(JobState.FAILED, "failed", "failed", exit_code=1, error=error,
+                              failure_kind=facts.failure_kind, detail={"why": counts},
+                              result=facts_out),
+                   (note(error), terminated(1, job.bytes_done, f"Dataset: {counts}")))

@@ -16,9 +16,12 @@ from typing import Any
 
 from stork import __version__
 from stork.caller import Caller
+from stork.dataset.expand import Dataset, listed_locally
+from stork.dataset.wire import from_wire
 from stork.eos.access import check_local_ends, request_from
 from stork.eos.service import EosService
 from stork.errors import (
+    DatasetError,
     InvalidRequest,
     PermissionDenied,
     StoreUnavailable,
@@ -26,7 +29,7 @@ from stork.errors import (
     SubmitProblem,
 )
 from stork.identity import RunAs
-from stork.job import DapType, Job, JobState
+from stork.job import DapType, FileState, Job, JobSpec, JobState
 from stork.jobad import (
     SUMMARY,
     attempt_record,
@@ -120,10 +123,16 @@ class Service:
             raise InvalidRequest(
                 f"{filename}: ad {estimation[0]}: attribute 'dap_type': this server runs no EOS "
                 "for estimation jobs")
+        datasets = self._datasets(specs, body.get("datasets"), filename, settings.max_files_per_job)
         if body.get("dry_run"):
-            return {"ids": [], "dry_run": True, "count": len(specs)}
+            return {"ids": [], "dry_run": True, "count": len(specs),
+                    "files": {str(i + 1): [d.count, d.total_bytes] for i, d in datasets.items()}}
+        specs = [dataclasses.replace(spec, src_url=datasets[i].files[0].src_url,
+                                     dest_url=datasets[i].files[0].dest_url)
+                 if spec.url_list and i in datasets else spec for i, spec in enumerate(specs)]
         now = self.dispatcher.clock()
-        ids = self.store.submit(specs, caller.uid, caller.name, now)
+        ids = self.store.submit(specs, caller.uid, caller.name, now,
+                                {i: d.files for i, d in datasets.items()})
         for job_id, spec in zip(ids, specs, strict=True):
             if spec.log:
                 write_userlog(self.store.get(job_id),
@@ -135,6 +144,36 @@ class Service:
                                    if s.dap_type is DapType.TRANSFER])
         self.dispatcher.wake()
         return {"ids": ids}
+
+    @staticmethod
+    def _datasets(specs: list[JobSpec], wire: Any, filename: str, max_files: int
+                  ) -> dict[int, Dataset]:
+        """The files of the datasets stork_submit listed (file:// sources and url_lists), by
+        the position of their ad; checked again here. Remote datasets are listed later, by
+        the daemon as the job's owner."""
+        if wire is not None and not isinstance(wire, dict):
+            raise InvalidRequest("'datasets' must map ad numbers to their files")
+        wire = wire or {}
+        found: dict[int, Dataset] = {}
+        problems = []
+        for index, spec in enumerate(specs, 1):
+            if not spec.is_dataset or not listed_locally(spec.src_url, spec.url_list):
+                continue
+            if str(index) not in wire:
+                problems.append(SubmitProblem(filename, index, None, "src_url",
+                                              "a local dataset is listed by stork_submit: "
+                                              "the request must carry its files"))
+                continue
+            try:
+                found[index - 1] = from_wire(spec.src_url, spec.dest_url, spec.url_list,
+                                             wire[str(index)], max_files=max_files)
+            except DatasetError as exc:
+                problems.append(SubmitProblem(filename, index, None,
+                                              "url_list" if spec.url_list else "src_url",
+                                              str(exc)))
+        if problems:
+            raise SubmitError(problems)
+        return found
 
     def list_jobs(self, constraint: str | None, long: bool, states: list[str] | None,
                   caller: Caller, columns: list[str] | None = None) -> dict[str, Any]:
@@ -232,6 +271,21 @@ class Service:
         check_local_ends(request.src_url, request.dest_url, caller, run_as, allow_local=True)
         request = dataclasses.replace(request, run_as=run_as)
         return {"result": self.eos.estimate(request).to_json()}
+
+    def files(self, job_id: int, caller: Caller, *, states: list[str] | None, offset: int,
+              limit: int | None) -> dict[str, Any]:
+        """The files of a dataset job (the owner's or root's), in index order."""
+        job = self._own_job(job_id, caller, "see the files of")
+        try:
+            wanted = [FileState(s.upper()) for s in states] if states else None
+        except ValueError:
+            raise InvalidRequest(f"unknown file state in {states}; file states are "
+                                 f"{', '.join(s.value for s in FileState)}") from None
+        if offset < 0 or (limit is not None and limit < 0):
+            raise InvalidRequest("offset and limit must not be negative")
+        rows = self.store.files(job_id, wanted, offset=offset, limit=limit)
+        return {"job_id": job.id, "files_total": job.files_total,
+                "files": [{**asdict(r), "state": r.state.value} for r in rows]}
 
     def wait_check(self, job_id: int, caller: Caller, *, since: int,
                    terminal_only: bool) -> tuple[bool, dict[str, Any]]:

@@ -29,11 +29,12 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stork.job import Event, Job, JobSpec, JobState
+from stork.dataset.expand import DatasetFile
+from stork.job import DatasetFileRow, Event, FileState, Job, JobSpec, JobState
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,20 @@ class Transition:
     bytes_done: int | None = None
     detail: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] = field(default_factory=dict)  # merged into the job's result
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """How one file of a dataset ended in an attempt, applied by `finish_files`."""
+
+    index: int
+    state: FileState  # DONE, FAILED, or PENDING (to be retried at next_attempt_at)
+    bytes_done: int = 0
+    count_failure: bool = False  # the file's failures + 1 (its retry rules)
+    next_attempt_at: float = 0.0
+    error: str | None = None
+    failure_kind: str | None = None
+    checksum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,10 +173,40 @@ class JobStore(ABC):
     # -- jobs ---------------------------------------------------------------------------------
 
     @abstractmethod
-    def submit(self, specs: Sequence[JobSpec], owner_uid: int, owner: str, now: float) -> list[int]:
-        """Queue every spec (IDLE) with a submit event, all in one transaction. Never waits
-        for an outage to end: raises `StoreUnavailable` (nothing queued) when the store
-        cannot be written."""
+    def submit(self, specs: Sequence[JobSpec], owner_uid: int, owner: str, now: float,
+               files: Mapping[int, Sequence[DatasetFile]] | None = None) -> list[int]:
+        """Queue every spec (IDLE) with a submit event, all in one transaction; `files`
+        maps the position of a dataset spec in `specs` to its files (listed at submission),
+        each stored PENDING. Never waits for an outage to end: raises `StoreUnavailable`
+        (nothing queued) when the store cannot be written."""
+
+    # -- the files of datasets ----------------------------------------------------------------
+
+    @abstractmethod
+    def add_files(self, job_id: int, files: Sequence[DatasetFile]) -> bool:
+        """Store the files of a dataset listed after submission (by the daemon); only once,
+        and only while the job is not terminal: False (nothing written) otherwise. Retried
+        until it lands."""
+
+    @abstractmethod
+    def files(self, job_id: int, states: Sequence[FileState] | None = None,
+              offset: int = 0, limit: int | None = None) -> list[DatasetFileRow]:
+        """The job's files in index order, optionally only those in `states`."""
+
+    @abstractmethod
+    def start_files(self, job_id: int, attempt: int, indexes: Sequence[int],
+                    chunk: str) -> None:
+        """PENDING -> RUNNING (their attempts + 1, the chunk they run in) for files handed
+        to the tool by attempt `attempt` of the job (only while it runs that attempt).
+        Retried until it lands."""
+
+    @abstractmethod
+    def finish_files(self, job_id: int, attempt: int, results: Sequence[FileResult],
+                     rate_mbps: float | None = None) -> bool:
+        """Apply the files' results and the job's counters (files done and failed, bytes
+        done: the sizes of its DONE files; the rate, when given) in one transaction, only
+        while the job runs `attempt`; False (nothing written) otherwise. Listeners hear of
+        it. Retried until it lands."""
 
     @abstractmethod
     def get(self, job_id: int) -> Job:
@@ -208,8 +253,8 @@ class JobStore(ABC):
 
     @abstractmethod
     def requeue_running(self, now: float, reason: str) -> list[Job]:
-        """After a crash: every RUNNING job back to IDLE, the interrupted attempt counted
-        (retried until it lands)."""
+        """After a crash: every RUNNING job back to IDLE, the interrupted attempt counted;
+        their RUNNING files back to PENDING, marked in doubt (retried until it lands)."""
 
     @abstractmethod
     def remove(self, job_id: int, now: float, by: str) -> tuple[Job, Job]:

@@ -12,17 +12,41 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any
 
+from stork.dataset.expand import DatasetFile
 from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreUnavailable
-from stork.job import DapType, Event, Job, JobSpec, JobState
-from stork.store.base import Attempt, HistoryEntry, JobStore, Outage, Transition
+from stork.job import DapType, DatasetFileRow, Event, FileState, Job, JobSpec, JobState
+from stork.store.base import Attempt, FileResult, HistoryEntry, JobStore, Outage, Transition
 from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+FILES_SCHEMA = (
+    """CREATE TABLE files (
+        job_id INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        src_url TEXT NOT NULL,
+        dest_url TEXT NOT NULL,
+        rel_path TEXT NOT NULL,
+        size_bytes INTEGER,
+        state TEXT NOT NULL DEFAULT 'PENDING',
+        bytes_done INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        failures INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL NOT NULL DEFAULT 0,
+        last_error TEXT,
+        failure_kind TEXT,
+        checksum TEXT,
+        chunk TEXT,
+        in_doubt INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (job_id, idx)
+    ) WITHOUT ROWID""",
+    """CREATE INDEX files_state ON files (job_id, state, idx)""",
+)
 
 SCHEMA = (
     """CREATE TABLE schema_version (version INTEGER NOT NULL)""",
@@ -47,7 +71,11 @@ SCHEMA = (
         bytes_done INTEGER NOT NULL DEFAULT 0,
         rate_mbps REAL NOT NULL DEFAULT 0,
         pid INTEGER,
-        result TEXT NOT NULL DEFAULT '{}'
+        result TEXT NOT NULL DEFAULT '{}',
+        files_total INTEGER NOT NULL DEFAULT 0,
+        files_done INTEGER NOT NULL DEFAULT 0,
+        files_failed INTEGER NOT NULL DEFAULT 0,
+        bytes_total INTEGER
     )""",
     """CREATE INDEX jobs_runnable ON jobs (state, next_attempt_at, id)""",
     """CREATE TABLE events (
@@ -88,11 +116,22 @@ SCHEMA = (
         bytes_done INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (job_id, number)
     )""",
+    *FILES_SCHEMA,
 )
+
+# Version 1 -> 2: datasets (the jobs' file counters and the files table).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE jobs ADD COLUMN files_total INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN files_done INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN files_failed INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN bytes_total INTEGER",
+        *FILES_SCHEMA),
+}
 
 _JOB_COLUMNS = ("id, owner_uid, owner, state, spec, dap_type, src_url, dest_url, submitted_at, "
                 "updated_at, attempts, failures, next_attempt_at, started_at, finished_at, "
-                "last_error, failure_kind, bytes_done, rate_mbps, pid, result")
+                "last_error, failure_kind, bytes_done, rate_mbps, pid, result, files_total, "
+                "files_done, files_failed, bytes_total")
 # Job's fields in _JOB_COLUMNS order (the spec column holds Job.spec_json)
 _JOB_FIELDS = tuple("spec_json" if c == "spec" else c for c in _JOB_COLUMNS.split(", "))
 if tuple(f.name for f in fields(Job)) != _JOB_FIELDS or hasattr(Job, "__post_init__"):
@@ -136,6 +175,12 @@ def _event(db: sqlite3.Connection, job_id: int, now: float, kind: str,
                (job_id, now, kind, json.dumps(detail or {}, sort_keys=True)))
 
 
+def _runs(db: sqlite3.Connection, job_id: int, attempt: int) -> bool:
+    """Whether the job is RUNNING attempt `attempt`."""
+    return db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = ? AND attempts = ?",
+                      (job_id, JobState.RUNNING.value, attempt)).fetchone() is not None
+
+
 def _merge_result(db: sqlite3.Connection, job_id: int, values: dict[str, Any]) -> None:
     row = db.execute("SELECT result FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if row is None:
@@ -145,12 +190,37 @@ def _merge_result(db: sqlite3.Connection, job_id: int, values: dict[str, Any]) -
                (json.dumps(merged, sort_keys=True), job_id))
 
 
+_FILE_STATES = {state.value: state for state in FileState}
+_FILE_COLUMNS = ("job_id, idx, src_url, dest_url, rel_path, size_bytes, state, bytes_done, "
+                 "attempts, failures, next_attempt_at, last_error, failure_kind, checksum, "
+                 "chunk, in_doubt")
+
+
+def _file_row(row: Sequence[Any]) -> DatasetFileRow:
+    return DatasetFileRow(row[0], row[1], row[2], row[3], row[4], row[5], _FILE_STATES[row[6]],
+                          row[7], row[8], row[9], row[10], row[11], row[12], row[13], row[14],
+                          bool(row[15]))
+
+
+def _insert_files(db: sqlite3.Connection, job_id: int, files: Sequence[DatasetFile]) -> None:
+    """The files of a dataset, PENDING, and the job's totals."""
+    db.executemany("INSERT INTO files (job_id, idx, src_url, dest_url, rel_path, size_bytes) "
+                   "VALUES (?, ?, ?, ?, ?, ?)",
+                   ((job_id, i, f.src_url, f.dest_url, f.rel_path, f.size_bytes)
+                    for i, f in enumerate(files)))
+    sizes = [f.size_bytes for f in files]
+    total = None if any(size is None for size in sizes) else sum(s or 0 for s in sizes)
+    db.execute("UPDATE jobs SET files_total = ?, bytes_total = ? WHERE id = ?",
+               (len(files), total, job_id))
+
+
 @dataclass
 class _PendingSubmit:
     specs: list[JobSpec]
     owner_uid: int
     owner: str
     now: float
+    files: Mapping[int, Sequence[DatasetFile]] = field(default_factory=dict)
     ids: list[int] = field(default_factory=list)
     error: BaseException | None = None
     done: bool = False
@@ -185,6 +255,11 @@ class SqliteStore(JobStore):
                 return
             row = db.execute("SELECT version FROM schema_version").fetchone()
             found = row["version"] if row else -1
+            while found in MIGRATIONS:
+                for statement in MIGRATIONS[found]:
+                    db.execute(statement)
+                found += 1
+                db.execute("UPDATE schema_version SET version = ?", (found,))
             if found != SCHEMA_VERSION:
                 raise SchemaError(self.path, found, SCHEMA_VERSION)
 
@@ -202,7 +277,8 @@ class SqliteStore(JobStore):
 
     # -- JobStore ---------------------------------------------------------------------------
 
-    def submit(self, specs: Sequence[JobSpec], owner_uid: int, owner: str, now: float) -> list[int]:
+    def submit(self, specs: Sequence[JobSpec], owner_uid: int, owner: str, now: float,
+               files: Mapping[int, Sequence[DatasetFile]] | None = None) -> list[int]:
         """Group commit: concurrent submissions waiting for the lock share one transaction.
 
         Each caller queues its batch, then takes the lock; whoever gets it first commits every
@@ -210,7 +286,7 @@ class SqliteStore(JobStore):
         Never retried: when the database cannot be written every waiting batch is refused
         with StoreUnavailable, and nothing of it is queued.
         """
-        entry = _PendingSubmit(list(specs), owner_uid, owner, now)
+        entry = _PendingSubmit(list(specs), owner_uid, owner, now, files or {})
         with self._pending_lock:
             self._pending.append(entry)
         with self._database.lock:
@@ -259,13 +335,15 @@ class SqliteStore(JobStore):
 
     def _insert(self, db: sqlite3.Connection, entry: _PendingSubmit) -> list[int]:
         ids = []
-        for spec in entry.specs:
+        for position, spec in enumerate(entry.specs):
             cursor = db.execute(
                 "INSERT INTO jobs (owner_uid, owner, state, spec, dap_type, src_url, dest_url, "
                 "submitted_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (entry.owner_uid, entry.owner, JobState.IDLE.value, spec.to_json(),
                  spec.dap_type.value, spec.src_url, spec.dest_url, entry.now, entry.now))
             job_id = int(cursor.lastrowid or 0)
+            if position in entry.files:
+                _insert_files(db, job_id, entry.files[position])
             _event(db, job_id, entry.now, "submit", {"owner": entry.owner})
             ids.append(job_id)
         return ids
@@ -300,7 +378,8 @@ class SqliteStore(JobStore):
         def body(db: sqlite3.Connection) -> Job | None:
             cursor = db.execute(
                 "UPDATE jobs SET state = ?, attempts = attempts + 1, started_at = ?, "
-                "updated_at = ?, bytes_done = 0, rate_mbps = 0, pid = NULL "
+                "updated_at = ?, bytes_done = CASE WHEN files_total > 0 THEN bytes_done ELSE 0 "
+                "END, rate_mbps = 0, pid = NULL "
                 "WHERE id = ? AND state = ?",
                 (JobState.RUNNING.value, now, now, job_id, JobState.IDLE.value))
             if cursor.rowcount != 1:
@@ -375,6 +454,8 @@ class SqliteStore(JobStore):
                 db.execute("UPDATE attempts SET ended_at = ?, outcome = 'interrupted', error = ? "
                            "WHERE job_id = ? AND number = ? AND ended_at IS NULL",
                            (now, reason, job.id, job.attempts))
+                db.execute("UPDATE files SET state = ?, in_doubt = 1 WHERE job_id = ? AND "
+                           "state = ?", (FileState.PENDING.value, job.id, FileState.RUNNING.value))
                 db.execute("UPDATE jobs SET state = ?, failures = failures + 1, updated_at = ?, "
                            "next_attempt_at = 0, last_error = ?, failure_kind = 'interrupted', "
                            "rate_mbps = 0, pid = NULL WHERE id = ?",
@@ -394,6 +475,8 @@ class SqliteStore(JobStore):
                 raise InvalidRequest(f"job {job_id} is already {before.state.value}")
             db.execute("UPDATE jobs SET state = ?, updated_at = ?, finished_at = ?, "
                        "rate_mbps = 0 WHERE id = ?", (JobState.REMOVED.value, now, now, job_id))
+            db.execute("UPDATE files SET state = ? WHERE job_id = ? AND state = ?",
+                       (FileState.PENDING.value, job_id, FileState.RUNNING.value))
             if before.state is JobState.RUNNING:
                 db.execute("UPDATE attempts SET ended_at = ?, outcome = 'removed' "
                            "WHERE job_id = ? AND number = ? AND ended_at IS NULL",
@@ -403,6 +486,79 @@ class SqliteStore(JobStore):
 
         changed = self._database.write(f"removal of job {job_id}", body)
         self._notify([job_id])
+        return changed
+
+    # -- the files of datasets ----------------------------------------------------------------
+
+    def add_files(self, job_id: int, files: Sequence[DatasetFile]) -> bool:
+        terminal = tuple(s.value for s in JobState if s.terminal)
+
+        def body(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT state, files_total FROM jobs WHERE id = ?",
+                             (job_id,)).fetchone()
+            if row is None or row["files_total"] or row["state"] in terminal:
+                return False
+            _insert_files(db, job_id, files)
+            return True
+
+        return self._database.write(f"files of job {job_id}", body)
+
+    def files(self, job_id: int, states: Sequence[FileState] | None = None,
+              offset: int = 0, limit: int | None = None) -> list[DatasetFileRow]:
+        where, params = "job_id = ?", [job_id]  # type: tuple[str, list[Any]]
+        if states is not None:
+            where += f" AND state IN ({', '.join('?' for _ in states)})"
+            params += [s.value for s in states]
+        with self._database.reader() as db:
+            cursor = db.cursor()
+            cursor.row_factory = None
+            rows = cursor.execute(
+                f"SELECT {_FILE_COLUMNS} FROM files WHERE {where} ORDER BY idx "  # noqa: S608 - constant SQL; values are bound
+                "LIMIT ? OFFSET ?", (*params, -1 if limit is None else limit, offset)).fetchall()
+        return [_file_row(row) for row in rows]
+
+    def start_files(self, job_id: int, attempt: int, indexes: Sequence[int],
+                    chunk: str) -> None:
+        def body(db: sqlite3.Connection) -> None:
+            if not _runs(db, job_id, attempt):
+                return
+            db.executemany("UPDATE files SET state = ?, attempts = attempts + 1, chunk = ? "
+                           "WHERE job_id = ? AND idx = ? AND state = ?",
+                           ((FileState.RUNNING.value, chunk, job_id, i, FileState.PENDING.value)
+                            for i in indexes))
+
+        self._database.write(f"start of files of job {job_id}", body)
+
+    def finish_files(self, job_id: int, attempt: int, results: Sequence[FileResult],
+                     rate_mbps: float | None = None) -> bool:
+        def body(db: sqlite3.Connection) -> bool:
+            if not _runs(db, job_id, attempt):
+                return False
+            done = failed = moved = 0  # changes of the job's counters
+            for r in results:
+                old = db.execute("SELECT state, bytes_done FROM files WHERE job_id = ? AND "
+                                 "idx = ?", (job_id, r.index)).fetchone()
+                if old is None:
+                    continue
+                was, now_ = _FILE_STATES[old[0]], r.state
+                done += (now_ is FileState.DONE) - (was is FileState.DONE)
+                failed += (now_ is FileState.FAILED) - (was is FileState.FAILED)
+                moved += (r.bytes_done if now_ is FileState.DONE else 0) - (
+                    old[1] if was is FileState.DONE else 0)
+                db.execute(
+                    "UPDATE files SET state = ?, bytes_done = ?, failures = failures + ?, "
+                    "next_attempt_at = ?, last_error = ?, failure_kind = ?, "
+                    "checksum = COALESCE(?, checksum), in_doubt = 0 WHERE job_id = ? AND idx = ?",
+                    (r.state.value, r.bytes_done, int(r.count_failure), r.next_attempt_at,
+                     r.error, r.failure_kind, r.checksum, job_id, r.index))
+            db.execute("UPDATE jobs SET files_done = files_done + ?, files_failed = files_failed "
+                       "+ ?, bytes_done = bytes_done + ?, rate_mbps = COALESCE(?, rate_mbps) "
+                       "WHERE id = ?", (done, failed, moved, rate_mbps, job_id))
+            return True
+
+        changed = self._database.write(f"end of files of job {job_id}", body)
+        if changed:
+            self._notify([job_id])
         return changed
 
     def events(self, job_id: int) -> list[Event]:
@@ -426,6 +582,7 @@ class SqliteStore(JobStore):
             for job_id in ids:
                 db.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
                 db.execute("DELETE FROM attempts WHERE job_id = ?", (job_id,))
+                db.execute("DELETE FROM files WHERE job_id = ?", (job_id,))
                 db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
             return len(ids)
 

@@ -4,6 +4,10 @@ Only these options exist; anything else is refused at submit time, so nothing a 
 writes in `arguments` ever reaches a tool's command line unchecked:
 
     -p N        parallel TCP streams (1..256)
+    -cc N       concurrency: files of a dataset in flight at once (1..64)
+    -pp N       pipelining depth: transfer commands queued ahead on one control channel
+                (1..1000; globus-url-copy only switches pipelining on or off, so 1 is off
+                and 2 or more is on: see stork.dataset.chunks)
     -b SIZE     TCP buffer size
     -bs SIZE    block size
     -s SIZE     sample size for the EOS
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from stork.errors import ArgumentsError
 
 MAX_STREAMS = 256
+MAX_CONCURRENCY = 64
+MAX_PIPELINING = 1000
 _SIZE = re.compile(r"^([0-9]{1,15})([KMG]?)B?$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -40,19 +46,26 @@ class TransferOptions:
     tcp_buffer_bytes: int | None = None
     block_size_bytes: int | None = None
     sample_size_bytes: int | None = None
+    concurrency: int | None = None
+    pipelining: int | None = None
 
     def to_arguments(self) -> str:
         """The canonical `arguments` text for these options."""
         parts: list[str] = []
         for flag, value in (("-p", self.streams), ("-b", self.tcp_buffer_bytes),
-                            ("-bs", self.block_size_bytes), ("-s", self.sample_size_bytes)):
+                            ("-bs", self.block_size_bytes), ("-s", self.sample_size_bytes),
+                            ("-cc", self.concurrency), ("-pp", self.pipelining)):
             if value is not None:
                 parts += [flag, str(value)]
         return " ".join(parts)
 
 
 _FLAGS = {"-p": "streams", "-b": "tcp_buffer_bytes", "-bs": "block_size_bytes",
-          "-s": "sample_size_bytes"}
+          "-s": "sample_size_bytes", "-cc": "concurrency", "-pp": "pipelining"}
+# counts: flag -> (field, highest value, what it counts)
+_COUNTS = {"-p": ("streams", MAX_STREAMS, "a stream count"),
+           "-cc": ("concurrency", MAX_CONCURRENCY, "a concurrency"),
+           "-pp": ("pipelining", MAX_PIPELINING, "a pipelining depth")}
 
 
 def parse_arguments(text: str) -> TransferOptions:
@@ -73,10 +86,10 @@ def parse_arguments(text: str) -> TransferOptions:
         if i + 1 >= len(tokens):
             raise ArgumentsError(f"option {flag} needs a value")
         raw = tokens[i + 1]
-        if field == "streams":
-            if not raw.isdigit() or not 1 <= int(raw) <= MAX_STREAMS:
-                raise ArgumentsError(
-                    f"-p needs a stream count from 1 to {MAX_STREAMS}, got {raw!r}")
+        if flag in _COUNTS:
+            _, highest, what = _COUNTS[flag]
+            if not raw.isdigit() or not 1 <= int(raw) <= highest:
+                raise ArgumentsError(f"{flag} needs {what} from 1 to {highest}, got {raw!r}")
             values[field] = int(raw)
         else:
             try:

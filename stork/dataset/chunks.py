@@ -1,0 +1,137 @@
+"""A dataset's files in chunks by size class, each with its own (cc, p, pp). Pure.
+
+Size classes are relative to the path's bandwidth-delay product (BDP), as in the HARP
+paper's partitioning: a file smaller than the BDP is *small* (its transfer is over before
+TCP fills the pipe: concurrency and pipelining help, streams do not), one of 16 BDPs or more
+is *large* (parallel streams help, pipelining does not), the rest are *medium*. A file whose
+size is not known yet (a gsiftp listing, a url_list) counts as medium.
+
+Defaults per class, when `arguments` gives none (`-cc`, `-p`, `-pp` given there win for
+every chunk): the heuristics HARP starts its sample transfers from (its reference [4]):
+pipelining depth = ceil(BDP / mean size) (at least 1, at most 32), streams =
+ceil(mean size / BDP) (at least 1, at most 8), and a concurrency of 8, 4 and 2 for small,
+medium and large files. docs/BENCHMARKS.md measures them against the best cell of a sweep.
+
+Pipelining depth: globus-url-copy's ``-pp`` takes no depth; it switches pipelining on (the
+client queues transfer commands ahead on each control channel). A depth of 1 is off, 2 or
+more is on: `pipelining_flag`. The chunk's label records both (``pp=4 (on)``).
+
+Batches: each chunk runs as a sequence of globus-url-copy runs over batches of its files;
+the files of a batch are recorded done as soon as it ends, so a daemon killed mid-dataset
+resends at most the batch that was running. A batch holds at least ``4 * cc`` files and at
+least BATCH_BYTES bytes (fewer when the chunk runs out), at most BATCH_MAX_FILES files.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SMALL_BELOW_BDP = 1.0  # size < 1 BDP: small
+LARGE_FROM_BDP = 16.0  # size >= 16 BDPs: large
+MAX_DEFAULT_PP = 32
+MAX_DEFAULT_P = 8
+BATCH_BYTES = 64 << 20
+BATCH_MAX_FILES = 1000
+BATCH_FILES_PER_CC = 4
+
+
+class SizeClass(enum.Enum):
+    SMALL = "small"
+    MEDIUM = "medium"
+    LARGE = "large"
+
+
+DEFAULT_CC = {SizeClass.SMALL: 8, SizeClass.MEDIUM: 4, SizeClass.LARGE: 2}
+
+
+@dataclass(frozen=True)
+class Params:
+    """Concurrency (files in flight), parallelism (streams per file), pipelining depth."""
+
+    cc: int
+    p: int
+    pp: int
+
+    @property
+    def pipelining(self) -> bool:
+        return pipelining_flag(self.pp)
+
+    def label(self) -> str:
+        return f"cc={self.cc} p={self.p} pp={self.pp} ({'on' if self.pipelining else 'off'})"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    size_class: SizeClass
+    indexes: tuple[int, ...]  # the files' indexes in the dataset, in dataset order
+    total_bytes: int  # known sizes only
+    params: Params
+
+    def label(self) -> str:
+        return f"{self.size_class.value} {self.params.label()}"
+
+
+def pipelining_flag(pp: int) -> bool:
+    """What globus-url-copy can do with a depth: -pp on from 2, off at 1."""
+    return pp >= 2
+
+
+def size_class(size_bytes: int | None, bdp_bytes: float) -> SizeClass:
+    if size_bytes is None:
+        return SizeClass.MEDIUM
+    if size_bytes < SMALL_BELOW_BDP * bdp_bytes:
+        return SizeClass.SMALL
+    if size_bytes >= LARGE_FROM_BDP * bdp_bytes:
+        return SizeClass.LARGE
+    return SizeClass.MEDIUM
+
+
+def default_params(cls: SizeClass, mean_bytes: float, bdp_bytes: float) -> Params:
+    """The heuristic defaults for a chunk of files of `mean_bytes` on a path of `bdp_bytes`."""
+    mean = max(mean_bytes, 1.0)
+    bdp = max(bdp_bytes, 1.0)
+    pp = min(max(math.ceil(bdp / mean), 1), MAX_DEFAULT_PP)
+    p = min(max(math.ceil(mean / bdp), 1), MAX_DEFAULT_P)
+    return Params(cc=DEFAULT_CC[cls], p=p, pp=pp)
+
+
+def plan_chunks(sizes: Sequence[tuple[int, int | None]], bdp_bytes: float, *,
+                cc: int | None = None, p: int | None = None, pp: int | None = None
+                ) -> list[Chunk]:
+    """(index, size) of the files to send -> chunks, small first; given values of cc, p,
+    pp override the defaults in every chunk. Empty classes make no chunk."""
+    groups: dict[SizeClass, list[tuple[int, int | None]]] = {c: [] for c in SizeClass}
+    for index, size in sizes:
+        groups[size_class(size, bdp_bytes)].append((index, size))
+    chunks = []
+    for cls, members in groups.items():
+        if not members:
+            continue
+        known = [s for _, s in members if s is not None]
+        total = sum(known)
+        mean = total / len(known) if known else bdp_bytes * 4
+        d = default_params(cls, mean, bdp_bytes)
+        params = Params(cc=cc or d.cc, p=p or d.p, pp=pp or d.pp)
+        chunks.append(Chunk(cls, tuple(i for i, _ in members), total, params))
+    return chunks
+
+
+def batches(indexes: Sequence[int], sizes: dict[int, int | None], cc: int) -> list[list[int]]:
+    """The chunk's files in runs of globus-url-copy (see the module's text)."""
+    least_files = BATCH_FILES_PER_CC * cc
+    out: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for index in indexes:
+        current.append(index)
+        current_bytes += sizes.get(index) or 0
+        full = len(current) >= least_files and current_bytes >= BATCH_BYTES
+        if full or len(current) >= BATCH_MAX_FILES:
+            out.append(current)
+            current, current_bytes = [], 0
+    if current:
+        out.append(current)
+    return out

@@ -1,0 +1,409 @@
+"""One attempt of a dataset job: its due files sent in chunks, each file's end recorded.
+
+The attempt (a *pass*) runs on its own thread:
+
+1. A dataset that was not listed at submission (a remote directory or glob) is listed now,
+   by the daemon for the job's owner (`stork.dataset.list_dataset`, the job's proxy for
+   gsiftp), and its files stored.
+2. Files left *in doubt* by a daemon that died while they were being sent are looked at
+   before anything is resent: a destination of the source's size whose MD5 matches the
+   source's is done; anything else is sent again (from the start: never left short).
+3. The due files (PENDING, retry time come) are split into chunks by size class
+   (`stork.dataset.chunks`); chunks run at the same time, each as a sequence of
+   globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`).
+4. After each run every file of the batch is checked: a destination of the source's size
+   is done (sizes from the listing; destinations stat'ed, or listed once per directory on
+   FTP servers); when sizes cannot be had, the tool's exit status speaks for the batch. A
+   file that is not done is sent again *alone* at once, with its own command line: its own
+   error decides (`GridFtpModule.judge`), and the job's retry rules apply to the file
+   (retried in a later pass after STORK_RETRY_DELAY, or FAILED). Its partial destination is
+   removed with the owner's rights.
+5. The batch's results are committed in one transaction (`JobStore.finish_files`), so a
+   daemon killed mid-dataset resends at most the batches that were running.
+
+When it is stopped (stork_rm, shutdown, STORK_MAXDELAY_INMINUTES) the running children
+get SIGTERM, the running batch's files go back to PENDING, and no further batch starts.
+`DatasetOutcome` tells `judge.judge_dataset` what happened; the job's state then follows
+from its files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import replace
+from typing import BinaryIO
+from urllib.parse import unquote
+
+from stork.config import Settings
+from stork.dataset import DatasetError, DatasetUnreachable, FtpLister
+from stork.dataset.chunks import Chunk, batches, plan_chunks
+from stork.dataset.expand import list_dataset
+from stork.errors import (
+    IdentityError,
+    PermanentTransferError,
+    RetryableTransferError,
+    TransferError,
+)
+from stork.identity import RunAs, open_as, unlink_as
+from stork.job import DatasetFileRow, FileState, Job
+from stork.process import Child
+from stork.server.judge import DatasetOutcome, retry_delay_s, retry_limit
+from stork.server.runner import StopReason
+from stork.store.base import FileResult, JobStore
+from stork.transfer import verify
+from stork.transfer.base import TransferRequest
+from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
+from stork.urls import parse_url, with_scheme
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORTS = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443}
+RTT_PROBE_TIMEOUT_S = 3.0
+RTT_UNKNOWN_S = 0.05  # when the server cannot be reached to time a connect
+
+
+def file_urls(src_url: str, dest_url: str, alt_protocols: tuple[tuple[str, str], ...],
+              attempt_no: int) -> tuple[str, str]:
+    """A file's URLs for its attempt `attempt_no` (1-based): alt_protocols cycle after the
+    original, as for single-file jobs."""
+    index = (attempt_no - 1) % (len(alt_protocols) + 1)
+    if index == 0:
+        return src_url, dest_url
+    a, b = alt_protocols[index - 1]
+    return with_scheme(src_url, a), with_scheme(dest_url, b)
+
+
+def round_trip_s(urls: list[str]) -> float:
+    """The time of a TCP connect to the first remote server named (one round trip)."""
+    for url in urls:
+        u = parse_url(url)
+        if u.scheme == "file" or not u.host:
+            continue
+        port = u.port or DEFAULT_PORTS.get(u.scheme, 21)
+        start = time.monotonic()
+        try:
+            with socket.create_connection((u.host, port), timeout=RTT_PROBE_TIMEOUT_S):
+                return max(time.monotonic() - start, 1e-4)
+        except OSError:
+            return RTT_UNKNOWN_S
+    return 1e-4  # both ends on this machine
+
+
+def dest_sizes(urls: list[str]) -> dict[str, int | None]:
+    """Sizes of destination files (None: not there); URLs whose size cannot be had cheaply
+    (gsiftp, http) are left out. FTP directories are listed once each (MLSD)."""
+    sizes: dict[str, int | None] = {}
+    by_dir: dict[str, list[str]] = {}
+    for url in urls:
+        u = parse_url(url)
+        if u.scheme == "file":
+            try:
+                sizes[url] = os.stat(u.path).st_size
+            except OSError:
+                sizes[url] = None
+        elif u.scheme == "ftp":
+            by_dir.setdefault(url.rsplit("/", 1)[0] + "/", []).append(url)
+    lister = FtpLister()
+    try:
+        for directory, members in by_dir.items():
+            try:
+                found = {directory + e.name: e.size_bytes
+                         for e in lister.list_dir(directory) if not e.is_dir}
+            except DatasetError:
+                found = {}
+            for url in members:
+                sizes[url] = found.get(_unquoted(url, directory))
+    finally:
+        lister.close()
+    return sizes
+
+
+def _unquoted(url: str, directory: str) -> str:
+    return directory + unquote(url[len(directory):])
+
+
+class DatasetRun:
+    """One pass of a dataset job; the interface `Attempts` expects of an attempt's process
+    (`start`, `kill`, `start_time`, `pid`)."""
+
+    def __init__(self, job: Job, attempt_no: int, *, store: JobStore, settings: Settings,
+                 module: GridFtpModule, run_as: RunAs | None,
+                 on_exit: Callable[[DatasetOutcome], None],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.job = job
+        self.attempt_no = attempt_no
+        self.store = store
+        self.settings = settings
+        self.module = module
+        self.run_as = run_as
+        self._on_exit = on_exit
+        self.clock = clock
+        self.start_time = time.monotonic()
+        self.pid: int | None = None
+        self._lock = threading.Lock()
+        self._children: set[Child] = set()
+        self._stop: StopReason | None = None
+        self._moved = 0
+        self._done = 0
+        self._files: ExitStack = ExitStack()
+        self._out: BinaryIO | None = None
+        self._err: BinaryIO | None = None
+
+    # -- the interface of an attempt's process --------------------------------------------
+
+    def start(self) -> None:
+        self.start_time = time.monotonic()
+        threading.Thread(target=self._run, name=f"dataset-{self.job.id}", daemon=True).start()
+
+    def kill(self, reason: StopReason) -> None:
+        with self._lock:
+            if self._stop is None:
+                self._stop = reason
+            children = list(self._children)
+        for child in children:
+            child.stop(reason.value)
+
+    def stopped(self) -> bool:
+        with self._lock:
+            return self._stop is not None
+
+    # -- the pass -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        outcome = DatasetOutcome()
+        try:
+            with self._files:
+                self._open_outputs()
+                outcome = self._pass()
+        except Exception as exc:
+            log.exception("job %d: the dataset pass failed inside stork_server", self.job.id)
+            outcome = DatasetOutcome(internal_error=f"stork_server could not run the "
+                                                    f"dataset: {exc}")
+        outcome.stopped = self._stop
+        outcome.duration_s = time.monotonic() - self.start_time
+        outcome.bytes_moved = self._moved
+        outcome.files_done = self._done
+        self._on_exit(outcome)
+
+    def _open_outputs(self) -> None:
+        spec = self.job.spec
+        try:
+            for path, name in ((spec.output, "_out"), (spec.err, "_err")):
+                if path:
+                    fd = open_as(self.run_as, path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                    setattr(self, name, self._files.enter_context(os.fdopen(fd, "ab")))
+        except IdentityError as exc:
+            log.warning("job %d: %s", self.job.id, exc)
+
+    def _pass(self) -> DatasetOutcome:
+        job, spec = self.job, self.job.spec
+        outcome = DatasetOutcome()
+        if job.files_total == 0:
+            try:
+                dataset = list_dataset(spec.src_url, spec.dest_url, recursive=spec.recursive,
+                                       url_list=spec.url_list,
+                                       max_files=self.settings.max_files_per_job,
+                                       x509proxy=spec.x509proxy)
+            except DatasetUnreachable as exc:
+                outcome.listing_error = RetryableTransferError(str(exc))
+                return outcome
+            except DatasetError as exc:
+                outcome.listing_error = PermanentTransferError(str(exc))
+                return outcome
+            self.store.add_files(job.id, dataset.files)
+        now = self.clock()
+        rows = {r.index: r for r in self.store.files(job.id, [FileState.PENDING])
+                if r.next_attempt_at <= now}
+        settled = self._settle_in_doubt([r for r in rows.values() if r.in_doubt])
+        for index in settled:
+            rows.pop(index)
+        if not rows:
+            return outcome
+        opts = spec.options
+        rtt = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
+        bdp = self.settings.link_mbps * 1e6 / 8 * rtt
+        chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
+                             cc=opts.concurrency, p=opts.streams, pp=opts.pipelining)
+        outcome.chunks = [f"{c.label()}: {len(c.indexes)} files" for c in chunks]
+        log.info("job %d pass %d: %d files, RTT %.1f ms, BDP %.0f bytes; %s", job.id,
+                 self.attempt_no, len(rows), rtt * 1000, bdp, "; ".join(outcome.chunks))
+        self.store.update_result(job.id, {"dataset_chunks": outcome.chunks,
+                                          "dataset_bdp_bytes": int(bdp),
+                                          "dataset_rtt_ms": round(rtt * 1000, 3)})
+        threads = [threading.Thread(target=self._chunk_guarded, args=(c, rows),
+                                    name=f"chunk-{self.job.id}-{c.size_class.value}",
+                                    daemon=True) for c in chunks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return outcome
+
+    def _chunk_guarded(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
+        try:
+            self._chunk(chunk, rows)
+        except Exception:
+            log.exception("job %d: chunk %s failed inside stork_server", self.job.id,
+                          chunk.label())
+
+    def _chunk(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
+        sizes = {i: rows[i].size_bytes for i in chunk.indexes}
+        params = chunk.params
+        label = chunk.label()
+        for batch in batches(chunk.indexes, sizes, params.cc):
+            if self.stopped():
+                return
+            self.store.start_files(self.job.id, self.attempt_no, batch, label)
+            urls = {i: file_urls(rows[i].src_url, rows[i].dest_url, self.job.spec.alt_protocols,
+                                 rows[i].attempts + 1) for i in batch}
+            listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL]
+            code = 1
+            if listed:
+                argv = self.module.list_command(
+                    cc=params.cc, p=params.p, pipelining=params.pipelining,
+                    fast=self.settings.dataset_fast,
+                    verify_checksum=self.job.spec.verify_checksum,
+                    tcp_buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
+                    block_size_bytes=self.job.spec.options.block_size_bytes)
+                code, _ = self._run_child(argv, list_input([urls[i] for i in listed]))
+            if self.stopped():
+                self._release(batch)
+                return
+            results = self._check(batch, rows, urls, code == 0 and len(listed) == len(batch),
+                                  params.p)
+            if self.stopped():  # stopped during a file sent alone
+                done = {r.index for r in results if r.state is FileState.DONE}
+                self._release([i for i in batch if i not in done])
+                results = [r for r in results if r.index in done]
+            self._commit(results)
+
+    def _run_child(self, argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
+        """Run one child to its end: (exit status, the tail of its stderr)."""
+        child = Child(argv, env=self.module.environment(self._request("", "", 1)),
+                      run_as=self.run_as, stdout=self._out, stderr=self._err, stdin=stdin)
+        with self._lock:
+            if self._stop is not None:
+                return 1, ""
+            self._children.add(child)
+        try:
+            try:
+                child.start()
+            except OSError as exc:
+                log.warning("job %d: cannot run %s: %s", self.job.id, argv[0], exc.strerror)
+                return 127, f"cannot run {argv[0]}: {exc.strerror}"
+            ended = child.wait()
+            return ended.code, ended.stderr_tail
+        finally:
+            with self._lock:
+                self._children.discard(child)
+
+    def _request(self, src: str, dest: str, streams: int) -> TransferRequest:
+        spec = self.job.spec
+        options = spec.options
+        return TransferRequest(src, dest, replace(options, streams=streams, concurrency=None,
+                                                  pipelining=None),
+                               self.settings.default_streams, spec.verify_checksum,
+                               spec.x509proxy)
+
+    # -- after a run ----------------------------------------------------------------------
+
+    def _check(self, batch: list[int], rows: dict[int, DatasetFileRow],
+               urls: dict[int, tuple[str, str]], clean_exit: bool, streams: int
+               ) -> list[FileResult]:
+        """Each file of a batch: done, or sent again alone (its own error decides)."""
+        sizes = dest_sizes([urls[i][1] for i in batch])
+        results: list[FileResult] = []
+        for i in batch:
+            src, dest = urls[i]
+            want = rows[i].size_bytes
+            have = sizes.get(dest, -1)  # -1: cannot be known cheaply
+            if have is not None and have >= 0 and want is not None and have == want:
+                results.append(self._done_result(i, have))
+            elif clean_exit and (want is None or have == -1):
+                results.append(self._done_result(i, want if want is not None
+                                                 else (have if have and have > 0 else 0)))
+            elif not self.stopped():
+                results.append(self._alone(rows[i], src, dest, streams))
+        return results
+
+    def _done_result(self, index: int, size: int) -> FileResult:
+        with self._lock:
+            self._moved += size
+            self._done += 1
+        return FileResult(index, FileState.DONE, bytes_done=size)
+
+    def _alone(self, row: DatasetFileRow, src: str, dest: str, streams: int) -> FileResult:
+        """Send one file by itself; its own exit decides."""
+        request = self._request(src, dest, streams)
+        code, stderr = self._run_child(self.module.command(request))
+        if self.stopped():
+            return FileResult(row.index, FileState.PENDING)
+        if code == 0:
+            size = row.size_bytes
+            try:
+                have = verify.size_of(dest)
+            except verify.VerifyError:
+                have = None
+            if size is None or have is None or have == size:
+                return self._done_result(row.index, have if have is not None else size or 0)
+            failure: TransferError = RetryableTransferError(
+                f"destination size {have} differs from source size {size}")
+        else:
+            failure = self.module.judge(code, stderr)
+        self._remove_partial(dest)
+        failures = row.failures + 1
+        limit = retry_limit(self.job, self.settings)
+        error = str(failure)
+        if failure.retryable and failures <= limit:
+            delay = retry_delay_s(self.settings, failures)
+            return FileResult(row.index, FileState.PENDING, count_failure=True,
+                              next_attempt_at=self.clock() + delay, error=error,
+                              failure_kind=failure.kind.value)
+        return FileResult(row.index, FileState.FAILED, count_failure=True, error=error,
+                          failure_kind=failure.kind.value)
+
+    def _remove_partial(self, dest: str) -> None:
+        try:
+            verify.remove(dest, unlink=lambda path: unlink_as(self.run_as, path))
+        except Exception:  # noqa: BLE001 - best effort: a leftover is retried or reported
+            log.warning("job %d: cannot remove the partial file %s", self.job.id, dest)
+
+    def _settle_in_doubt(self, rows: list[DatasetFileRow]) -> set[int]:
+        """Files a dead daemon was sending: done when the destination has the source's size
+        and MD5 (nothing resent); the others are sent again."""
+        results = []
+        for row in rows:
+            src, dest = file_urls(row.src_url, row.dest_url, self.job.spec.alt_protocols,
+                                  max(row.attempts, 1))
+            try:
+                src_size, dest_size = verify.size_of(src), verify.size_of(dest)
+                same = (src_size is not None and src_size == dest_size
+                        and (src_md5 := verify.md5_of(src)) is not None
+                        and src_md5 == verify.md5_of(dest))
+            except verify.VerifyError:
+                same = False
+            if same:
+                results.append(FileResult(row.index, FileState.DONE,
+                                          bytes_done=src_size or 0, checksum=src_md5))
+        if results:
+            self._commit(results)
+            log.info("job %d: %d file(s) in doubt were complete at the destination: not "
+                     "resent", self.job.id, len(results))
+        return {r.index for r in results}
+
+    def _release(self, indexes: list[int]) -> None:
+        """A stopped batch: its files wait again, with no failure counted."""
+        if indexes:
+            self.store.finish_files(self.job.id, self.attempt_no,
+                                    [FileResult(i, FileState.PENDING) for i in indexes])
+
+    def _commit(self, results: list[FileResult]) -> None:
+        elapsed = max(time.monotonic() - self.start_time, 1e-6)
+        rate = round(self._moved * 8 / 1e6 / elapsed, 3)
+        self.store.finish_files(self.job.id, self.attempt_no, results, rate_mbps=rate)

@@ -1,0 +1,143 @@
+"""Dataset jobs end to end: a real stork_server, real globus-gridftp-servers, real files."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import htcondor2
+
+from tests.support import GridFtpServer, StorkServer
+
+
+def make_tree(root: Path, count: int, size: int, *, sub_every: int = 0) -> dict[str, bytes]:
+    """`count` files of `size` bytes (distinct contents) under `root`; every `sub_every`-th
+    in a subdirectory. Returns relative path -> bytes."""
+    made: dict[str, bytes] = {}
+    for i in range(count):
+        rel = f"sub{i % 3}/f{i:05d}.dat" if sub_every and i % sub_every == 0 else f"f{i:05d}.dat"
+        data = hashlib.sha256(str(i).encode()).digest() * (size // 32) + b"x" * (size % 32)
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        made[rel] = data
+    return made
+
+
+def assert_same(made: dict[str, bytes], root: Path) -> None:
+    found = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    assert found == set(made)
+    for rel, data in made.items():
+        assert (root / rel).read_bytes() == data, rel
+
+
+def files_of(stork: StorkServer, job_id: int, state: str | None = None) -> list[dict]:
+    params = {"state": state} if state else {}
+    return stork.api("GET", f"/v1/jobs/{job_id}/files", params=params).json()["files"]
+
+
+def test_500_files_third_party_and_to_local_disk_with_cc_and_pp(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = gridftp_root / "ds500"
+    made = make_tree(src, 500, 20_000, sub_every=7)
+    third, local = gridftp_root / "ds500-copy", tmp_path / "ds500-local"
+    log = tmp_path / "d.log"
+    ids = stork.submit(f"""
+    [ dap_type = transfer; src_url = "{gridftp.url(src)}/"; dest_url = "{gridftp.url(third)}/";
+      recursive = true; arguments = "-cc 4 -pp 8"; log = "{log}" ]
+    [ dap_type = transfer; src_url = "{gridftp.url(src)}/"; dest_url = "file://{local}/";
+      recursive = true; arguments = "-cc 2 -p 2"; log = "{log}" ]
+    """)
+    for job_id in ids:
+        job = stork.wait_state(job_id, timeout_s=240)
+        assert job["state"] == "COMPLETED", job
+        assert (job["files_total"], job["files_done"], job["files_failed"]) == (500, 500, 0)
+        assert job["bytes_done"] == job["bytes_total"] == 500 * 20_000
+    assert_same(made, third)
+    assert_same(made, local)
+    chunks = stork.job(ids[0])["job"]["result"]["dataset_chunks"]
+    assert chunks and "cc=4" in chunks[0] and "pp=8 (on)" in chunks[0]
+    assert all(f["state"] == "DONE" and f["attempts"] == 1 for f in files_of(stork, ids[0]))
+    events = list(htcondor2.JobEventLog(str(log)).events(stop_after=0))
+    for job_id in ids:
+        kinds = [int(e.type) for e in events if e.cluster == job_id]
+        assert kinds == [0, 1, 5], (job_id, kinds)
+
+
+def test_local_directory_glob_and_url_list(stork: StorkServer, gridftp: GridFtpServer,
+                                           gridftp_root: Path, tmp_path: Path) -> None:
+    src = tmp_path / "here"
+    made = make_tree(src, 30, 1000)
+    (src / "skip.txt").write_text("not matched")
+    up = gridftp_root / "up-glob"
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("".join(f"file://{src}/f{i:05d}.dat {gridftp.url(gridftp_root)}/ul/{i}.bin\n"
+                             for i in range(5)))
+    dry = stork.cli("stork_submit", "--dry-run", str(_write(tmp_path / "g.dap", f"""
+    [ dap_type = transfer; src_url = "file://{src}/*.dat"; dest_url = "{gridftp.url(up)}" ]
+    [ dap_type = transfer; url_list = "{pairs}" ]""")), check=True)
+    assert "30 files, 30,000 bytes" in dry.stdout and "5 files, 5,000 bytes" in dry.stdout
+    ids = stork.submit((tmp_path / "g.dap").read_text())
+    for job_id in ids:
+        assert stork.wait_state(job_id, timeout_s=120)["state"] == "COMPLETED"
+    assert_same(made, up)
+    assert (gridftp_root / "ul" / "3.bin").read_bytes() == made["f00003.dat"]
+
+
+@contextlib.contextmanager
+def _removed(path: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_missing_directory_is_refused_and_nothing_queued(stork: StorkServer,
+                                                          tmp_path: Path) -> None:
+    job = _write(tmp_path / "m.dap", f"""[ dap_type = transfer;
+      src_url = "file://{tmp_path}/nothing-here/"; dest_url = "file://{tmp_path}/out/" ]""")
+    result = stork.cli("stork_submit", str(job))
+    assert result.returncode != 0
+    assert f"{tmp_path}/nothing-here" in result.stderr and "nothing" in result.stderr
+    assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_remote_missing_directory_fails_the_job_naming_it(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    [job_id] = stork.submit(f"""[ dap_type = transfer;
+      src_url = "{gridftp.url(gridftp_root)}/no-such-dir/"; dest_url = "file://{tmp_path}/o/" ]""")
+    job = stork.wait_state(job_id)
+    assert job["state"] == "FAILED" and job["failure_kind"] == "permanent"
+    assert "no-such-dir" in job["last_error"] and "no such directory" in job["last_error"]
+
+
+def test_one_unreadable_file_fails_alone(stork: StorkServer, tmp_path: Path) -> None:
+    # the server's sessions run as nobody: pytest's own directories are closed to it
+    top = Path(tempfile.mkdtemp(prefix="stork-unreadable-"))
+    os.chmod(top, 0o755)
+    src = top / "ds"
+    made = make_tree(src, 40, 5000)
+    os.chmod(src / "f00013.dat", 0)  # nobody cannot read this one
+    out = tmp_path / "out"
+    with GridFtpServer(tmp_path / "gf", user="nobody") as server, _removed(top):
+        [job_id] = stork.submit(f"""[ dap_type = transfer; max_retries = 1;
+          src_url = "{server.url(src)}/"; dest_url = "file://{out}/"; arguments = "-cc 4" ]""")
+        job = stork.wait_state(job_id, timeout_s=120)
+    assert job["state"] == "FAILED"
+    assert (job["files_done"], job["files_failed"]) == (39, 1)
+    assert "f00013.dat" in job["last_error"] and "1 of 40 files failed" in job["last_error"]
+    [failed] = files_of(stork, job_id, "FAILED")
+    assert failed["rel_path"] == "f00013.dat" and failed["failure_kind"] == "permanent"
+    assert "Permission denied" in failed["last_error"]
+    del made["f00013.dat"]
+    assert_same(made, out)  # no empty or short file left for the failed one
