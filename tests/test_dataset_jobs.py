@@ -7,12 +7,13 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import htcondor2
 
-from tests.support import GridFtpServer, StorkServer
+from tests.support import GridFtpServer, StorkServer, wait_for
 
 
 def make_tree(root: Path, count: int, size: int, *, sub_every: int = 0) -> dict[str, bytes]:
@@ -141,3 +142,64 @@ def test_one_unreadable_file_fails_alone(stork: StorkServer, tmp_path: Path) -> 
     assert "Permission denied" in failed["last_error"]
     del made["f00013.dat"]
     assert_same(made, out)  # no empty or short file left for the failed one
+
+
+def test_kill_9_mid_dataset_resumes_without_resending_a_completed_file(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    from stork.job import FileState, JobState
+    from stork.store import SqliteStore
+
+    src = gridftp_root / "ds-kill"
+    made = make_tree(src, 160, 2 << 20)  # 160 x 2 MiB: batches of 32 files at cc=1
+    out = tmp_path / "out"
+    server = StorkServer(tmp_path / "s").start()
+    try:
+        [job_id] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 1 -p 1";
+          src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/";
+          log = "{tmp_path}/k.log" ]""")
+        wait_for(lambda: server.job(job_id)["job"]["files_done"] >= 32, 60,
+                 what="a first batch of files done")
+        server.kill9()
+        store = SqliteStore(str(server.state / "stork.db"))
+        try:
+            assert store.get(job_id).state is JobState.RUNNING
+            done = [f.rel_path for f in store.files(job_id, [FileState.DONE])]
+        finally:
+            store.close()
+        assert 32 <= len(done) < 160, "kill -9 came too late to test a resume"
+        stamps = {rel: (out / rel).stat().st_mtime_ns for rel in done}
+        time.sleep(0.05)  # a resent file would get a later mtime
+        server.start()
+        job = server.wait_state(job_id, timeout_s=120)
+        assert job["state"] == "COMPLETED", job
+        assert job["files_done"] == 160 and job["bytes_done"] == 160 * (2 << 20)
+        resent = [rel for rel, ns in stamps.items() if (out / rel).stat().st_mtime_ns != ns]
+        assert resent == []
+        assert_same(made, out)  # the half-sent files were redone whole
+        events = list(htcondor2.JobEventLog(str(tmp_path / "k.log")).events(stop_after=0))
+        assert [int(e.type) for e in events].count(1) == 1  # one execute for DAGMan
+        assert int(events[-1].type) == 5 and events[-1]["ReturnValue"] == 0
+    finally:
+        server.stop()
+
+
+def test_stork_rm_stops_the_dataset_and_keeps_finished_files(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = gridftp_root / "ds-rm"
+    make_tree(src, 160, 2 << 20)
+    out = tmp_path / "out"
+    [job_id] = stork.submit(f"""[ dap_type = transfer; arguments = "-cc 1";
+      src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
+    wait_for(lambda: stork.job(job_id)["job"]["files_done"] >= 32, 60, what="a first batch")
+    stork.cli("stork_rm", str(job_id), check=True)
+    job = stork.wait_state(job_id)
+    assert job["state"] == "REMOVED"
+    time.sleep(0.5)
+    done = {f["rel_path"] for f in files_of(stork, job_id, "DONE")}
+    assert 32 <= len(done) < 160
+    states = {f["state"] for f in files_of(stork, job_id)}
+    assert states <= {"DONE", "PENDING"}  # nothing left RUNNING
+    on_disk = {p.name for p in out.iterdir()}
+    assert done <= on_disk  # finished files stay in place
+    for rel in done:
+        assert (out / rel).stat().st_size == 2 << 20

@@ -373,7 +373,8 @@ class Attempts:
         for job in jobs:
             if job.pid:
                 kill_leftover(job.pid)
-            remove_partial(job, urls_for_attempt(job, job.attempts)[1])
+            if not job.spec.is_dataset:  # a dataset's files in doubt are checked next pass
+                remove_partial(job, urls_for_attempt(job, job.attempts)[1])
             events.record(job, now, [note(f"attempt {job.attempts} interrupted: stork_server "
                                           "restarted; job requeued")])
         return jobs
