@@ -203,3 +203,46 @@ def test_stork_rm_stops_the_dataset_and_keeps_finished_files(
     assert done <= on_disk  # finished files stay in place
     for rel in done:
         assert (out / rel).stat().st_size == 2 << 20
+
+
+def test_100000_file_local_dataset_is_accepted_and_listed(tmp_path: Path) -> None:
+    src = tmp_path / "big"
+    src.mkdir()
+    for i in range(100_000):
+        (src / f"f{i:06d}").touch()
+    with StorkServer(tmp_path / "s") as server:
+        [job_id] = server.submit(f"""[ dap_type = transfer; src_url = "file://{src}/";
+          dest_url = "file://{tmp_path}/out/" ]""")
+        job = server.job(job_id)["job"]
+        assert job["files_total"] == 100_000 and job["bytes_total"] == 0
+        q = server.cli("stork_q", check=True)
+        assert f"file://{src}/" in q.stdout and "1 job(s)" in q.stdout
+        last = server.api("GET", f"/v1/jobs/{job_id}/files",
+                          params={"offset": 99_999}).json()["files"]
+        assert [f["rel_path"] for f in last] == ["f099999"]
+        server.cli("stork_rm", str(job_id), check=True)
+
+
+def test_more_files_than_the_limit_are_refused_naming_the_knob(tmp_path: Path) -> None:
+    src = tmp_path / "eleven"
+    make_tree(src, 11, 10)
+    with StorkServer(tmp_path / "s", {"STORK_MAX_FILES_PER_JOB": 10}) as server:
+        job = _write(tmp_path / "l.dap", f"""[ dap_type = transfer; src_url = "file://{src}/";
+          dest_url = "file://{tmp_path}/out/" ]""")
+        result = server.cli("stork_submit", str(job))
+        assert result.returncode != 0
+        assert "STORK_MAX_FILES_PER_JOB = 10" in result.stderr
+        assert server.api("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_two_sources_to_one_destination_in_a_url_list_is_refused(
+        stork: StorkServer, tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("a")
+    (tmp_path / "b").write_text("b")
+    pairs = _write(tmp_path / "pairs.txt", f"file://{tmp_path}/a file://{tmp_path}/o/x\n"
+                                           f"file://{tmp_path}/b file://{tmp_path}/o/x\n")
+    job = _write(tmp_path / "u.dap", f'[ dap_type = transfer; url_list = "{pairs}" ]')
+    result = stork.cli("stork_submit", str(job))
+    assert result.returncode != 0
+    assert f"{pairs}:2" in result.stderr and "two sources go to one destination" in result.stderr
+    assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
