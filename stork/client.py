@@ -134,13 +134,16 @@ class Client:
         return dict(body)
 
     def wait(self, job_id: int, since: int = 0, terminal: bool = False,
-             timeout_s: float = WAIT_POLL_S) -> dict[str, Any]:
+             timeout_s: float = WAIT_POLL_S, files_seen: int | None = None) -> dict[str, Any]:
         """One long poll: returns when job `job_id` has an event newer than `since` (with
-        `terminal`, when it has ended) or when the server's wait runs out. The answer has
-        `job`, `seq` (pass it as `since` next time), `changed` and `ended`."""
-        return self._call("GET", f"/v1/jobs/{job_id}/wait",
-                          params={"since": since, "terminal": int(terminal),
-                                  "timeout": timeout_s},
+        `terminal`, when it has ended), when a dataset has more files ended than
+        `files_seen` (its `files_done + files_failed` last seen), or when the server's wait
+        runs out. The answer has `job`, `seq` (pass it as `since` next time), `changed` and
+        `ended`."""
+        params: dict[str, Any] = {"since": since, "terminal": int(terminal), "timeout": timeout_s}
+        if files_seen is not None:
+            params["files"] = files_seen
+        return self._call("GET", f"/v1/jobs/{job_id}/wait", params=params,
                           timeout=timeout_s + DEFAULT_TIMEOUT_S)
 
     def wait_ended(self, job_id: int) -> dict[str, Any]:

@@ -10,7 +10,53 @@ from stork.cli.common import EXIT_OK, add_name, human_bytes, load_settings, pars
 from stork.client import Client
 
 
+PROGRESS_WIDTH = 26  # the PROGRESS column; a dataset's longer text widens it for all rows
+
+
+def files_text(job: dict[str, Any]) -> str:
+    """A dataset's files: done/total, with the failed ones: "412/500", "412/500+3F"."""
+    text = f"{job['files_done']}/{job['files_total']}"
+    return f"{text}+{job['files_failed']}F" if job.get("files_failed") else text
+
+
+def bytes_pair(done: int, total: int | None) -> str:
+    """Bytes done of a total in one unit, the total's: "1.2/4.0 GiB"; "1.2 GiB/?" while the
+    total is unknown."""
+    if total is None:
+        return f"{human_bytes(done)}/?"
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if total >= size:
+            return f"{done / size:.1f}/{total / size:.1f} {unit}"
+    return f"{done}/{total} B"
+
+
+def rate_text(rate_mbps: float) -> str:
+    return f"{rate_mbps:.0f} Mb/s" if rate_mbps >= 10 else f"{rate_mbps:.1f} Mb/s"
+
+
+def dataset_progress_text(job: dict[str, Any], now: float) -> str:
+    """A dataset job's progress: its files, its bytes and its rate ("412/500+3F 1.2/4.0 GiB
+    @ 450 Mb/s"); an idle one says why it waits instead of its bytes."""
+    files = files_text(job)
+    if job["state"] == "IDLE":
+        why = _single_progress_text(job, now)
+        if why != "-":
+            return f"{files} {why}"
+    text = f"{files} {bytes_pair(job['bytes_done'], job.get('bytes_total'))}"
+    rate = job.get("rate_mbps") or 0.0
+    if job["state"] in ("RUNNING", "COMPLETED") and rate > 0:
+        text += f" @ {rate_text(rate)}"
+    return text
+
+
 def progress_text(job: dict[str, Any], now: float) -> str:
+    """The PROGRESS column: a dataset's files and bytes, else the single transfer's state."""
+    if job.get("files_total"):
+        return dataset_progress_text(job, now)
+    return _single_progress_text(job, now)
+
+
+def _single_progress_text(job: dict[str, Any], now: float) -> str:
     state = job["state"]
     if state == "RUNNING":
         if job["bytes_done"]:
@@ -36,17 +82,20 @@ def progress_text(job: dict[str, Any], now: float) -> str:
 # what `table` (and `progress_text`) read: all a plain listing asks the server for
 TABLE_COLUMNS = ["id", "owner", "state", "attempts", "bytes_done", "rate_mbps",
                  "next_attempt_at", "wait_reason", "dap_type", "result", "failure_kind",
-                 "src_url", "dest_url"]
+                 "src_url", "dest_url", "files_total", "files_done", "files_failed",
+                 "bytes_total"]
 
 
 def table(jobs: list[dict[str, Any]], now: float | None = None) -> str:
     now = time.time() if now is None else now
-    header = (f"{'ID':>6} {'OWNER':<10} {'STATE':<9} {'ATT':>3}  {'PROGRESS':<26} "
+    progress = [progress_text(job, now) for job in jobs]
+    width = max([PROGRESS_WIDTH, *map(len, progress)])
+    header = (f"{'ID':>6} {'OWNER':<10} {'STATE':<9} {'ATT':>3}  {'PROGRESS':<{width}} "
               "SOURCE -> DESTINATION")
     lines = [header]
-    for job in jobs:
+    for job, text in zip(jobs, progress, strict=True):
         lines.append(f"{job['id']:>6} {job['owner'][:10]:<10} {job['state']:<9} "
-                     f"{job['attempts']:>3}  {progress_text(job, now):<26} "
+                     f"{job['attempts']:>3}  {text:<{width}} "
                      f"{job['src_url']} -> {job['dest_url']}")
     counts: dict[str, int] = {}
     for job in jobs:

@@ -58,9 +58,11 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
                                             limit=int(limit) if limit else None)
 
     def wait_check(request: Request) -> tuple[bool, int, dict[str, object]]:
+        seen = request.arg("files")
         done, body = service.wait_check(job_id(request), request.caller,
                                         since=int(request.number("since", 0)),
-                                        terminal_only=request.arg("terminal", "0") in ("1", "true"))
+                                        terminal_only=request.arg("terminal", "0") in ("1", "true"),
+                                        files_seen=int(seen) if seen else None)
         return done, HTTPStatus.OK, body
 
     return [

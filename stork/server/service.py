@@ -288,16 +288,19 @@ class Service:
                 "files": [{**asdict(r), "state": r.state.value} for r in rows]}
 
     def wait_check(self, job_id: int, caller: Caller, *, since: int,
-                   terminal_only: bool) -> tuple[bool, dict[str, Any]]:
+                   terminal_only: bool, files_seen: int | None = None
+                   ) -> tuple[bool, dict[str, Any]]:
         """For a long poll: (done, answer). Done when the job has an event newer than
-        `since` (or, with `terminal_only`, when it has ended). `seq` in the answer is the
-        job's latest event, to pass as `since` next time."""
+        `since`, or (given `files_seen`, the files ended that the caller saw) when more of a
+        dataset's files have ended; with `terminal_only`, only when it has ended. `seq` in the
+        answer is the job's latest event, to pass as `since` next time."""
         job = self._own_job(job_id, caller, "wait for it")
         events = self.store.events(job_id)
         seq = events[-1].seq if events else 0
         item = self._summary(job)
         ended = job.state.terminal
-        changed = seq > since
+        changed = seq > since or (files_seen is not None
+                                  and job.files_done + job.files_failed != files_seen)
         done = ended if terminal_only else (changed or ended)
         return done, {"job": item, "seq": seq, "changed": changed, "ended": ended}
 
