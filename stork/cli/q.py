@@ -9,7 +9,6 @@ from typing import Any
 from stork.cli.common import EXIT_OK, add_name, human_bytes, load_settings, parser, run
 from stork.client import Client
 
-
 PROGRESS_WIDTH = 26  # the PROGRESS column; a dataset's longer text widens it for all rows
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Iterator
+from typing import Any
 
 from stork.cli.common import (
     EXIT_FAILED,
@@ -16,10 +19,11 @@ from stork.cli.common import (
     parser,
     run,
 )
-from stork.client import Client
-from stork.dataset.expand import Dataset, list_dataset, listed_locally
+from stork.cli.q import bytes_pair, rate_text
+from stork.client import RECONNECT_FOR_S, Client, backoff_s
+from stork.dataset.expand import Dataset, is_dataset, list_dataset, listed_locally
 from stork.dataset.wire import to_wire
-from stork.errors import DatasetError, SubmitError
+from stork.errors import DatasetError, ServerUnreachable, SubmitError
 from stork.job import DapType, JobState
 from stork.jobad import estimate_ad
 from stork.submit import USER_PREFIX, parse_submit, unknown_attributes
@@ -160,16 +164,101 @@ def _print_estimates(client: Client, ids: list[int], plot: str | None) -> int:
 
 def _wait(client: Client, ids: list[int]) -> int:
     """Wait for every job to end (one long poll at a time; the server answers when the job
-    ends), print each end, exit 0 only if all completed."""
+    ends), print each end, exit 0 only if all completed. On a terminal a dataset job shows a
+    progress bar while it is waited for; elsewhere (DAGMan, pipes) only the end lines."""
+    live = sys.stdout.isatty()
     ok = True
     for job_id in ids:
-        job = client.wait_ended(job_id)
+        job = _watch(client, job_id) if live else client.wait_ended(job_id)
         line = f"job {job_id}: {job['state']}"
         if job["state"] != JobState.COMPLETED.value and job.get("last_error"):
             line += f": {summarize_error(job['last_error'])}"
         print(line, flush=True)
         ok = ok and job["state"] == JobState.COMPLETED.value
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _watch(client: Client, job_id: int) -> dict[str, Any]:
+    """Like `client.wait_ended`, drawing a dataset job's progress bar from the long polls'
+    answers (the server answers when the job has a new event or files end). A job that is
+    no dataset is left to `wait_ended`; a dataset's bar appears once its files are listed."""
+    bar: Any = None
+    job: dict[str, Any] = {}
+    try:
+        for answer in _answers(client, job_id):  # the last one: the job has ended
+            job = answer["job"]
+            if bar is None and job["files_total"]:
+                bar = _progress_bar(job_id, job["files_total"])
+            if bar is not None:
+                _show(bar, job)
+            elif not answer["ended"] and not _may_be_dataset(job):
+                return client.wait_ended(job_id)
+        return job
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _answers(client: Client, job_id: int) -> Iterator[dict[str, Any]]:
+    """The answers of successive long polls, the first at once, until one says the job ended.
+    Each asks for news after the last answer: a newer event (`since` its `seq`) or more of a
+    dataset's files ended (`files_seen`). A server that went away (restart) is reconnected
+    to with backoff, for as long as `wait_ended` tries."""
+    seq, files_seen = 0, None
+    lost_since: float | None = None
+    attempt = 0
+    while True:
+        try:
+            answer = client.wait(job_id, since=seq, files_seen=files_seen)
+        except ServerUnreachable as exc:
+            now = time.monotonic()
+            lost_since = lost_since if lost_since is not None else now
+            if now - lost_since > RECONNECT_FOR_S:
+                raise
+            attempt += 1
+            delay = backoff_s(attempt)
+            client.notice(f"{exc}; reconnecting in {delay:.1f} s")
+            time.sleep(delay)
+            continue
+        lost_since, attempt = None, 0
+        seq = answer["seq"]
+        files_seen = answer["job"]["files_done"] + answer["job"]["files_failed"]
+        yield answer
+        if answer["ended"]:
+            return
+
+
+def _may_be_dataset(job: dict[str, Any]) -> bool:
+    """Whether a job not listed yet (no files) is a dataset: a directory or glob source that
+    the server lists when its transfer starts."""
+    return job["dap_type"] == DapType.TRANSFER.value and is_dataset(job["src_url"])
+
+
+def _progress_bar(job_id: int, files_total: int) -> Any:
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    return tqdm(total=files_total, desc=f"job {job_id}", unit="file", file=sys.stdout,
+                dynamic_ncols=True, leave=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} files"
+                           "{postfix} [{elapsed}]")
+
+
+def _show(bar: Any, job: dict[str, Any]) -> None:
+    """Draw a dataset's summary on its bar: files done (and failed), bytes, rate, time left."""
+    parts = [f"{job['files_failed']} failed"] if job["files_failed"] else []
+    parts.append(bytes_pair(job["bytes_done"], job["bytes_total"]))
+    rate = job["rate_mbps"] or 0.0
+    if job["state"] == JobState.RUNNING.value and rate > 0:
+        parts.append(rate_text(rate))
+        if job["bytes_total"] is not None:
+            left_s = max(0, job["bytes_total"] - job["bytes_done"]) * 8 / (rate * 1e6)
+            parts.append(f"{bar.format_interval(left_s)} left")
+    elif job["state"] != JobState.RUNNING.value:
+        parts.append(job["state"].lower())
+    bar.total = job["files_total"]
+    bar.n = job["files_done"]
+    bar.set_postfix_str(", ".join(parts), refresh=False)
+    bar.refresh()
 
 
 if __name__ == "__main__":
