@@ -12,7 +12,7 @@ import random
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -149,11 +149,21 @@ class Client:
     def wait_ended(self, job_id: int) -> dict[str, Any]:
         """The job's summary once it has ended. Long polls, asked again when the server's
         wait runs out; a server that went away (restart) is reconnected to with backoff."""
+        *_, last = self.follow(job_id, terminal=True)
+        return dict(last["job"])
+
+    def follow(self, job_id: int, *, terminal: bool = False) -> Iterator[dict[str, Any]]:
+        """The answers of successive long polls, until one says the job ended (that one
+        included). Without `terminal`, each asks for news after the last answer: a newer
+        event (`since` its `seq`) or more of a dataset's files ended (`files_seen`). A
+        server that went away (restart) is reconnected to with backoff, for up to
+        RECONNECT_FOR_S."""
+        seq, files_seen = 0, None
         lost_since: float | None = None
         attempt = 0
         while True:
             try:
-                answer = self.wait(job_id, terminal=True)
+                answer = self.wait(job_id, since=seq, terminal=terminal, files_seen=files_seen)
             except ServerUnreachable as exc:
                 now = time.monotonic()
                 lost_since = lost_since if lost_since is not None else now
@@ -165,8 +175,12 @@ class Client:
                 time.sleep(delay)
                 continue
             lost_since, attempt = None, 0
+            if not terminal:
+                seq = answer["seq"]
+                files_seen = answer["job"]["files_done"] + answer["job"]["files_failed"]
+            yield answer
             if answer["ended"]:
-                return dict(answer["job"])
+                return
 
     def ping(self) -> dict[str, Any]:
         return self._call("GET", "/v1/ping")

@@ -195,7 +195,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_MAX_NUM_JOBS", "max_num_jobs", "10", _parse_int_min(1), LIVE,
          "Most transfers running at once."),
     Knob("STORK_MAX_SUBMIT_BYTES", "max_submit_bytes", "16M", _parse_size_knob, LIVE,
-         "Largest submit file (or API request body) the daemon accepts."),
+         "Largest submit file (or API request body, which carries the files of a dataset "
+         "stork_submit listed: ~30 bytes each) the daemon accepts."),
     Knob("STORK_MAX_ADS_PER_SUBMIT", "max_ads_per_submit", "10000", _parse_int_min(1), LIVE,
          "Most ads in one submit file."),
     Knob("STORK_MAX_FILES_PER_JOB", "max_files_per_job", "500000", _parse_int_min(1), LIVE,

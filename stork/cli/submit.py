@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Iterator
 from typing import Any
 
 from stork.cli.common import (
@@ -20,10 +18,10 @@ from stork.cli.common import (
     run,
 )
 from stork.cli.q import bytes_pair, rate_text
-from stork.client import RECONNECT_FOR_S, Client, backoff_s
+from stork.client import Client
 from stork.dataset.expand import Dataset, is_dataset, list_dataset, listed_locally
 from stork.dataset.wire import to_wire
-from stork.errors import DatasetError, ServerUnreachable, SubmitError
+from stork.errors import DatasetError, SubmitError
 from stork.job import DapType, JobState
 from stork.jobad import estimate_ad
 from stork.submit import USER_PREFIX, parse_submit, unknown_attributes
@@ -185,7 +183,7 @@ def _watch(client: Client, job_id: int) -> dict[str, Any]:
     bar: Any = None
     job: dict[str, Any] = {}
     try:
-        for answer in _answers(client, job_id):  # the last one: the job has ended
+        for answer in client.follow(job_id):  # the last one: the job has ended
             job = answer["job"]
             if bar is None and job["files_total"]:
                 bar = _progress_bar(job_id, job["files_total"])
@@ -197,35 +195,6 @@ def _watch(client: Client, job_id: int) -> dict[str, Any]:
     finally:
         if bar is not None:
             bar.close()
-
-
-def _answers(client: Client, job_id: int) -> Iterator[dict[str, Any]]:
-    """The answers of successive long polls, the first at once, until one says the job ended.
-    Each asks for news after the last answer: a newer event (`since` its `seq`) or more of a
-    dataset's files ended (`files_seen`). A server that went away (restart) is reconnected
-    to with backoff, for as long as `wait_ended` tries."""
-    seq, files_seen = 0, None
-    lost_since: float | None = None
-    attempt = 0
-    while True:
-        try:
-            answer = client.wait(job_id, since=seq, files_seen=files_seen)
-        except ServerUnreachable as exc:
-            now = time.monotonic()
-            lost_since = lost_since if lost_since is not None else now
-            if now - lost_since > RECONNECT_FOR_S:
-                raise
-            attempt += 1
-            delay = backoff_s(attempt)
-            client.notice(f"{exc}; reconnecting in {delay:.1f} s")
-            time.sleep(delay)
-            continue
-        lost_since, attempt = None, 0
-        seq = answer["seq"]
-        files_seen = answer["job"]["files_done"] + answer["job"]["files_failed"]
-        yield answer
-        if answer["ended"]:
-            return
 
 
 def _may_be_dataset(job: dict[str, Any]) -> bool:

@@ -17,8 +17,7 @@ from stork.urls import parse_hostport
 
 def limits_for(settings: Settings) -> Limits:
     return Limits(max_inflight=settings.api_max_inflight, max_waiters=settings.api_max_waiters,
-                  # a dataset listed by stork_submit travels with its files (~30 bytes each)
-                  max_body_bytes=settings.max_submit_bytes + 64 * settings.max_files_per_job,
+                  max_body_bytes=settings.max_submit_bytes,
                   wait_timeout_s=settings.api_wait_timeout_s)
 
 
