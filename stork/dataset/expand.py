@@ -24,15 +24,17 @@ from stork.dataset.gsiftp import GsiftpLister
 from stork.dataset.local import LocalLister
 from stork.dataset.urllist import UrlPair, dest_key, parse_pairs, source_name
 from stork.errors import DatasetError
+from stork.identity import RunAs
 
 MAX_FILES_KNOB = "STORK_MAX_FILES_PER_JOB"
 MAX_DEPTH = 256  # directory levels below the listed one; deeper is a loop on a server
 
-# scheme -> its lister, given the job's x509proxy (only gsiftp uses it)
-LISTERS: dict[str, Callable[[str | None], Lister]] = {
-    "file": lambda x509proxy: LocalLister(),
-    "ftp": lambda x509proxy: FtpLister(),
-    "gsiftp": lambda x509proxy: GsiftpLister(x509proxy=x509proxy),
+# scheme -> its lister, given the job's x509proxy and whose rights a listing tool runs with
+# (only gsiftp runs a tool; anonymous FTP reads nothing local)
+LISTERS: dict[str, Callable[[str | None, RunAs | None], Lister]] = {
+    "file": lambda x509proxy, run_as: LocalLister(),
+    "ftp": lambda x509proxy, run_as: FtpLister(),
+    "gsiftp": lambda x509proxy, run_as: GsiftpLister(x509proxy=x509proxy, run_as=run_as),
 }
 LOCAL_SCHEMES = frozenset({"file"})
 
@@ -98,8 +100,8 @@ def listed_locally(src_url: str | None, url_list: str | None = None) -> bool:
     return bool(url_list) or (src_url is not None and _scheme(src_url) in LOCAL_SCHEMES)
 
 
-def lister_for(scheme: str, *, x509proxy: str | None = None, where: str | None = None
-               ) -> Lister:
+def lister_for(scheme: str, *, x509proxy: str | None = None, where: str | None = None,
+               run_as: RunAs | None = None) -> Lister:
     """The lister of a URL scheme; DatasetError (naming `where`, else the scheme) for a
     scheme whose directories Stork cannot list."""
     make = LISTERS.get(scheme)
@@ -107,13 +109,13 @@ def lister_for(scheme: str, *, x509proxy: str | None = None, where: str | None =
         raise DatasetError(where or f"{scheme}://",
                            f"{scheme}:// directories cannot be listed; datasets are listed "
                            f"on {', '.join(s + '://' for s in LISTERS)}")
-    return make(x509proxy)
+    return make(x509proxy, run_as)
 
 
 def expand(src_url: str | None, dest_url: str | None, *, recursive: bool = False,
            url_list_text: str | None = None, url_list_name: str = "url_list",
            max_files: int, lister: Lister | None = None,
-           x509proxy: str | None = None) -> Dataset:
+           x509proxy: str | None = None, run_as: RunAs | None = None) -> Dataset:
     """The files of a dataset. Either `src_url` (a directory or a glob) and `dest_url` (a
     directory; a missing trailing ``/`` is added), or `url_list_text` (the url_list's
     contents; `url_list_name` names it in errors) without them. More than `max_files` files
@@ -147,7 +149,7 @@ def expand(src_url: str | None, dest_url: str | None, *, recursive: bool = False
         parse_dir_url(dest_dir)
     except ValueError as exc:
         raise DatasetError(dest_url, str(exc)) from None
-    lister = lister or lister_for(scheme, x509proxy=x509proxy, where=src_url)
+    lister = lister or lister_for(scheme, x509proxy=x509proxy, where=src_url, run_as=run_as)
     try:
         found, skipped = _walk(lister, root, pattern, recursive, max_files, src_url)
     finally:
@@ -236,9 +238,11 @@ def _from_url_list(text: str, name: str, max_files: int) -> Dataset:
 
 
 def list_dataset(src_url: str, dest_url: str, *, recursive: bool, url_list: str | None,
-                 max_files: int, x509proxy: str | None = None) -> Dataset:
-    """The files of a dataset job as its spec names them, listed with the rights of the
-    calling process: a url_list is read from its file, a directory or glob is listed."""
+                 max_files: int, x509proxy: str | None = None,
+                 run_as: RunAs | None = None) -> Dataset:
+    """The files of a dataset job as its spec names them: a url_list is read from its file
+    and a local directory listed with the rights of the calling process (stork_submit: the
+    user); a gsiftp listing tool runs as `run_as` (the daemon: the job's owner)."""
     if url_list:
         try:
             with open(url_list, encoding="utf-8") as handle:
@@ -253,7 +257,7 @@ def list_dataset(src_url: str, dest_url: str, *, recursive: bool, url_list: str 
         return Dataset(tuple(DatasetFile(f.src_url, f.dest_url, f.rel_path, _local_size(f.src_url))
                              for f in dataset.files))
     return expand(src_url, dest_url, recursive=recursive, max_files=max_files,
-                  x509proxy=x509proxy)
+                  x509proxy=x509proxy, run_as=run_as)
 
 
 def _local_size(url: str) -> int | None:

@@ -3,7 +3,8 @@
 The tool authenticates with GSI like a transfer does: the job's proxy is given in
 ``X509_USER_PROXY`` (``x509proxy``; None or "default" lets the tool search as usual). It
 runs through `stork.process.Child` (no shell, dies with its parent, a session of its own)
-with the rights of the calling process. Its answer names entries and marks directories with
+with the rights of `run_as` (the daemon lists a job's directory as the job's owner) or of
+the calling process. Its answer names entries and marks directories with
 a trailing ``/``, but gives no sizes: a gsiftp dataset's files have ``size_bytes = None``,
 and sizes come later, from the transfers themselves (``globus-url-copy -verify-checksum``
 compares the ends; the job's byte counts come from its ``-vb`` progress).
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 
 from stork.dataset.base import Entry, Lister, remote_failure
 from stork.errors import DatasetUnreachable
+from stork.identity import RunAs
 from stork.process import TIMEOUT, Child, ChildExit
 
 INDENT = "    "
@@ -47,8 +49,9 @@ def parse_list_line(line: str) -> Entry | None:
 
 class GsiftpLister(Lister):
     def __init__(self, *, x509proxy: str | None = None, executable: str = "globus-url-copy",
-                 timeout_s: float = TIMEOUT_S) -> None:
+                 timeout_s: float = TIMEOUT_S, run_as: RunAs | None = None) -> None:
         self.x509proxy = x509proxy
+        self.run_as = run_as
         self.executable = executable
         self.timeout_s = timeout_s
 
@@ -60,7 +63,7 @@ class GsiftpLister(Lister):
     def list_dir(self, url: str) -> Iterator[Entry]:
         chunks: queue.Queue[bytes | None] = queue.Queue()
         child = Child([self.executable, "-list", url], env=self.environment(),
-                      on_stdout=chunks.put)
+                      run_as=self.run_as, on_stdout=chunks.put)
         ended: list[ChildExit | OSError] = []
 
         def run() -> None:

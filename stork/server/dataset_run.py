@@ -209,7 +209,7 @@ class DatasetRun:
                 dataset = list_dataset(spec.src_url, spec.dest_url, recursive=spec.recursive,
                                        url_list=spec.url_list,
                                        max_files=self.settings.max_files_per_job,
-                                       x509proxy=spec.x509proxy)
+                                       x509proxy=spec.x509proxy, run_as=self.run_as)
             except DatasetUnreachable as exc:
                 outcome.listing_error = RetryableTransferError(str(exc))
                 return outcome
