@@ -215,8 +215,7 @@ def judge_dataset(job: Job, facts: DatasetFacts, settings: Settings, now: float)
                                                                 outcome.duration_s))
         return _failed(job, failed, pass_failure, settings, now, False)
     counts = f"{job.files_done} of {job.files_total} files done, {job.files_failed} failed"
-    facts_out: dict[str, object] = {
-        "dataset_files_done": job.files_done, "dataset_files_failed": job.files_failed,
+    facts_out: dict[str, object] = {  # of this pass (the file counts are the job's own)
         "transfer_time_s": round(outcome.duration_s, 3),
         "achieved_throughput_mbps": throughput_mbps(outcome.bytes_moved, outcome.duration_s)}
     pending = job.files_total - job.files_done - job.files_failed
