@@ -25,10 +25,13 @@ def banner(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
 
-def run(server: StorkServer, *args: str) -> subprocess.CompletedProcess[str]:
+def run(server: StorkServer, *args: str, quiet: bool = False
+        ) -> subprocess.CompletedProcess[str]:
+    """Run a command and show it (with its output unless `quiet`)."""
     print(f"$ {' '.join(args)}", flush=True)
     result = server.cli(*args)
-    sys.stdout.write(result.stdout)
+    if not quiet:
+        sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result
 
@@ -44,6 +47,10 @@ def main() -> int:
         (demo / sub).mkdir()
     make_file(demo / "site" / "input.dat", 64 * MB, seed=1)
     make_file(demo / "local" / "results.dat", 16 * MB, seed=2)
+    for i in range(60):  # a dataset: a run directory of small files and a few larger ones
+        (demo / "site" / "run" / f"part{i % 3}").mkdir(parents=True, exist_ok=True)
+        make_file(demo / "site" / "run" / f"part{i % 3}" / f"event{i:03d}.dat",
+                  (4 * MB) if i % 20 == 0 else 64 * 1024, seed=100 + i)
     gridftp = GridFtpServer(demo / "logs")
     server = StorkServer(demo, {"STORK_MAX_NUM_JOBS": "4", "STORK_RETRY_DELAY": "1"})
     pid = 0
@@ -105,6 +112,11 @@ def main() -> int:
             print(line)
         banner("stork_status of the first job")
         run(server, "stork_status", str(ids[0]))
+        dataset = [i for i in ids if server.job(i)["job"]["files_total"]]
+        if dataset:
+            banner(f"the dataset job's files (stork_status {dataset[0]} -files, first lines)")
+            listing = run(server, "stork_status", str(dataset[0]), "-files", quiet=True)
+            print("\n".join(listing.stdout.splitlines()[:8]))
         banner(f"HTCondor user log {demo / 'logs' / 'demo.log'} (first events)")
         print("\n".join((demo / "logs" / "demo.log").read_text().splitlines()[:12]))
         return 0
