@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from stork.errors import DestinationFull, FailureKind, RetryableTransferError, TransferError
 from stork.transfer.options import TransferOptions
 
-__all__ = ["FailureKind", "Progress", "TransferModule", "TransferRequest", "format_progress",
-           "killed_message", "parse_progress", "read_progress", "summarize_error"]
+__all__ = ["FailureKind", "Progress", "Range", "TransferModule", "TransferRequest",
+           "format_progress", "killed_message", "parse_progress", "read_progress",
+           "remaining_ranges", "summarize_error"]
 
 # Signals that decide the judgement whatever the tool wrote: the file size limit (a full
 # destination). Any other signal leaves the judgement to the module's `classify`.
@@ -26,6 +27,9 @@ _SIGNAL_CLASSES: dict[int, tuple[type[TransferError], str]] = {
     int(signal.SIGXFSZ): (DestinationFull, "file size limit exceeded (destination full)"),
 }
 _SIGNAL_NUMBERS = {int(s) for s in signal.Signals}
+
+
+Range = tuple[int, int]  # (offset, length) in bytes
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,25 @@ class TransferRequest:
     default_streams: int
     verify_checksum: bool = False
     x509proxy: str | None = None  # a proxy file; None or "default" for the tool's own search
+    # the byte ranges still to send, in order, when the EOS's samples already wrote the others
+    # into the destination (modules with `writes_ranges` only); empty: the whole file
+    ranges: tuple[Range, ...] = ()
+
+
+def remaining_ranges(size_bytes: int, done: Sequence[Range]) -> tuple[Range, ...]:
+    """The ranges of a file of `size_bytes` not covered by `done` (in any order, touching or
+    overlapping), in order, with neighbours merged."""
+    rest: list[Range] = []
+    position = 0
+    for offset, length in sorted(done):
+        if offset > position:
+            rest.append((position, min(offset, size_bytes) - position))
+        position = max(position, offset + length)
+        if position >= size_bytes:
+            break
+    if position < size_bytes:
+        rest.append((position, size_bytes - position))
+    return tuple((o, n) for o, n in rest if n > 0)
 
 
 @dataclass(frozen=True)
@@ -125,6 +148,7 @@ class TransferModule(ABC):
     name: str = "module"
     verifies_checksum: bool = False  # True when the tool itself compares checksums
     takes_streams: bool = False  # True when -p N means parallel TCP streams to the tool
+    writes_ranges: bool = False  # True when `command` sends only `request.ranges`, in place
 
     @abstractmethod
     def command(self, request: TransferRequest) -> list[str]:

@@ -22,12 +22,25 @@ c=CODE`` and ``GridFTP-Errno: N`` lines, read first. Evidence of a permanent fai
 wins (in a third-party transfer either server may name it); otherwise the first retryable
 evidence, otherwise `RetryableTransferError` (for example "an end-of-file was reached", which
 a directory given as the source also gives).
+
+A transfer whose EOS samples already wrote byte ranges of the file into the destination sends
+only the rest (`TransferRequest.ranges`): one range with ``-partial-offset O -partial-length
+L``, several through ``python -m stork.transfer.gridftp --ranges O:L,O:L,... -- ARGV``, which
+runs the argv once per range, in order, stops at the first failure with its exit status and
+error output, and prints one ``-vb`` progress line over all ranges. globus-url-copy writes a
+partial transfer at the same offset of the destination (file:// and GridFTP servers, third
+party too) without truncating it; its ``-verify-checksum`` compares one range's checksum with
+the whole file's, so it is left out and Stork checks the whole destination's MD5 itself.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import BinaryIO
 
 from stork.errors import (
     AccessDenied,
@@ -41,7 +54,14 @@ from stork.errors import (
     ServerBusy,
     TransferError,
 )
-from stork.transfer.base import TransferModule, TransferRequest
+from stork.process import Child
+from stork.transfer.base import (
+    Progress,
+    Range,
+    TransferModule,
+    TransferRequest,
+    format_progress,
+)
 from stork.transfer.failures import errno_class, errno_of_text
 
 
@@ -134,6 +154,7 @@ class GridFtpModule(TransferModule):
     name = "globus-url-copy"
     verifies_checksum = True
     takes_streams = True
+    writes_ranges = True
 
     def __init__(self, executable: str = "globus-url-copy") -> None:
         self.executable = executable
@@ -146,11 +167,18 @@ class GridFtpModule(TransferModule):
             argv += ["-tcp-bs", str(opts.tcp_buffer_bytes)]
         if opts.block_size_bytes:
             argv += ["-bs", str(opts.block_size_bytes)]
+        urls = [request.src_url, request.dest_url]
+        if request.ranges:  # the rest after in-place samples (no -verify-checksum: see above)
+            if len(request.ranges) == 1:
+                [(offset, length)] = request.ranges
+                return [*argv, *partial(offset, length), *urls]
+            return [sys.executable, "-m", "stork.transfer.gridftp", "--ranges",
+                    format_ranges(request.ranges), "--", *argv, *urls]
         if request.verify_checksum:
             argv += ["-verify-checksum"]
         # "--" is not understood by globus-url-copy; URLs are validated to start with a
         # scheme, so they can never be read as options.
-        argv += [request.src_url, request.dest_url]
+        argv += urls
         return argv
 
     def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
@@ -187,3 +215,77 @@ def list_input(pairs: list[tuple[str, str]]) -> bytes:
     stork.urls refuses whitespace and quotes are percent-encoded by the listers)."""
     return "".join(f'"{src}" "{dest}"\n' for src, dest in pairs).encode()
 
+
+
+def partial(offset: int, length: int) -> list[str]:
+    """globus-url-copy's options for `length` bytes from `offset`, written at that offset."""
+    return ["-partial-offset", str(offset), "-partial-length", str(length)]
+
+
+def format_ranges(ranges: Sequence[Range]) -> str:
+    """``O:L,O:L``, as --ranges takes them."""
+    return ",".join(f"{offset}:{length}" for offset, length in ranges)
+
+
+def parse_ranges(text: str) -> list[Range]:
+    """The ranges of ``O:L,O:L`` (ValueError when malformed)."""
+    ranges = []
+    for item in text.split(","):
+        offset, length = (int(x) for x in item.split(":"))
+        if offset < 0 or length <= 0:
+            raise ValueError(f"bad range {item!r}")
+        ranges.append((offset, length))
+    return ranges
+
+
+def run_ranges(argv: Sequence[str], ranges: Sequence[Range], out: BinaryIO) -> int:
+    """Run `argv` (globus-url-copy ending in its two URLs) once per range, in order, with
+    one -vb progress line over all of them on `out`; its error output goes to stderr.
+    Returns the first failing exit status (128 + N for signal N), else 0."""
+    done = 0
+    start = time.monotonic()
+
+    def show(bytes_done: int, inst_mbps: float) -> None:
+        elapsed = max(time.monotonic() - start, 1e-6)
+        out.write(format_progress(bytes_done, bytes_done / elapsed / 2**20,
+                                  inst_mbps * 1e6 / 8 / 2**20).encode() + b"\n")
+        out.flush()
+
+    for offset, length in ranges:
+        out.write(f"range {offset}:{length}\n".encode())
+
+        def progress(p: Progress, before: int = done) -> None:
+            show(before + p.bytes_done, p.rate_mbps)
+
+        child = Child([*argv[:-2], *partial(offset, length), *argv[-2:]],
+                      stderr=sys.stderr.buffer, on_progress=progress)
+        try:
+            child.start()
+        except OSError as exc:
+            sys.stderr.write(f"cannot run {argv[0]}: {exc.strerror}\n")
+            return 127
+        ended = child.wait()
+        if ended.code != 0:
+            return ended.code
+        done += length
+        show(done, 0.0)
+    return 0
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    """``python -m stork.transfer.gridftp --ranges O:L,... -- ARGV``: see the module doc."""
+    args = list(sys.argv[1:] if args is None else args)
+    if len(args) < 5 or args[0] != "--ranges" or args[2] != "--":
+        sys.stderr.write("usage: python -m stork.transfer.gridftp --ranges O:L,... -- "
+                         "globus-url-copy [OPTIONS] SRC DEST\n")
+        return 2
+    try:
+        ranges = parse_ranges(args[1])
+    except ValueError as exc:
+        sys.stderr.write(f"--ranges: {exc}\n")
+        return 2
+    return run_ranges(args[3:], ranges, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
