@@ -8,6 +8,15 @@
   rate is taken over the later part of the time data flowed (`steady_rate`).
   Where the size cannot be polled (gsiftp needs GSI), the rate comes from the ``-vb``
   performance markers after the first one, or bytes over wall time.
+* `InPlaceSampler`: the same samples for a transfer job, written into the real destination
+  as byte ranges of the transfer (``-partial-offset O -partial-length L``, one range after
+  the other from the start of the file), so their bytes need not be sent again. A sample
+  that ran to its end leaves its range complete (`written`); one stopped after `seconds`
+  leaves its range in doubt, to be sent again with the rest. Samples go to scratch copies
+  instead (`scratch_reason` says why) when an in-place sample fails, when the destination
+  is not as long as the range just written (a server that does not write at an offset),
+  when the existing destination cannot be removed first, or, keeping the ranges written,
+  once the next range would pass half of the file.
 * `Iperf3Sampler`: ``iperf3 -c HOST -P N -t T -O 1 -J`` against an iperf3 server at the
   destination host, memory to memory; ``-O 1`` drops the first second (slow start).
 """
@@ -23,6 +32,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from stork.eos.sampling import Sample
@@ -30,10 +40,13 @@ from stork.errors import SamplingError
 from stork.identity import RunAs, unlink_as
 from stork.process import TIMEOUT, Child
 from stork.transfer import verify
-from stork.transfer.base import summarize_error
+from stork.transfer.base import Range, summarize_error
 from stork.urls import parse_url
 
 _SAMPLE_TIME = "sample time"  # the stop reason of a sample stopped after `seconds`
+IN_PLACE_SHARE = 0.5  # in-place samples stay within this share of the file (the rest is sent
+# with the chosen streams)
+CHECKABLE = ("file", "ftp")  # schemes whose size and MD5 Stork reads itself (stork.transfer.verify)
 
 
 class Sampler(ABC):
@@ -93,12 +106,15 @@ def steady_rate(points: list[Point], skip: float = 0.4,
 
 
 class SizeWatch:
-    """Polls the size of a file:// or ftp:// URL on a thread while a sample runs."""
+    """Polls the size of a file:// or ftp:// URL on a thread while a sample runs; a sample
+    written at offset `baseline` of a file counts the size beyond it."""
 
-    def __init__(self, url: str, start: float, interval_s: float = 0.1) -> None:
+    def __init__(self, url: str, start: float, interval_s: float = 0.1,
+                 baseline: int = 0) -> None:
         self.url = parse_url(url)
         self.start = start
         self.interval_s = interval_s
+        self.baseline = baseline
         self.points: list[Point] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="size-watch", daemon=True)
@@ -124,7 +140,8 @@ class SizeWatch:
             while not self._stop.is_set():
                 size = self._size(ftp)
                 if size is not None:
-                    self.points.append((time.monotonic() - self.start, size))
+                    self.points.append((time.monotonic() - self.start,
+                                        max(size - self.baseline, 0)))
                 self._stop.wait(self.interval_s)
         except (OSError, ftplib.Error, EOFError):
             pass  # polling is best effort: the markers or wall time remain
@@ -143,6 +160,20 @@ class SizeWatch:
         except ftplib.error_perm:  # not created yet
             return None
         return int(size) if size is not None else None
+
+
+@dataclass
+class _Run:
+    """What one globus-url-copy sample did, before its rate is worked out."""
+
+    argv: list[str]
+    size: int | None  # the target's size after the sample (None: cannot be asked)
+    moved: int | None  # bytes of this sample at the target (None: unknown)
+    points: list[Point]
+    marks: list[tuple[float, int]]  # (monotonic time, bytes) of the -vb markers
+    start: float
+    elapsed: float
+    stopped_early: bool
 
 
 class GridFtpSampler(Sampler):
@@ -165,72 +196,182 @@ class GridFtpSampler(Sampler):
         self.env = ({"X509_USER_PROXY": x509proxy}  # added to the daemon's environment
                     if x509proxy and x509proxy != "default" else None)
 
-    def command(self, streams: int, scratch: str) -> list[str]:
-        argv = [self.globus_url_copy, "-vb", "-p", str(streams), "-partial-offset", "0",
-                "-partial-length", str(self.sample_bytes)]
+    def command(self, streams: int, target: str, offset: int = 0,
+                length: int | None = None) -> list[str]:
+        """The sample's argv: `length` bytes (default `sample_bytes`) of the source from
+        `offset`, written at the same offset of `target`."""
+        argv = [self.globus_url_copy, "-vb", "-p", str(streams), "-partial-offset", str(offset),
+                "-partial-length", str(self.sample_bytes if length is None else length)]
         if self.tcp_buffer_bytes:
             argv += ["-tcp-bs", str(self.tcp_buffer_bytes)]
-        return [*argv, self.src_url, scratch]
+        return [*argv, self.src_url, target]
 
     def measure(self, streams: int) -> Sample:
+        """A sample to a scratch file beside the destination, removed afterwards."""
         scratch = scratch_url(self.dest_url)
-        argv = self.command(streams, scratch)
+        try:
+            run = self._run(streams, self.command(streams, scratch), scratch)
+        finally:
+            self._remove(scratch)
+        return self._sample(streams, run, self.sample_bytes)
+
+    def _remove(self, url: str) -> None:
+        verify.remove(url, unlink=lambda path: unlink_as(self.run_as, path))
+
+    def _run(self, streams: int, argv: list[str], target: str, baseline: int = 0) -> _Run:
+        """Run one sample writing to `target` (at offset `baseline`); SamplingError when the
+        tool fails or runs past `timeout_s`."""
         marks: list[tuple[float, int]] = []
         start = time.monotonic()
-        watch = SizeWatch(scratch, start) if SizeWatch.possible(scratch) else None
+        watch = SizeWatch(target, start, baseline=baseline) if SizeWatch.possible(target) else None
         child = Child(argv, env=self.env, run_as=self.run_as,
                       on_progress=lambda p: marks.append((time.monotonic(), p.bytes_done)))
-        try:
-            with contextlib.ExitStack() as stack:
-                try:
-                    child.start()
-                except OSError as exc:
-                    raise SamplingError(f"cannot run {argv[0]}: {exc.strerror}") from None
-                if self.seconds:  # stop early: the rate comes from what moved by then
-                    timer = threading.Timer(self.seconds, child.stop, args=(_SAMPLE_TIME,))
-                    timer.daemon = True
-                    timer.start()
-                    stack.callback(timer.cancel)
-                if watch is not None:
-                    stack.enter_context(watch)
-                ended = child.wait(self.timeout_s)
-            elapsed = time.monotonic() - start
-            stopped_early = ended.stopped == _SAMPLE_TIME
-            if ended.stopped == TIMEOUT:
-                raise SamplingError(f"sample with {streams} streams ran past "
-                                    f"{self.timeout_s:g} s and was stopped")
-            if ended.code != 0 and not stopped_early:
-                said = summarize_error(ended.stderr_tail) or f"exit status {ended.code}"
-                raise SamplingError(f"sample with {streams} streams failed: {said}")
+        with contextlib.ExitStack() as stack:
             try:
-                moved = verify.size_of(scratch)
-            except verify.VerifyError:  # the size is a measurement aid: fall back below
-                moved = None
-        finally:
-            verify.remove(scratch, unlink=lambda path: unlink_as(self.run_as, path))
+                child.start()
+            except OSError as exc:
+                raise SamplingError(f"cannot run {argv[0]}: {exc.strerror}") from None
+            if self.seconds:  # stop early: the rate comes from what moved by then
+                timer = threading.Timer(self.seconds, child.stop, args=(_SAMPLE_TIME,))
+                timer.daemon = True
+                timer.start()
+                stack.callback(timer.cancel)
+            if watch is not None:
+                stack.enter_context(watch)
+            ended = child.wait(self.timeout_s)
+        elapsed = time.monotonic() - start
+        stopped_early = ended.stopped == _SAMPLE_TIME
+        if ended.stopped == TIMEOUT:
+            raise SamplingError(f"sample with {streams} streams ran past "
+                                f"{self.timeout_s:g} s and was stopped")
+        if ended.code != 0 and not stopped_early:
+            said = summarize_error(ended.stderr_tail) or f"exit status {ended.code}"
+            raise SamplingError(f"sample with {streams} streams failed: {said}")
+        try:
+            size = verify.size_of(target)
+        except verify.VerifyError:  # the size is a measurement aid: fall back below
+            size = None
+        moved = max(size - baseline, 0) if size is not None else None
+        return _Run(argv, size, moved, list(watch.points) if watch is not None else [], marks,
+                    start, elapsed, stopped_early)
+
+    def _sample(self, streams: int, run: _Run, length: int) -> Sample:
+        """The sample's steady rate from the target's sizes, else the markers, else bytes
+        over wall time."""
+        moved = run.moved
         if moved is None:
-            moved = marks[-1][1] if marks else self.sample_bytes
-        raw: dict[str, object] = {"argv": argv, "markers": len(marks),
+            moved = run.marks[-1][1] if run.marks else length
+        moved = min(moved, length)
+        stopped_early = run.stopped_early
+        raw: dict[str, object] = {"argv": run.argv, "markers": len(run.marks),
                                   "stopped_after_s": self.seconds if stopped_early else None}
-        points = list(watch.points) if watch is not None else []
+        points = list(run.points)
         complete = not stopped_early
         if points and points[-1][1] < moved and complete:
-            points.append((elapsed, moved))  # finished between two polls
+            points.append((run.elapsed, moved))  # finished between two polls
         steady = steady_rate(points, total=moved if complete else None)
         if steady is not None:
             raw.update(method="destination size, steady part", polls=len(points))
-            return Sample(streams, steady.mbps, elapsed, moved, raw, steady.setup_s,
+            return Sample(streams, steady.mbps, run.elapsed, moved, raw, steady.setup_s,
                           steady.startup_s, steady.startup_bytes, steady.finish_s)
+        marks = run.marks
         if len(marks) >= 3:  # drop the first marker: slow start
             (t0, b0), (t1, b1) = marks[1], marks[-1]
             if moved > b1:  # the tail after the last marker, up to the process exit
-                t1, b1 = start + elapsed, moved
+                t1, b1 = run.start + run.elapsed, moved
             mbps = (b1 - b0) * 8 / 1e6 / max(t1 - t0, 1e-6)
             raw["method"] = "steady (performance markers after the first)"
         else:
-            mbps = moved * 8 / 1e6 / max(elapsed, 1e-6)
+            mbps = moved * 8 / 1e6 / max(run.elapsed, 1e-6)
             raw["method"] = "bytes over wall time (sample too short for markers)"
-        return Sample(streams, mbps, elapsed, moved, raw)
+        return Sample(streams, mbps, run.elapsed, moved, raw)
+
+
+def in_place_refusal(src_url: str, dest_url: str) -> str | None:
+    """Why samples of this transfer cannot be written into its destination (None: they can).
+    A destination assembled from ranges must be checked whole at the end (size, and MD5 with
+    verify_checksum), which Stork does itself only for file:// and ftp:// ends."""
+    for end, url in (("source", src_url), ("destination", dest_url)):
+        scheme = parse_url(url).scheme
+        if scheme not in CHECKABLE:
+            return (f"the {end} is {scheme}://, whose size and checksum Stork cannot read "
+                    f"itself, so a destination written in ranges could not be checked whole")
+    return None
+
+
+class InPlaceSampler(GridFtpSampler):
+    """GridFTP samples written into the real destination as byte ranges of a transfer of
+    `size_bytes` (see the module's docstring)."""
+
+    def __init__(self, src_url: str, dest_url: str, sample_bytes: int, size_bytes: int,
+                 **kwargs: Any) -> None:
+        super().__init__(src_url, dest_url, sample_bytes, **kwargs)
+        self.size_bytes = size_bytes
+        self.written: list[Range] = []  # ranges complete in the destination, in order
+        self.in_place = True  # False once samples go to scratch copies
+        self.scratch_reason = ""
+        self._offset = 0  # where the next in-place sample starts
+        self._cleared = False
+
+    def measure(self, streams: int) -> Sample:
+        if self.in_place and self._offset + self.sample_bytes > self.size_bytes * IN_PLACE_SHARE:
+            self._to_scratch(f"the next sample would pass {IN_PLACE_SHARE:.0%} of the file; "
+                             f"later samples went to scratch copies", keep=True)
+        if not self.in_place:
+            return super().measure(streams)
+        if not self._cleared and not self._clear():
+            return super().measure(streams)
+        offset, length = self._offset, self.sample_bytes
+        argv = self.command(streams, self.dest_url, offset, length)
+        try:
+            run = self._run(streams, argv, self.dest_url, baseline=offset)
+        except SamplingError as exc:
+            self._to_scratch(f"a sample written at offset {offset} failed ({exc})", keep=False)
+            return super().measure(streams)
+        # a sample stopped after `seconds` leaves its range in doubt (parallel streams write
+        # out of order): it is sent again with the rest, and the next range starts after it
+        self._offset = offset + length
+        sample = self._sample(streams, run, length)
+        if not run.stopped_early:
+            if run.size is not None and run.size < offset + length:
+                self._to_scratch(f"after a sample of {length} bytes at offset {offset} the "
+                                 f"destination held {run.size} bytes: the server does not "
+                                 f"write at an offset", keep=False)
+            else:
+                self.written.append((offset, length))
+        return sample
+
+    def _clear(self) -> bool:
+        """Remove an existing destination before the first range is written (the transfer
+        replaces it anyway); False (and scratch copies) when it cannot be removed."""
+        self._cleared = True
+        self._remove(self.dest_url)
+        try:
+            verify.size_of(self.dest_url)
+        except verify.VerifyError:
+            return True  # gone
+        self._to_scratch("the existing destination could not be removed first", keep=False)
+        return False
+
+    def _to_scratch(self, reason: str, keep: bool) -> None:
+        """Later samples go to scratch copies; unless `keep`, what the samples wrote into
+        the destination is not trusted and the destination is removed."""
+        if not self.in_place:
+            return
+        self.in_place = False
+        self.scratch_reason = reason
+        if not keep:
+            if self.written or self._offset:
+                self._remove(self.dest_url)
+            self.written.clear()
+
+    def abandon(self) -> None:
+        """The optimization failed: remove what the samples wrote (the transfer will send
+        the whole file), so no destination with holes is left behind."""
+        if self.written or self._offset:
+            self._remove(self.dest_url)
+        self.written.clear()
+        self._offset = 0
 
 
 class Iperf3Sampler(Sampler):
@@ -283,13 +424,19 @@ class Iperf3Sampler(Sampler):
 def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
                  seconds: float, iperf_port: int, globus_url_copy: str,
                  tcp_buffer_bytes: int | None, x509proxy: str | None = None,
-                 run_as: RunAs | None = None) -> Sampler:
+                 run_as: RunAs | None = None, in_place_size: int | None = None) -> Sampler:
+    """The sampler `kind` names; with `in_place_size` (a transfer of that many bytes whose
+    samples may go into its destination), GridFTP samples are written in place."""
     if kind == "iperf3":
         return Iperf3Sampler(parse_url(dest_url).host or "127.0.0.1", iperf_port, seconds,
                              tcp_buffer_bytes=tcp_buffer_bytes, run_as=run_as)
+    if in_place_size is not None:
+        return InPlaceSampler(src_url, dest_url, sample_bytes, in_place_size,
+                              globus_url_copy=globus_url_copy, tcp_buffer_bytes=tcp_buffer_bytes,
+                              x509proxy=x509proxy, seconds=seconds, run_as=run_as)
     return GridFtpSampler(src_url, dest_url, sample_bytes, globus_url_copy, tcp_buffer_bytes,
                           x509proxy=x509proxy, seconds=seconds, run_as=run_as)
 
 
-__all__ = ["GridFtpSampler", "Iperf3Sampler", "Sampler", "SamplingError", "SizeWatch", "Steady",
-           "make_sampler", "scratch_url", "steady_rate"]
+__all__ = ["GridFtpSampler", "InPlaceSampler", "Iperf3Sampler", "Sampler", "SamplingError",
+           "SizeWatch", "Steady", "in_place_refusal", "make_sampler", "scratch_url", "steady_rate"]

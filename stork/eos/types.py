@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stork.identity import RunAs
+from stork.transfer.base import Range
 from stork.transfer.options import TransferOptions, parse_arguments
 from stork.urls import parse_url
 
@@ -25,6 +26,13 @@ class EstimateRequest:
     x509proxy: str | None = None  # the job's proxy, for GridFTP samples
     run_as: RunAs | None = field(default=None, compare=False)  # samples run as the job's owner
     queued_since: float | None = None  # a transfer job's submission time (unix seconds)
+    # a transfer job's optimization: when `size_bytes` is not given, the source's own size
+    # bounds the sampling time (EOS_SAMPLING_BUDGET)
+    transfer: bool = False
+    # samples may be written into the real destination as byte ranges of the transfer (set
+    # by the daemon for its own EOS only; never read from JSON, so no API caller can ask an
+    # EOS to write into a destination)
+    in_place: bool = field(default=False, compare=False)
 
     @property
     def options(self) -> TransferOptions:
@@ -43,7 +51,8 @@ class EstimateRequest:
     def to_json(self) -> dict[str, Any]:
         return {"src_url": self.src_url, "dest_url": self.dest_url, "arguments": self.arguments,
                 "size": self.size_bytes, "use_history": self.use_history,
-                "x509proxy": self.x509proxy, "queued_since": self.queued_since}
+                "x509proxy": self.x509proxy, "queued_since": self.queued_since,
+                "transfer": self.transfer}
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> EstimateRequest:
@@ -53,7 +62,8 @@ class EstimateRequest:
                       bool(body.get("use_history")),
                       str(body["x509proxy"]) if body.get("x509proxy") else None,
                       queued_since=(float(body["queued_since"])
-                                    if body.get("queued_since") is not None else None))
+                                    if body.get("queued_since") is not None else None),
+                      transfer=bool(body.get("transfer")))
         parse_url(request.src_url)
         parse_url(request.dest_url)
         parse_arguments(request.arguments)
@@ -75,6 +85,15 @@ class SampleDetail:
                 "bytes": self.bytes, "method": self.method}
 
 
+class Source:
+    """Where an answer came from (`EstimateResult.optimization_source`)."""
+
+    SAMPLED = "sampled"  # a sampling run that ended on its own (this job's or an equal one's)
+    BUDGET = "budget"  # a sampling run that EOS_SAMPLING_BUDGET stopped early
+    HISTORY = "history"  # the history, without sampling
+    DEFAULT = "default"  # STORK_DEFAULT_STREAMS, without sampling (no history to use)
+
+
 @dataclass(frozen=True)
 class EstimateResult:
     """The EOS's answer. Rates in Mbit/s (10**6 bits), times in seconds."""
@@ -83,7 +102,7 @@ class EstimateResult:
     # for a known `size_bytes`: that file's size over `estimated_time_s` (set-up included);
     # otherwise the steady rate
     estimated_throughput_mbps: float
-    model: str  # second_order, dynamic_order or best_sample
+    model: str  # second_order, dynamic_order, best_sample; best_transfer or none unsampled
     reason: str = ""
     model_params: Mapping[str, float] = field(default_factory=dict)
     samples: tuple[tuple[int, float], ...] = ()  # (streams, Mbit/s) as measured
@@ -98,6 +117,14 @@ class EstimateResult:
     startup_time_s: float | None = None
     steady_throughput_mbps: float | None = None
     estimated_time_s: float | None = None
+    # sampled, budget, history or default (`Source`), and why; "" from an EOS that predates it
+    optimization_source: str = ""
+    optimization_reason: str = ""
+    # for a request's own sampling run with `in_place`: whether samples went into the
+    # destination, why not (scratch copies), and the byte ranges they wrote there completely
+    samples_in_destination: bool | None = None
+    scratch_reason: str = ""
+    destination_ranges: tuple[Range, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -118,6 +145,13 @@ class EstimateResult:
                         startup_time_s=self.startup_time_s,
                         steady_throughput_mbps=self.steady_throughput_mbps,
                         estimated_time_s=self.estimated_time_s)
+        if self.optimization_source:
+            body.update(optimization_source=self.optimization_source,
+                        optimization_reason=self.optimization_reason)
+        if self.samples_in_destination is not None:
+            body.update(samples_in_destination=self.samples_in_destination,
+                        scratch_reason=self.scratch_reason,
+                        destination_ranges=[list(r) for r in self.destination_ranges])
         return body
 
     @classmethod
@@ -148,7 +182,14 @@ class EstimateResult:
             setup_time_s=number("setup_time_s"),
             startup_time_s=number("startup_time_s"),
             steady_throughput_mbps=number("steady_throughput_mbps"),
-            estimated_time_s=number("estimated_time_s"))
+            estimated_time_s=number("estimated_time_s"),
+            optimization_source=str(body.get("optimization_source") or ""),
+            optimization_reason=str(body.get("optimization_reason") or ""),
+            samples_in_destination=(bool(body["samples_in_destination"])
+                                    if body.get("samples_in_destination") is not None else None),
+            scratch_reason=str(body.get("scratch_reason") or ""),
+            destination_ranges=tuple((int(o), int(n))
+                                     for o, n in body.get("destination_ranges") or ()))
 
     @classmethod
     def of(cls, result: EstimateResult | Mapping[str, Any]) -> EstimateResult:
