@@ -248,6 +248,11 @@ KNOBS: tuple[Knob, ...] = (
          "The fewest streams whose throughput is within this share of the best are chosen."),
     Knob("EOS_SAMPLE_SIZE", "eos_sample_size", "64M", _parse_size_knob, LIVE,
          "Bytes per GridFTP sample when the job gives no -s."),
+    Knob("EOS_SAMPLING_BUDGET", "eos_sampling_budget", "0.1", _parse_float_min(0), LIVE,
+         "When a transfer's size is known, its sampling may take at most this share of its "
+         "predicted time (the size at the best rate the history holds for the pair, else at "
+         "STORK_LINK_MBPS); when not even one sample fits, the EOS answers from the history "
+         "or with STORK_DEFAULT_STREAMS without sampling. 0: no bound."),
     Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1), LIVE,
          "Seconds per iperf3 sample (the first second is discarded as slow start); a GridFTP "
          "sample still running after this long is stopped and judged on what it moved."),
@@ -338,6 +343,7 @@ class Settings:
     eos_slope_threshold: float
     eos_tolerance: float
     eos_sample_size: int
+    eos_sampling_budget: float
     eos_sample_time_s: float
     eos_iperf_port: int
     eos_allow_local_sources: bool

@@ -6,6 +6,24 @@ being sampled wait for that one sampling run instead of starting their own. A tr
 that was already queued when an equal run ended takes that run's answer too (within
 EOS_SHARE_WINDOW): the paper's Algorithm 6, where a finished EOS task's result goes to every
 equal task in its row, applied to the optimizations of jobs waiting in the queue.
+
+The sampling budget: when the size of what is to be moved is known (an estimation's
+`size`; a transfer job's source, else its `size`), sampling may take at most
+EOS_SAMPLING_BUDGET of the transfer's predicted time. Before any sample that time is the size
+at the best rate the history holds for the host pair (a finished transfer's achieved rate or
+an optimization's measured optimum, within EOS_HISTORY_TTL), else at STORK_LINK_MBPS, the
+path's nominal bandwidth: the fastest the transfer could go, so sampling never costs more than
+the budget's share of even the fastest transfer. One sample is expected to take
+EOS_SAMPLE_TIME, or for GridFTP the sample size at that rate if sooner; later ones as long as
+the longest so far. When not even one sample fits, the answer comes from the history (the
+pair's last optimization, else the stream count of its fastest transfer) or is
+STORK_DEFAULT_STREAMS, without sampling; otherwise sampling stops when the next sample would
+pass the budget, and the answer is decided from the samples taken. `optimization_source`
+says which: sampled, budget (stopped early), history or default.
+
+A transfer job's GridFTP samples are written into its destination as byte ranges of the
+transfer when both ends are file:// or ftp:// (`samplers.InPlaceSampler`); the answer lists
+the ranges they completed, and the daemon then sends only the rest.
 """
 
 from __future__ import annotations
@@ -22,12 +40,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from stork.config import LiveSettings, Settings
-from stork.eos.samplers import Sampler, make_sampler
-from stork.eos.sampling import Decision, Sample, decide, doubling, guided
-from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail
+from stork.eos.samplers import InPlaceSampler, Sampler, in_place_refusal, make_sampler
+from stork.eos.sampling import Decision, Measure, Sample, decide, doubling, guided
+from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail, Source
+from stork.errors import EosError
 from stork.sched import Task, TaskMatrix
 from stork.store.base import HistoryEntry, JobStore
 from stork.transfer import verify
+from stork.transfer.base import Range
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +58,49 @@ class Optimization:
     decision: Decision
     sampling_time_s: float
     sampler: str
+    source: str = Source.SAMPLED
+    note: str = ""  # why sampling ended early, or how the answer was found without it
+    # the run's own request only (an equal request sharing the run moved nothing of its own)
+    samples_in_destination: bool | None = None
+    scratch_reason: str = ""
+    destination_ranges: tuple[Range, ...] = ()
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The sampling time a transfer of known size may spend (EOS_SAMPLING_BUDGET)."""
+
+    size_bytes: int
+    rate_mbps: float  # predicted before any sample
+    basis: str  # where the rate comes from
+    fraction: float  # EOS_SAMPLING_BUDGET
+    first_sample_s: float  # what one sample is expected to take
+
+    @property
+    def predicted_s(self) -> float:
+        return self.size_bytes * 8 / 1e6 / self.rate_mbps
+
+    @property
+    def seconds(self) -> float:
+        return self.fraction * self.predicted_s
+
+    def allows_one(self) -> bool:
+        return self.first_sample_s <= self.seconds
+
+    def describe(self) -> str:
+        return (f"predicted transfer {self.predicted_s:.3g} s ({self.size_bytes} bytes at "
+                f"{self.rate_mbps:.4g} Mbit/s, {self.basis}), of which EOS_SAMPLING_BUDGET "
+                f"{self.fraction:g} allows {self.seconds:.3g} s of sampling")
+
+
+class BudgetSpent(EosError):
+    """The next sample would pass the sampling budget (caught inside the service)."""
 
 
 SamplerFactory = Callable[[EstimateRequest], Sampler]
 
-__all__ = ["EosService", "EstimateRequest", "EstimateResult", "Optimization", "SamplerFactory"]
+__all__ = ["Budget", "EosService", "EstimateRequest", "EstimateResult", "Optimization",
+           "SamplerFactory"]
 
 
 class EosService:
@@ -59,7 +117,8 @@ class EosService:
         # optimization tasks wait in the task matrix: equal ones share a run, approximate
         # ones (same pair, other options) run one after another, hosts stay within limits
         self.matrix = TaskMatrix(settings.eos_alpha, settings.eos_beta)
-        self._waiting: dict[Task, tuple[EstimateRequest, Future[tuple[Optimization, bool]]]] = {}
+        self._waiting: dict[Task, tuple[EstimateRequest, Budget | None,
+                                        Future[tuple[Optimization, bool]]]] = {}
         self._ids = itertools.count(1)
         # equal-task key -> (when its last sampling run ended, what it found)
         self._last_run: dict[tuple[object, ...], tuple[float, Optimization]] = {}
@@ -72,21 +131,43 @@ class EosService:
     def _default_sampler(self, request: EstimateRequest) -> Sampler:
         s = self.settings
         options = request.options
+        in_place = request.size_bytes if self._in_place_refusal(request) is None else None
         return make_sampler(s.eos_sampler, request.src_url, request.dest_url,
-                            sample_bytes=options.sample_size_bytes or s.eos_sample_size,
+                            sample_bytes=self._sample_bytes(request),
                             seconds=s.eos_sample_time_s, iperf_port=s.eos_iperf_port,
                             globus_url_copy=s.globus_url_copy,
                             tcp_buffer_bytes=options.tcp_buffer_bytes,
-                            x509proxy=request.x509proxy, run_as=request.run_as)
+                            x509proxy=request.x509proxy, run_as=request.run_as,
+                            in_place_size=in_place)
+
+    def _sample_bytes(self, request: EstimateRequest) -> int:
+        return request.options.sample_size_bytes or self.settings.eos_sample_size
+
+    def _in_place_refusal(self, request: EstimateRequest) -> str | None:
+        """Why the request's samples cannot go into its destination (None: they can)."""
+        if not request.in_place:
+            return "the request is not a transfer's"
+        if self.settings.eos_sampler != "gridftp":
+            return f"EOS_SAMPLER is {self.settings.eos_sampler}, which moves no file data"
+        if not request.size_bytes:
+            return "the source's size is unknown"
+        return in_place_refusal(request.src_url, request.dest_url)
 
     # -- the request path -----------------------------------------------------------------
 
     def estimate(self, request: EstimateRequest) -> EstimateResult:
-        """Answer one request (blocking): history hit, shared run, or a new sampling run."""
+        """Answer one request (blocking): history hit, an answer without sampling when not
+        even one sample fits the budget, shared run, or a new sampling run."""
+        request = self._sized(request)
         if request.use_history:
             hit = self._history_hit(request)
             if hit is not None:
+                hit = dataclasses.replace(hit, source=Source.HISTORY,
+                                          note="use_history: the pair's last optimization")
                 return self._answer(request, hit, from_history=True, shared=False)
+        budget = self._budget(request)
+        if budget is not None and not budget.allows_one():
+            return self._unsampled(request, budget)
         task = self.task_for(request)
         future: Future[tuple[Optimization, bool]] = Future()
         with self._lock:
@@ -95,10 +176,100 @@ class EosService:
                 future.set_result((earlier, True))
             else:
                 self.matrix.add(task)
-                self._waiting[task] = (request, future)
+                self._waiting[task] = (request, budget, future)
                 self._pump()
         optimization, shared = future.result()
         return self._answer(request, optimization, from_history=False, shared=shared)
+
+    # -- the sampling budget ------------------------------------------------------------------
+
+    def _sized(self, request: EstimateRequest) -> EstimateRequest:
+        """A transfer's request with its source's own size (else the job's `size`)."""
+        if not request.transfer:
+            return request
+        try:
+            size = verify.size_of(request.src_url)
+        except verify.VerifyError:
+            size = None
+        return dataclasses.replace(request, size_bytes=size) if size else request
+
+    def _budget(self, request: EstimateRequest) -> Budget | None:
+        """The sampling budget of a request whose size is known (None: unbounded)."""
+        s = self.settings
+        if s.eos_sampling_budget <= 0 or not request.size_bytes:
+            return None
+        rate, basis = self._predicted_rate(request)
+        first = s.eos_sample_time_s
+        if s.eos_sampler == "gridftp":
+            first = min(first, self._sample_bytes(request) * 8 / 1e6 / rate)
+        return Budget(request.size_bytes, rate, basis, s.eos_sampling_budget, first)
+
+    def _predicted_rate(self, request: EstimateRequest) -> tuple[float, str]:
+        """The rate a transfer is expected to reach before any sample, and whence."""
+        s = self.settings
+        if self.store is not None:
+            src, dest = request.hosts()
+            rows = [r for r in self.store.history(src, dest, symmetric=s.eos_symmetric_pairs,
+                                                  since=self.clock() - s.eos_history_ttl_s,
+                                                  limit=20)
+                    if r.throughput_mbps > 0]
+            if rows:
+                best = max(rows, key=lambda r: r.throughput_mbps)
+                return best.throughput_mbps, (f"the pair's best {best.kind} in the history "
+                                              f"({best.streams} streams)")
+        return s.link_mbps, "STORK_LINK_MBPS: no history for the pair"
+
+    def _budgeted(self, measure: Measure, budget: Budget, taken: list[Sample]) -> Measure:
+        """`measure` that raises BudgetSpent instead of starting a sample that would pass
+        the budget (the first always runs: `estimate` checked that it fits)."""
+        start = time.monotonic()
+        durations: list[float] = []
+
+        def bounded(streams: int) -> Sample:
+            expected = max(durations, default=budget.first_sample_s)
+            spent = time.monotonic() - start
+            if taken and spent + expected > budget.seconds:
+                raise BudgetSpent(f"sampling stopped by the budget after {len(taken)} "
+                                  f"sample(s) in {spent:.3g} s: another (~{expected:.2g} s) "
+                                  f"would pass it; {budget.describe()}")
+            began = time.monotonic()
+            sample = measure(streams)
+            durations.append(time.monotonic() - began)
+            taken.append(sample)
+            return sample
+
+        return bounded
+
+    def _unsampled(self, request: EstimateRequest, budget: Budget) -> EstimateResult:
+        """The answer when not even one sample fits the budget: the pair's last optimization,
+        else the stream count of its fastest transfer, else STORK_DEFAULT_STREAMS."""
+        why = (f"not sampled: one sample (~{budget.first_sample_s:.2g} s) would pass the "
+               f"budget; {budget.describe()}")
+        hit = self._history_hit(request)
+        if hit is not None:
+            hit = dataclasses.replace(hit, source=Source.HISTORY,
+                                      note=f"{why}; the pair's last optimization")
+            return self._answer(request, hit, from_history=True, shared=False)
+        streams, model, source = self.settings.default_streams, "none", Source.DEFAULT
+        note = f"{why}; STORK_DEFAULT_STREAMS"
+        fastest = self._fastest_transfer(request)
+        if fastest is not None:
+            streams, model, source = fastest.streams, "best_transfer", Source.HISTORY
+            note = (f"{why}; the pair's fastest transfer in the history (job "
+                    f"{fastest.job_id}, {fastest.throughput_mbps:.4g} Mbit/s)")
+        decision = Decision(streams, budget.rate_mbps, model, note, {})
+        return self._answer(request, Optimization((), decision, 0.0, "none", source, note),
+                            from_history=source == Source.HISTORY, shared=False)
+
+    def _fastest_transfer(self, request: EstimateRequest) -> HistoryEntry | None:
+        if self.store is None:
+            return None
+        s = self.settings
+        src, dest = request.hosts()
+        rows = self.store.history(src, dest, symmetric=s.eos_symmetric_pairs,
+                                  arguments=request.triple_arguments, kind="transfer",
+                                  since=self.clock() - s.eos_history_ttl_s, limit=20)
+        return max(rows, key=lambda r: r.throughput_mbps, default=None)
 
     def task_for(self, request: EstimateRequest) -> Task:
         """The request as a matrix task <source host, destination host, options>. Without
@@ -132,9 +303,9 @@ class EosService:
             self._pool.submit(self._run, task)
 
     def _run(self, task: Task) -> None:
-        request = self._waiting[task][0]
+        request, budget, _ = self._waiting[task]
         try:
-            outcome: Optimization | BaseException = self._optimize(request)
+            outcome: Optimization | BaseException = self._optimize(request, budget)
         except Exception as exc:  # noqa: BLE001 - every waiter gets the sampler's error
             outcome = exc
         with self._lock:
@@ -142,7 +313,7 @@ class EosService:
                 self._last_run[self._equal_key(task)] = (self.clock(), outcome)
             served = self.matrix.complete(task)
             for member in [task, *served]:
-                _, future = self._waiting.pop(member)
+                future = self._waiting.pop(member)[2]
                 if isinstance(outcome, BaseException):
                     future.set_exception(outcome)
                 else:
@@ -153,21 +324,36 @@ class EosService:
         with self._lock:
             return self.matrix.snapshot()
 
-    def _optimize(self, request: EstimateRequest) -> Optimization:
+    def _optimize(self, request: EstimateRequest, budget: Budget | None = None) -> Optimization:
         s = self.settings
         sampler = self._factory(request)
         start = time.monotonic()
-        if s.eos_sampling == "doubling":
-            samples = doubling(sampler.measure, s.eos_max_streams, s.eos_slope_threshold)
-        else:
-            samples = guided(sampler.measure, s.eos_max_streams, s.eos_tolerance,
-                             s.eos_max_samples)
+        taken: list[Sample] = []
+        measure: Measure = sampler.measure
+        if budget is not None:
+            measure = self._budgeted(measure, budget, taken)
+        source, note = Source.SAMPLED, ""
+        try:
+            if s.eos_sampling == "doubling":
+                samples = doubling(measure, s.eos_max_streams, s.eos_slope_threshold)
+            else:
+                samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples)
+        except BudgetSpent as spent:
+            samples, source, note = taken, Source.BUDGET, str(spent)
+        except BaseException:
+            if isinstance(sampler, InPlaceSampler):
+                sampler.abandon()  # the whole file will be sent: leave no holes behind
+            raise
         decision = decide(samples, s.eos_max_streams, s.eos_tolerance)
         elapsed = time.monotonic() - start
-        optimization = Optimization(tuple(samples), decision, elapsed, sampler.name)
-        log.info("EOS %s -> %s: %d streams, %.1f Mbit/s (%s) from %d samples in %.1f s",
+        if not note:
+            note = f"{len(samples)} samples in {elapsed:.3g} s" + (
+                f" within the budget ({budget.describe()})" if budget is not None else "")
+        optimization = Optimization(tuple(samples), decision, elapsed, sampler.name, source,
+                                    note, *self._placement(request, sampler))
+        log.info("EOS %s -> %s: %d streams, %.1f Mbit/s (%s) from %d samples in %.1f s (%s)",
                  request.src_url, request.dest_url, decision.streams, decision.throughput_mbps,
-                 decision.model, len(samples), elapsed)
+                 decision.model, len(samples), elapsed, note)
         if self.store is not None:
             src, dest = request.hosts()
             self.store.add_history(HistoryEntry(
@@ -178,6 +364,23 @@ class EosService:
                 samples=[[x.streams, x.mbps, x.setup_s, x.startup_s, x.startup_bytes,
                           x.finish_s] for x in samples]))
         return optimization
+
+    def _placement(self, request: EstimateRequest,
+                   sampler: Sampler) -> tuple[bool | None, str, tuple[Range, ...]]:
+        """Whether a transfer's samples went into its destination, why not, and the ranges
+        they completed there (None: not a transfer's request, nothing to say)."""
+        if isinstance(sampler, InPlaceSampler):
+            ranges = tuple(sampler.written)
+            reason = sampler.scratch_reason
+            if not ranges:
+                sampler.abandon()  # only ranges in doubt: the whole file will be sent
+                reason = reason or ("every sample was stopped after EOS_SAMPLE_TIME before its "
+                                    "range was complete, so the whole file is sent")
+            return bool(ranges), reason, ranges
+        if not request.in_place:
+            return None, "", ()
+        refusal = self._in_place_refusal(request)
+        return False, refusal or f"the {sampler.name} sampler writes no part of the file", ()
 
     def _history_hit(self, request: EstimateRequest) -> Optimization | None:
         if self.store is None:
@@ -196,7 +399,7 @@ class EosService:
                                finish_s=float(x[5]) if len(x) > 5 else 0.0)
                         for x in row.samples)
         decision = Decision(row.streams, row.throughput_mbps, row.model, "from history", {})
-        return Optimization(samples, decision, 0.0, "history")
+        return Optimization(samples, decision, 0.0, "history", Source.HISTORY)
 
     def _answer(self, request: EstimateRequest, opt: Optimization, from_history: bool,
                 shared: bool) -> EstimateResult:
@@ -220,9 +423,20 @@ class EosService:
             sampling_time_s=round(opt.sampling_time_s, 3),
             sampler=opt.sampler,
             from_history=from_history,
-            shared_run=shared)
+            shared_run=shared,
+            optimization_source=opt.source,
+            optimization_reason=(f"an equal transfer's sampling run: {opt.note}" if shared
+                                 else opt.note))
+        if not shared and not from_history and opt.samples_in_destination is not None:
+            result = dataclasses.replace(result, samples_in_destination=opt.samples_in_destination,
+                                         scratch_reason=opt.scratch_reason,
+                                         destination_ranges=opt.destination_ranges)
         if not size:
             return result
+        if not opt.samples:  # answered without samples: the size at the predicted rate
+            seconds = size * 8 / 1e6 / max(d.throughput_mbps, 1e-9)
+            return dataclasses.replace(result, size_bytes=size, estimated_time_s=round(seconds, 3),
+                                       steady_throughput_mbps=result.estimated_throughput_mbps)
         # set-up (control and data channels) and TCP start-up as in the sample nearest in
         # stream count, then the steady rate: what a transfer of this size will see
         nearest = min(opt.samples, key=lambda x: abs(math.log(x.streams / d.streams)))
