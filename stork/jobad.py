@@ -46,6 +46,9 @@ def estimate_ad(job_id: int, result: EstimateResult | Mapping[str, Any]) -> str:
     ad["sampler"] = estimate.sampler
     ad["from_history"] = estimate.from_history
     ad["reason"] = estimate.reason
+    if estimate.optimization_source:  # sampled, budget, history or default, and why
+        ad["optimization_source"] = estimate.optimization_source
+        ad["optimization_reason"] = estimate.optimization_reason
     ad["samples"] = [_classad_value({"streams": n, "mbps": m}) for n, m in estimate.samples]
     if estimate.model_params:
         ad["model_params"] = _classad_value(dict(estimate.model_params))

@@ -45,7 +45,7 @@ from stork.server.judge import (
 from stork.server.runner import AttemptProcess, AttemptResult, StopReason
 from stork.store.base import JobStore
 from stork.transfer import verify
-from stork.transfer.base import Progress, TransferModule, TransferRequest
+from stork.transfer.base import Progress, Range, TransferModule, TransferRequest
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.registry import Registry
 from stork.urls import parse_url
@@ -82,6 +82,8 @@ class Plan:
     request: TransferRequest
     run_as: RunAs | None
     optimized: bool = False  # the stream count is the EOS's choice
+    # bytes the EOS's samples already wrote into the destination (`request.ranges` is the rest)
+    bytes_in_destination: int = 0
 
     @property
     def src_url(self) -> str:
@@ -103,6 +105,11 @@ class Plan:
         options = dataclasses.replace(self.request.options, streams=streams)
         return dataclasses.replace(self, request=dataclasses.replace(self.request, options=options),
                                    optimized=True)
+
+    def with_rest(self, ranges: tuple[Range, ...], bytes_in_destination: int) -> Plan:
+        """The plan that sends only `ranges`: the samples wrote the rest into the destination."""
+        return dataclasses.replace(self, request=dataclasses.replace(self.request, ranges=ranges),
+                                   bytes_in_destination=bytes_in_destination)
 
 
 def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
@@ -199,6 +206,10 @@ class Attempts:
         if not (job.spec.is_dataset and started.attempts > 1):  # DAGMan: one execute event
             events.record(started, now, [executing()])
         chose = f" (EOS chose {plan.streams} streams)" if plan.optimized else ""
+        if plan.request.ranges:
+            chose += (f" (the samples wrote {plan.bytes_in_destination} bytes into the "
+                      f"destination; the rest as ranges "
+                      f"{', '.join(f'{o}+{n}' for o, n in plan.request.ranges)})")
         log.info("job %d attempt %d%s: %s", job.id, started.attempts, chose, " ".join(argv))
         process.start()
         return True
@@ -286,7 +297,8 @@ class Attempts:
 
     def _outcome(self, plan: Plan, result: AttemptResult) -> AttemptOutcome:
         """The facts the judge needs (this is where the destination is looked at)."""
-        facts = AttemptOutcome(plan.attempt_no, result, plan.dest_url, streams=plan.streams)
+        facts = AttemptOutcome(plan.attempt_no, result, plan.dest_url, streams=plan.streams,
+                               bytes_before=plan.bytes_in_destination)
         if result.killed_reason is not None:
             return facts
         if result.exit_code != 0:

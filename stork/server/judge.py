@@ -53,6 +53,9 @@ class AttemptOutcome:
     verify_error: str | None = None  # after exit 0: what is wrong with the destination
     dest_size: int | None = None  # after exit 0: the destination's size, when known
     streams: int | None = None  # parallel streams used (modules that take -p)
+    # bytes already in the destination before the attempt (the EOS's in-place samples): the
+    # attempt sent the rest, and a failure leaves a file with holes
+    bytes_before: int = 0
 
 
 @dataclass
@@ -147,23 +150,27 @@ def judge(job: Job, outcome: AttemptOutcome, settings: Settings, now: float) -> 
     else:
         failure = outcome.failure or RetryableTransferError(
             result.stderr_tail or f"exit status {result.exit_code}", exit_code=result.exit_code)
-    # never leave a partial file that looks like a result
-    remove = has_dest and (failure.retryable or failure.tool_killed)
+    # never leave a partial file that looks like a result (nor one with the samples' ranges)
+    remove = has_dest and (failure.retryable or failure.tool_killed or outcome.bytes_before > 0)
     return _failed(job, outcome, failure, settings, now, remove)
 
 
 def _completed(outcome: AttemptOutcome) -> Verdict:
     result = outcome.result
     moved = outcome.dest_size if outcome.dest_size is not None else result.bytes_done
+    # the attempt's own bytes: after in-place samples it sent only the rest
+    sent = max(moved - outcome.bytes_before, 0) if outcome.dest_size is not None else moved
     facts: dict[str, object] = {
-        "achieved_throughput_mbps": throughput_mbps(moved, result.duration_s),
+        "achieved_throughput_mbps": throughput_mbps(sent, result.duration_s),
         "transfer_time_s": round(result.duration_s, 3)}
     if outcome.streams is not None:
         facts["streams_used"] = outcome.streams
+    if outcome.bytes_before:
+        facts["bytes_sent_by_attempt"] = sent
     transition = Transition(JobState.COMPLETED, "completed", "completed", exit_code=0,
                             bytes_done=moved, detail={"duration_s": round(result.duration_s, 3)},
                             result=facts)
-    history = (HistoryRecord(outcome.streams, moved, result.duration_s)
+    history = (HistoryRecord(outcome.streams, sent, result.duration_s)
                if outcome.streams is not None else None)
     return Verdict(transition, (terminated(0, moved),), history=history)
 

@@ -10,9 +10,18 @@ STORK_MAX_NUM_JOBS and the host penalties like the transfer will. Sampling runs 
 are scheduled by the EOS's own task matrix (EOS_WORKERS, one run per equal task).
 
 When the EOS answers, its choice is recorded on the job (`optimized_streams`,
-`predicted_throughput_mbps`, `eos_*`) and the attempt is launched with it. An EOS that
-fails does not stop the transfer: it runs with the default stream count and the job's
-`eos_error` says why. A job removed meanwhile gets nothing recorded and never launches.
+`predicted_throughput_mbps`, `eos_*`, `optimization_source` and `optimization_reason`) and the
+attempt is launched with it. An EOS that fails does not stop the transfer: it runs with the
+default stream count and the job's `eos_error` says why. A job removed meanwhile gets nothing
+recorded and never launches.
+
+The request says it is a transfer's (its source's size bounds the sampling time) and that its
+GridFTP samples may be written into the destination. When they were (`samples_in_destination`,
+`sample_bytes_in_destination`), the attempt sends only the ranges left (`transfer_ranges`) and
+the destination is checked whole at its end; when they were not, `scratch_reason` says why.
+Nothing of this survives a restart of the daemon: an attempt planned again after one sends
+the whole file (or samples again), so a destination with holes is never taken as done, and
+the destination of a job removed after its samples wrote into it is removed.
 """
 
 from __future__ import annotations
@@ -26,8 +35,9 @@ from typing import Any
 from stork.eos.client import Estimator
 from stork.eos.types import EstimateRequest, EstimateResult
 from stork.job import JobSpec
-from stork.server.attempts import Plan
+from stork.server.attempts import Plan, remove_partial
 from stork.store.base import JobStore
+from stork.transfer.base import remaining_ranges
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +50,42 @@ OnOptimized = Callable[[Plan, bool], None]
 
 def job_attributes(result: EstimateResult) -> dict[str, Any]:
     """What an optimized transfer's result attributes record of the EOS's answer."""
-    return {"optimized_streams": result.optimal_streams,
-            "predicted_throughput_mbps": result.estimated_throughput_mbps,
-            "eos_model": result.model,
-            "eos_from_history": result.from_history,
-            "eos_shared_run": result.shared_run,
-            "eos_sampling_time_s": result.sampling_time_s}
+    attributes: dict[str, Any] = {
+        "optimized_streams": result.optimal_streams,
+        "predicted_throughput_mbps": result.estimated_throughput_mbps,
+        "eos_model": result.model,
+        "eos_from_history": result.from_history,
+        "eos_shared_run": result.shared_run,
+        "eos_sampling_time_s": result.sampling_time_s}
+    if result.samples_in_destination is not None:
+        attributes.update(samples_in_destination=result.samples_in_destination,
+                          scratch_reason=result.scratch_reason)
+    if result.optimization_source:  # (each attempt's answer replaces the last one's)
+        rest = rest_of(result)
+        attributes.update(
+            optimization_source=result.optimization_source,
+            optimization_reason=result.optimization_reason,
+            sample_bytes_in_destination=(sum(n for _, n in result.destination_ranges)
+                                         if rest else 0),
+            transfer_ranges=[list(r) for r in rest])  # [] : the whole file
+    return attributes
+
+
+def rest_of(result: EstimateResult) -> tuple[tuple[int, int], ...]:
+    """The byte ranges the transfer still has to send after the samples the EOS wrote into
+    its destination (empty: the whole file, as usual)."""
+    if not result.destination_ranges or not result.size_bytes:
+        return ()
+    return remaining_ranges(result.size_bytes, result.destination_ranges)
 
 
 def request_for(plan: Plan) -> EstimateRequest:
     """The EOS request for a planned attempt (its URLs and options, its owner's rights)."""
     spec = plan.job.spec
-    return EstimateRequest(plan.src_url, plan.dest_url, spec.arguments, None, spec.use_history,
-                           spec.x509proxy, plan.run_as, queued_since=plan.job.submitted_at)
+    return EstimateRequest(plan.src_url, plan.dest_url, spec.arguments, spec.size_bytes,
+                           spec.use_history, spec.x509proxy, plan.run_as,
+                           queued_since=plan.job.submitted_at, transfer=True,
+                           in_place=plan.module.writes_ranges)
 
 
 class Optimizations:
@@ -99,6 +132,7 @@ class Optimizations:
     def _run(self, plan: Plan, on_done: OnOptimized) -> None:
         job_id = plan.job.id
         chosen = plan
+        wrote = False  # the EOS's samples wrote into the destination
         try:
             assert self.estimator_for is not None
             result = self.estimator_for(plan.job.spec).estimate(request_for(plan))
@@ -108,12 +142,19 @@ class Optimizations:
             attributes: dict[str, Any] = {"eos_error": str(exc)}
         else:
             chosen = plan.with_streams(result.optimal_streams)
+            rest = rest_of(result)
+            wrote = bool(result.destination_ranges)
+            if rest and plan.module.writes_ranges:
+                done = sum(n for _, n in result.destination_ranges)
+                chosen = chosen.with_rest(rest, done)
             attributes = job_attributes(result)
         with self._lock:
             removed = job_id in self._cancelled
         try:
             if not removed:
                 self.store.update_result(job_id, attributes)
+            elif wrote:  # as for a removed running attempt: the partial destination goes
+                remove_partial(plan.job, plan.dest_url)
         except Exception:
             log.exception("job %d: cannot record the EOS's answer", job_id)
         finally:
