@@ -21,7 +21,9 @@ from stork.store import SqliteStore
 from tests.support import GridFtpServer, StorkServer, free_port, make_file, md5, wait_for
 
 MB = 1024 * 1024
-EOS_KNOBS = {"EOS_SAMPLE_SIZE": "4M", "EOS_MAX_STREAMS": "16"}
+# the sampling mechanics on 16 MiB files; the budget (which would not sample them) is tested
+# in test_eos_budget.py
+EOS_KNOBS = {"EOS_SAMPLE_SIZE": "4M", "EOS_MAX_STREAMS": "16", "EOS_SAMPLING_BUDGET": "0"}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,143 @@
+"""The sampling budget (issue 13, point 4): when the size is known, sampling takes at most
+EOS_SAMPLING_BUDGET of the transfer's predicted time; a transfer too small for even one sample
+is answered from the history or with STORK_DEFAULT_STREAMS, and the job ad says which and why."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import classad2
+import pytest
+
+from stork import config
+from stork.eos.sampling import Sample
+from stork.eos.service import EosService
+from stork.eos.types import EstimateRequest
+from stork.store import SqliteStore
+from stork.store.base import HistoryEntry
+from tests.support import GridFtpServer, StorkServer, make_file, md5
+
+MB = 1024 * 1024
+SRC = "ftp://10.9.9.1:2811/data/a"
+DEST = "ftp://10.9.9.2:2811/data/b"
+
+
+def test_a_small_transfer_is_not_sampled_and_says_why(tmp_path: Path, gridftp: GridFtpServer,
+                                                      gridftp_root: Path) -> None:
+    """2 MiB on a pair with no history: at STORK_LINK_MBPS (1000 Mbit/s) it takes 17 ms, and
+    one 64 MiB sample would take half a second: the default streams, no sample. The next job
+    on the pair finds the first one's transfer in the history."""
+    src = make_file(gridftp_root / "budget-src-2M.dat", 2 * MB, seed=41)
+    server = StorkServer(tmp_path, {"STORK_DEFAULT_STREAMS": "2"}).start()
+    try:
+        [first] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+            src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/b1.dat" ]""")
+        job = server.wait_state(first)
+        assert job["state"] == "COMPLETED" and md5(tmp_path / "b1.dat") == md5(src)
+        result = job["result"]
+        assert result["optimization_source"] == "default"
+        why = result["optimization_reason"]
+        assert why.startswith("not sampled: one sample") and "EOS_SAMPLING_BUDGET 0.1" in why
+        assert "STORK_LINK_MBPS" in why and str(2 * MB) in why
+        assert result["optimized_streams"] == result["streams_used"] == 2
+        assert result["eos_sampling_time_s"] == 0 and result["transfer_ranges"] == []
+        ad = server.cli("stork_q", "-l", str(first), check=True).stdout
+        parsed = classad2.ClassAd(ad[ad.index("["):ad.rindex("]") + 1])
+        assert parsed["optimization_source"] == "default"
+        assert parsed["optimization_reason"] == why
+        history = server.cli("stork_history", gridftp.url(src), f"file://{tmp_path}/x",
+                             check=True).stdout
+        assert "optimization" not in history  # nothing was sampled
+
+        [second] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+            src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/b2.dat" ]""")
+        result = server.wait_state(second)["result"]
+        assert result["optimization_source"] == "history" and result["eos_from_history"]
+        assert f"fastest transfer in the history (job {first}" in result["optimization_reason"]
+        assert "the pair's best transfer in the history" in result["optimization_reason"]
+        assert result["optimized_streams"] == 2
+    finally:
+        server.stop()
+
+
+def test_an_estimation_with_a_small_size_is_answered_without_samples(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    src = make_file(gridftp_root / "budget-est.dat", 4 * MB, seed=42)
+    server = StorkServer(tmp_path).start()
+    try:
+        (tmp_path / "est.dap").write_text(f"""[ dap_type = estimation; size = 1048576;
+            src_url = "{gridftp.url(src)}"; dest_url = "{gridftp.url(tmp_path / 'e.dat')}" ]""")
+        out = server.cli("stork_submit", "est.dap", cwd=tmp_path, check=True).stdout
+        ad = classad2.ClassAd(out[out.index("["):out.rindex("]") + 1])
+        assert ad["optimization_source"] == "default" and ad["samples"] == []
+        assert ad["optimization_reason"].startswith("not sampled")
+        assert ad["model"] == "none" and ad["sampling_time_s"] == 0
+    finally:
+        server.stop()
+
+
+class TimedCurve:
+    """A stand-in network whose samples take `seconds` each (the budget logic is under test)."""
+
+    name = "fake-timed"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls: list[int] = []
+
+    def measure(self, n: int) -> Sample:
+        time.sleep(self.seconds)
+        self.calls.append(n)
+        return Sample(n, 100 * n / (1 + (n / 8) ** 2) ** 0.5, duration_s=self.seconds)
+
+
+def service(tmp_path: Path, curve: TimedCurve, store: SqliteStore | None = None,
+            **knobs: str) -> EosService:
+    env = {"HOME": str(tmp_path), **{f"_STORK_{k}": v for k, v in knobs.items()}}
+    return EosService(config.load(None, env=env), store, sampler_factory=lambda r: curve)
+
+
+def test_sampling_stops_when_the_next_sample_would_pass_the_budget(tmp_path: Path) -> None:
+    # 10**9 bytes at 1000 Mbit/s: 8 s, so 0.8 s of sampling; one 64 MiB sample is expected
+    # to take 0.54 s (it fits), each really takes 0.3 s: a third would end at 0.9 s
+    curve = TimedCurve(0.3)
+    eos = service(tmp_path, curve)
+    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=10**9))
+    assert len(curve.calls) == len(result.samples) == 2
+    assert result.optimization_source == "budget" and result.optimal_streams in curve.calls
+    assert result.optimization_reason.startswith("sampling stopped by the budget after 2 ")
+    assert "allows 0.8 s of sampling" in result.optimization_reason
+    # without a size nothing bounds the run; with EOS_SAMPLING_BUDGET = 0 neither
+    unsized = eos.estimate(EstimateRequest(SRC, DEST, "-b 1M"))
+    assert unsized.optimization_source == "sampled" and len(unsized.samples) > 2
+    unbounded = service(tmp_path, TimedCurve(0.0), EOS_SAMPLING_BUDGET="0")
+    assert unbounded.estimate(EstimateRequest(SRC, DEST, size_bytes=10)).optimization_source \
+        == "sampled"
+    eos.shutdown()
+    unbounded.shutdown()
+
+
+def test_the_history_predicts_the_transfer_time_and_answers_small_ones(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "q.db"))
+    curve = TimedCurve(0.0)
+    eos = service(tmp_path, curve, store)
+    small = EstimateRequest(SRC, DEST, size_bytes=100 * MB)
+    # no history: 100 MiB at 1000 Mbit/s is 0.84 s; one 64 MiB sample (0.54 s) does not fit
+    first = eos.estimate(small)
+    assert first.optimization_source == "default" and curve.calls == []
+    assert first.optimal_streams == eos.settings.default_streams
+    assert first.estimated_time_s == pytest.approx(100 * MB * 8 / 1e9, rel=1e-3)
+    # a finished transfer at 10 Mbit/s: the same 100 MiB takes 84 s, 8.4 s of sampling fit
+    # (one sample is expected to take EOS_SAMPLE_TIME, 5 s)
+    store.add_history(HistoryEntry(time.time(), "10.9.9.1:2811", "10.9.9.2:2811", "",
+                                   "transfer", 3, 10.0, 10 * MB, 8.0, job_id=7))
+    sampled = eos.estimate(small)
+    assert sampled.optimization_source == "sampled" and curve.calls
+    assert "the pair's best transfer in the history (3 streams)" in sampled.optimization_reason
+    # a tiny one on the same pair: the optimization just recorded answers it
+    tiny = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=MB))
+    assert tiny.optimization_source == "history" and tiny.from_history
+    assert tiny.optimal_streams == sampled.optimal_streams and tiny.sampling_time_s == 0
+    assert "the pair's last optimization" in tiny.optimization_reason
+    eos.shutdown()
