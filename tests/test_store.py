@@ -46,7 +46,7 @@ def locker(tmp_path: Path, store: SqliteStore) -> Iterator[sqlite3.Connection]:
 def test_wal_mode_and_schema_version(tmp_path: Path, store: SqliteStore) -> None:
     db = sqlite3.connect(tmp_path / "q.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
     db.execute("UPDATE schema_version SET version = 99")
     db.commit()
     db.close()
@@ -59,8 +59,9 @@ def test_a_version_1_database_is_migrated_and_keeps_its_jobs(tmp_path: Path,
                                                              store: SqliteStore) -> None:
     [job_id] = store.submit([SPEC], 0, "root", 1.0)
     store.close()
-    db = sqlite3.connect(tmp_path / "q.db")  # back to version 1: no datasets
+    db = sqlite3.connect(tmp_path / "q.db")  # back to version 1: no datasets, no transfer log
     db.execute("DROP TABLE files")
+    db.execute("DROP TABLE transfers")
     for column in ("files_total", "files_done", "files_failed", "bytes_total"):
         db.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
     db.execute("UPDATE schema_version SET version = 1")
@@ -70,11 +71,11 @@ def test_a_version_1_database_is_migrated_and_keeps_its_jobs(tmp_path: Path,
     try:
         job = again.get(job_id)
         assert job.src_url == SPEC.src_url and job.files_total == 0
-        assert again.files(job_id) == []
+        assert again.files(job_id) == [] and again.transfers() == []
     finally:
         again.close()
     db = sqlite3.connect(tmp_path / "q.db")
-    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 2
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 3
     db.close()
 
 

@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from stork.dataset.expand import DatasetFile
 from stork.errors import InvalidRequest, JobNotFound
-from stork.job import DapType, JobSpec, JobState
+from stork.job import DapType, FileState, JobSpec, JobState
 from stork.store import JobStore, SqliteStore, Transition
-from stork.store.base import HistoryEntry
+from stork.store.base import FileResult, HistoryEntry
+from stork.translog import TransferRecord
 
 SPEC = JobSpec(DapType.TRANSFER, "file:///a", "file:///b", ad_text='[ dap_type = "transfer" ]')
 ESTIMATE = JobSpec(DapType.ESTIMATION, "ftp://h/x", "ftp://g/y", ad_text="[ ]")
@@ -507,3 +509,94 @@ def test_a_reader_never_sees_a_state_without_its_event(store: JobStore) -> None:
 def test_a_healthy_store_is_available(store: JobStore) -> None:
     store.submit([SPEC], 0, "root", now=1.0)
     assert store.available and store.outage is None
+
+
+# --- the files of datasets ------------------------------------------------------------------
+
+DATASET = JobSpec(DapType.TRANSFER, "ftp://h/d/", "file:///o/", ad_text="[ ]")
+
+
+def dataset_files(n: int, size: int | None = 10) -> list[DatasetFile]:
+    return [DatasetFile(f"ftp://h/d/f{i}", f"file:///o/f{i}", f"f{i}", size) for i in range(n)]
+
+
+def test_a_datasets_files_are_stored_with_the_job_and_counted(store: JobStore) -> None:
+    [plain, job_id] = store.submit([SPEC, DATASET], 0, "u", 1.0, {1: dataset_files(3)})
+    job = store.get(job_id)
+    assert (job.files_total, job.files_done, job.files_failed, job.bytes_total) == (3, 0, 0, 30)
+    assert store.get(plain).files_total == 0 and store.files(plain) == []
+    files = store.files(job_id)
+    assert [f.index for f in files] == [0, 1, 2]
+    assert {f.state for f in files} == {FileState.PENDING}
+    assert [f.rel_path for f in store.files(job_id, offset=1, limit=1)] == ["f1"]
+    [unknown] = store.submit([DATASET], 0, "u", 1.0, {0: dataset_files(2, None)})
+    assert store.get(unknown).bytes_total is None
+
+
+def test_files_listed_later_are_added_once(store: JobStore) -> None:
+    [job_id] = store.submit([DATASET], 0, "u", 1.0)
+    assert store.add_files(job_id, dataset_files(2)) is True
+    assert store.add_files(job_id, dataset_files(5)) is False
+    assert store.get(job_id).files_total == 2
+
+
+def test_files_run_end_and_count_only_for_the_running_attempt(store: JobStore) -> None:
+    [job_id] = store.submit([DATASET], 0, "u", 1.0, {0: dataset_files(3)})
+    assert store.finish_files(job_id, 1, [FileResult(0, FileState.DONE, 10)]) is False
+    attempt = start(store, job_id)
+    store.start_files(job_id, attempt, [0, 1, 2], "small cc=1 p=1 pp=1 (off)")
+    assert {f.state for f in store.files(job_id)} == {FileState.RUNNING}
+    assert store.finish_files(job_id, attempt, [
+        FileResult(0, FileState.DONE, 10),
+        FileResult(1, FileState.FAILED, count_failure=True, error="gone", failure_kind="permanent"),
+        FileResult(2, FileState.PENDING, count_failure=True, next_attempt_at=9.0, error="busy"),
+    ], rate_mbps=5.0) is True
+    job = store.get(job_id)
+    assert (job.files_done, job.files_failed, job.bytes_done, job.rate_mbps) == (1, 1, 10, 5.0)
+    f0, f1, f2 = store.files(job_id)
+    assert (f0.state, f0.attempts, f0.chunk) == (FileState.DONE, 1, "small cc=1 p=1 pp=1 (off)")
+    assert (f1.state, f1.failures, f1.last_error) == (FileState.FAILED, 1, "gone")
+    assert (f2.state, f2.next_attempt_at, f2.failures) == (FileState.PENDING, 9.0, 1)
+    # a file done again is counted once
+    store.finish_files(job_id, attempt, [FileResult(0, FileState.DONE, 10)])
+    assert store.get(job_id).files_done == 1 and store.get(job_id).bytes_done == 10
+    assert [f.index for f in store.files(job_id, [FileState.FAILED, FileState.DONE])] == [0, 1]
+
+
+def test_a_crash_leaves_running_files_in_doubt_and_a_removal_stops_them(store: JobStore) -> None:
+    [a, b] = store.submit([DATASET, DATASET], 0, "u", 1.0,
+                          {0: dataset_files(2), 1: dataset_files(2)})
+    for job_id in (a, b):
+        store.start_files(job_id, start(store, job_id), [0], "c")
+    store.requeue_running(3.0, "crash")
+    f0, f1 = store.files(a)
+    assert (f0.state, f0.in_doubt, f1.in_doubt) == (FileState.PENDING, True, False)
+    store.remove(a, 4.0, "u")
+    store.start_files(b, start(store, b, 5.0), [0, 1], "c")
+    store.remove(b, 6.0, "u")
+    assert {f.state for f in store.files(b)} == {FileState.PENDING}
+    assert store.purge_finished(10.0) == 2
+    assert store.files(a) == [] and store.files(b) == []
+
+
+# --- the transfer log ---------------------------------------------------------------------
+
+def record(time: float, src: str = "a", dest: str = "b", **changes: Any) -> TransferRecord:
+    values: dict[str, Any] = {
+        "time": time, "src_host": src, "dest_host": dest, "rtt_s": 0.04, "bandwidth_bps": 2e8,
+        "buffer_bytes": None, "file_size_bytes": 262144.0, "file_count": 100, "cc": 4, "p": 1,
+        "pp": 8, "fast": True, "bytes_moved": 26214400, "duration_s": 2.0,
+        "throughput_mbps": 104.9}
+    return TransferRecord(**{**values, **changes})
+
+
+def test_the_transfer_log_is_added_to_and_read_newest_first(store: JobStore) -> None:
+    rows = [record(1.0), record(3.0, sharing=2, outcome="failed"), record(2.0, "c", "b"),
+            record(4.0, rtt_s=None, bandwidth_bps=None, fast=False, origin="BTData.csv")]
+    assert store.add_transfers(rows) == 4
+    assert store.add_transfers([]) == 0
+    assert [r.time for r in store.transfers()] == [4.0, 3.0, 2.0, 1.0]
+    assert store.transfers()[0] == rows[3]
+    assert [r.time for r in store.transfers("a", "b")] == [4.0, 3.0, 1.0]
+    assert [r.time for r in store.transfers(dest_host="b", since=2.0, limit=2)] == [4.0, 3.0]
+    assert store.transfers("a", "b", since=3.5)[0].origin == "BTData.csv"

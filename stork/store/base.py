@@ -35,6 +35,7 @@ from typing import Any
 
 from stork.dataset.expand import DatasetFile
 from stork.job import DatasetFileRow, Event, FileState, Job, JobSpec, JobState
+from stork.translog import TransferRecord
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +290,19 @@ class JobStore(ABC):
                 arguments: str | None = None, kind: str | None = None,
                 since: float = 0.0, limit: int = 100) -> list[HistoryEntry]:
         """Entries for the pair (either direction when `symmetric`), newest first."""
+
+    # -- the transfer log ---------------------------------------------------------------------
+
+    @abstractmethod
+    def add_transfers(self, records: Sequence[TransferRecord]) -> int:
+        """Append rows to the transfer log (never rewritten); returns how many. Retried
+        until it lands."""
+
+    @abstractmethod
+    def transfers(self, src_host: str | None = None, dest_host: str | None = None, *,
+                  since: float = 0.0, limit: int | None = None) -> list[TransferRecord]:
+        """Transfer log rows, newest first, optionally for one source and/or destination
+        host and from `since` on."""
 
     @abstractmethod
     def close(self) -> None:

@@ -22,8 +22,9 @@ from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreUnavaila
 from stork.job import DapType, DatasetFileRow, Event, FileState, Job, JobSpec, JobState
 from stork.store.base import Attempt, FileResult, HistoryEntry, JobStore, Outage, Transition
 from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
+from stork.translog import TransferRecord
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 FILES_SCHEMA = (
     """CREATE TABLE files (
@@ -47,6 +48,34 @@ FILES_SCHEMA = (
     ) WITHOUT ROWID""",
     """CREATE INDEX files_state ON files (job_id, state, idx)""",
 )
+
+# The transfer log: one row per finished chunk or file (stork.translog.TransferRecord); rows
+# are added, never rewritten.
+TRANSFERS_SCHEMA = (
+    """CREATE TABLE transfers (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time REAL NOT NULL,
+        src_host TEXT NOT NULL,
+        dest_host TEXT NOT NULL,
+        rtt_s REAL,
+        bandwidth_bps REAL,
+        buffer_bytes INTEGER,
+        file_size_bytes REAL NOT NULL,
+        file_count INTEGER NOT NULL,
+        cc INTEGER NOT NULL,
+        p INTEGER NOT NULL,
+        pp INTEGER NOT NULL,
+        fast INTEGER NOT NULL,
+        bytes_moved INTEGER NOT NULL,
+        duration_s REAL NOT NULL,
+        throughput_mbps REAL NOT NULL,
+        sharing INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        origin TEXT NOT NULL
+    )""",
+    """CREATE INDEX transfers_pair ON transfers (src_host, dest_host, time)""",
+)
+_TRANSFER_FIELDS = tuple(f.name for f in fields(TransferRecord))
 
 SCHEMA = (
     """CREATE TABLE schema_version (version INTEGER NOT NULL)""",
@@ -117,6 +146,7 @@ SCHEMA = (
         PRIMARY KEY (job_id, number)
     )""",
     *FILES_SCHEMA,
+    *TRANSFERS_SCHEMA,
 )
 
 # Version 1 -> 2: datasets (the jobs' file counters and the files table).
@@ -126,6 +156,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN files_failed INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE jobs ADD COLUMN bytes_total INTEGER",
         *FILES_SCHEMA),
+    2: TRANSFERS_SCHEMA,  # 2 -> 3: the transfer log
 }
 
 _JOB_COLUMNS = ("id, owner_uid, owner, state, spec, dap_type, src_url, dest_url, submitted_at, "
@@ -625,6 +656,37 @@ class SqliteStore(JobStore):
             "bytes_moved, duration_s, model, samples, job_id FROM history WHERE "
             + " AND ".join(where) + " ORDER BY time DESC, id DESC LIMIT ?", (*params, limit))
         return [HistoryEntry(**{**dict(r), "samples": json.loads(r["samples"])}) for r in rows]
+
+    # -- the transfer log ------------------------------------------------------------------
+
+    def add_transfers(self, records: Sequence[TransferRecord]) -> int:
+        columns = ", ".join(_TRANSFER_FIELDS)
+        marks = ", ".join("?" for _ in _TRANSFER_FIELDS)
+
+        def body(db: sqlite3.Connection) -> int:
+            db.executemany(f"INSERT INTO transfers ({columns}) VALUES ({marks})",  # noqa: S608 - constant SQL; values are bound
+                           ([getattr(r, f) for f in _TRANSFER_FIELDS] for r in records))
+            return len(records)
+
+        return self._database.write(f"{len(records)} transfer log rows", body) if records else 0
+
+    def transfers(self, src_host: str | None = None, dest_host: str | None = None, *,
+                  since: float = 0.0, limit: int | None = None) -> list[TransferRecord]:
+        where, params = ["time >= ?"], [since]  # type: tuple[list[str], list[Any]]
+        for column, value in (("src_host", src_host), ("dest_host", dest_host)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        with self._database.reader() as db:
+            cursor = db.cursor()
+            cursor.row_factory = None
+            rows = cursor.execute(
+                f"SELECT {', '.join(_TRANSFER_FIELDS)} FROM transfers "  # noqa: S608 - constant SQL; values are bound
+                f"WHERE {' AND '.join(where)} ORDER BY time DESC, id DESC LIMIT ?",
+                (*params, -1 if limit is None else limit)).fetchall()
+        return [TransferRecord(**{**dict(zip(_TRANSFER_FIELDS, row, strict=True)),
+                                  "fast": bool(row[_TRANSFER_FIELDS.index("fast")])})
+                for row in rows]
 
     def close(self) -> None:
         self._database.close()
