@@ -234,6 +234,19 @@ class Client:
     def history(self, src: str, dest: str, limit: int = 50) -> dict[str, Any]:
         return self._call("GET", "/v1/history", params={"src": src, "dest": dest, "limit": limit})
 
+    def transfers(self, src: str | None = None, dest: str | None = None, since: float = 0.0,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+        """Transfer log rows (newest first), as TransferRecord fields."""
+        params: dict[str, Any] = {"since": since}
+        for key, value in (("src", src), ("dest", dest), ("limit", limit)):
+            if value is not None:
+                params[key] = value
+        return list(self._call("GET", "/v1/transfers", params=params)["transfers"])
+
+    def import_transfers(self, name: str, text: str) -> dict[str, Any]:
+        """Add a HARP-grid table to the transfer log: `added` and `skipped` rows."""
+        return self._call("POST", "/v1/transfers", json={"name": name, "text": text})
+
     def matrix(self) -> dict[str, Any]:
         return self._call("GET", "/v1/matrix")
 

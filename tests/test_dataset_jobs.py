@@ -68,6 +68,13 @@ def test_500_files_third_party_and_to_local_disk_with_cc_and_pp(
     for job_id in ids:
         kinds = [int(e.type) for e in events if e.cluster == job_id]
         assert kinds == [0, 1, 5], (job_id, kinds)
+    # each batch of each chunk is in the transfer log, as optimizers will read it
+    rows = stork.api("GET", "/v1/transfers").json()["transfers"]
+    third_party = [r for r in rows if r["cc"] == 4 and r["pp"] == 8]
+    assert sum(r["file_count"] for r in third_party) == 500
+    assert sum(r["bytes_moved"] for r in third_party) == 500 * 20_000
+    assert all(r["outcome"] == "completed" and r["throughput_mbps"] > 0 and r["rtt_s"] > 0
+               and r["file_size_bytes"] == 20_000 for r in third_party)
 
 
 def test_local_directory_glob_and_url_list(stork: StorkServer, gridftp: GridFtpServer,

@@ -48,13 +48,19 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
             raise InvalidRequest("GET /v1/history needs src and dest (hosts or URLs)")
         return HTTPStatus.OK, service.history(src, dest, int(request.number("limit", 50)))
 
+    def transfers(request: Request) -> Answer:
+        limit = request.number("limit", -1)
+        return HTTPStatus.OK, service.transfers(request.arg("src"), request.arg("dest"),
+                                                request.number("since", 0),
+                                                int(limit) if limit >= 0 else None)
+
     def files(request: Request) -> Answer:
         states = [s for part in request.query.get("state", []) for s in part.split(",") if s]
-        limit = request.arg("limit")
+        limit = request.number("limit", -1)
         return HTTPStatus.OK, service.files(job_id(request), request.caller,
                                             states=states or None,
                                             offset=int(request.number("offset", 0)),
-                                            limit=int(limit) if limit else None)
+                                            limit=int(limit) if limit >= 0 else None)
 
     def wait_check(request: Request) -> tuple[bool, int, dict[str, object]]:
         seen = request.arg("files")
@@ -78,6 +84,9 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
               lambda r: (HTTPStatus.OK, service.remove(job_id(r), r.caller))),
         WaitRoute("GET", "/v1/jobs/{id}/wait", job_id, wait_check),
         Route("GET", "/v1/jobs/{id}/files", files),
+        Route("GET", "/v1/transfers", transfers),
+        Route("POST", "/v1/transfers",
+              lambda r: (HTTPStatus.OK, service.import_transfers(r.body, r.caller)), body=True),
     ]
 
 

@@ -32,11 +32,13 @@ from stork.errors import (
 from stork.identity import RunAs, unlink_as
 from stork.job import FileState, Job
 from stork.server import events
+from stork.server.admission import host_of
 from stork.server.dataset_run import DatasetRun
 from stork.server.judge import (
     AttemptOutcome,
     DatasetFacts,
     DatasetOutcome,
+    HistoryRecord,
     Verdict,
     judge,
     judge_dataset,
@@ -48,6 +50,7 @@ from stork.transfer import verify
 from stork.transfer.base import Progress, Range, TransferModule, TransferRequest
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.registry import Registry
+from stork.translog import TransferRecord
 from stork.urls import parse_url
 from stork.userlog import executing, note
 
@@ -179,7 +182,8 @@ class Attempts:
             argv = ["dataset", f"pass {attempt_no}"]
             process = DatasetRun(job, attempt_no, store=self.store, settings=self.settings,
                                  module=plan.module, run_as=plan.run_as, clock=self.clock,
-                                 on_exit=lambda o: self._dataset_exited(job_id, o))
+                                 on_exit=lambda o: self._dataset_exited(job_id, o),
+                                 sharing=lambda src, dest: self.sharing(job_id, src, dest))
         else:
             argv = plan.module.command(plan.request)
             process = AttemptProcess(
@@ -325,6 +329,8 @@ class Attempts:
         if done is None:
             return None
         events.record(done, now, verdict.userlog)
+        if verdict.history is not None:
+            self._log_transfer(job, verdict.history, now, src_url, dest_url)
         if verdict.history is not None and self._record_transfer is not None:
             h = verdict.history
             try:
@@ -333,6 +339,32 @@ class Attempts:
             except Exception:
                 log.exception("job %d: cannot record the transfer in the history", job.id)
         return verdict.retry_at
+
+    def _log_transfer(self, job: Job, h: HistoryRecord, now: float, src_url: str,
+                      dest_url: str) -> None:
+        """A finished single-file transfer into the transfer log (one file, cc 1, pp 1)."""
+        moved = h.bytes_moved
+        record = TransferRecord(
+            time=now - h.duration_s, src_host=host_of(src_url), dest_host=host_of(dest_url),
+            rtt_s=None, bandwidth_bps=self.settings.link_mbps * 1e6,
+            buffer_bytes=job.spec.options.tcp_buffer_bytes, file_size_bytes=float(moved),
+            file_count=1, cc=1, p=h.streams, pp=1, fast=False, bytes_moved=moved,
+            duration_s=h.duration_s,
+            throughput_mbps=round(moved * 8 / 1e6 / h.duration_s, 3) if h.duration_s else 0.0,
+            sharing=self.sharing(job.id, src_url, dest_url))
+        try:
+            self.store.add_transfers([record])
+        except Exception:
+            log.exception("job %d: cannot add the transfer to the transfer log", job.id)
+
+    def sharing(self, job_id: int, src_url: str, dest_url: str) -> int:
+        """Other attempts running now that touch either host of this pair (they share the
+        link or an end): the transfer log's `sharing`."""
+        hosts = {host_of(src_url), host_of(dest_url)}
+        with self._lock:
+            others = [r for i, r in self._running.items() if i != job_id]
+        return sum(1 for r in others
+                   if {host_of(r.plan.src_url), host_of(r.plan.dest_url)} & hosts)
 
     # -- stopping -----------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from urllib.parse import unquote
 
 from stork.config import Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister
-from stork.dataset.chunks import Chunk, batches, plan_chunks
+from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
 from stork.errors import (
     IdentityError,
@@ -59,6 +59,7 @@ from stork.store.base import FileResult, JobStore
 from stork.transfer import verify
 from stork.transfer.base import TransferRequest
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
+from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,8 @@ class DatasetRun:
     def __init__(self, job: Job, attempt_no: int, *, store: JobStore, settings: Settings,
                  module: GridFtpModule, run_as: RunAs | None,
                  on_exit: Callable[[DatasetOutcome], None],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 sharing: Callable[[str, str], int] | None = None) -> None:
         self.job = job
         self.attempt_no = attempt_no
         self.store = store
@@ -144,6 +146,9 @@ class DatasetRun:
         self.run_as = run_as
         self._on_exit = on_exit
         self.clock = clock
+        self._sharing = sharing or (lambda src, dest: 0)
+        self._rtt_s: float | None = None
+        self._running_chunks = 0  # chunks of this pass running now (they share the path)
         self.start_time = time.monotonic()
         self.pid: int | None = None
         self._lock = threading.Lock()
@@ -226,7 +231,7 @@ class DatasetRun:
         if not rows:
             return outcome
         opts = spec.options
-        rtt = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
+        rtt = self._rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
         bdp = self.settings.link_mbps * 1e6 / 8 * rtt
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
                              cc=opts.concurrency, p=opts.streams, pp=opts.pipelining)
@@ -246,11 +251,16 @@ class DatasetRun:
         return outcome
 
     def _chunk_guarded(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
+        with self._lock:
+            self._running_chunks += 1
         try:
             self._chunk(chunk, rows)
         except Exception:
             log.exception("job %d: chunk %s failed inside stork_server", self.job.id,
                           chunk.label())
+        finally:
+            with self._lock:
+                self._running_chunks -= 1
 
     def _chunk(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
         sizes = {i: rows[i].size_bytes for i in chunk.indexes}
@@ -264,6 +274,8 @@ class DatasetRun:
                                  rows[i].attempts + 1) for i in batch}
             listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL]
             code = 1
+            began, began_wall = time.monotonic(), self.clock()
+            sharing = self._sharing(*urls[batch[0]]) + self._running_chunks - 1
             if listed:
                 argv = self.module.list_command(
                     cc=params.cc, p=params.p, pipelining=params.pipelining,
@@ -282,6 +294,32 @@ class DatasetRun:
                 self._release([i for i in batch if i not in done])
                 results = [r for r in results if r.index in done]
             self._commit(results)
+            self._log_batch(batch, rows, urls, results, params, began_wall,
+                            time.monotonic() - began, sharing)
+
+    def _log_batch(self, batch: list[int], rows: dict[int, DatasetFileRow],
+                   urls: dict[int, tuple[str, str]], results: list[FileResult], params: Params,
+                   began: float, duration_s: float, sharing: int) -> None:
+        """One batch's run into the transfer log (what optimizers learn from)."""
+        done = [r for r in results if r.state is FileState.DONE]
+        moved = sum(r.bytes_done for r in done)
+        known = [size for i in batch if (size := rows[i].size_bytes) is not None]
+        mean = sum(known) / len(known) if known else (moved / len(done) if done else 0.0)
+        src, dest = urls[batch[0]]
+        record = TransferRecord(
+            time=began, src_host=parse_url(src).host or "localhost",
+            dest_host=parse_url(dest).host or "localhost", rtt_s=self._rtt_s,
+            bandwidth_bps=self.settings.link_mbps * 1e6,
+            buffer_bytes=self.job.spec.options.tcp_buffer_bytes, file_size_bytes=float(mean),
+            file_count=len(batch), cc=params.cc, p=params.p, pp=params.pp,
+            fast=self.settings.dataset_fast, bytes_moved=moved, duration_s=round(duration_s, 6),
+            throughput_mbps=round(moved * 8 / 1e6 / duration_s, 3) if duration_s > 0 else 0.0,
+            sharing=max(sharing, 0),
+            outcome=COMPLETED if len(done) == len(batch) else "partial")
+        try:
+            self.store.add_transfers([record])
+        except Exception:
+            log.exception("job %d: cannot add a batch to the transfer log", self.job.id)
 
     def _run_child(self, argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
         """Run one child to its end: (exit status, the tail of its stderr)."""

@@ -44,6 +44,7 @@ from stork.server.estimation import EstimationRunner
 from stork.server.events import write_userlog
 from stork.store.base import JobStore
 from stork.submit import parse_submit
+from stork.translog import TransferLogError, parse_grid_text
 from stork.urls import parse_url
 from stork.userlog import UserLog
 
@@ -251,6 +252,29 @@ class Service:
         symmetric = self.eos.settings.eos_symmetric_pairs if self.eos else True
         rows = self.store.history(host(src), host(dest), symmetric=symmetric, limit=limit)
         return {"symmetric": symmetric, "history": [asdict(r) for r in rows]}
+
+    def transfers(self, src: str | None, dest: str | None, since: float,
+                  limit: int | None) -> dict[str, Any]:
+        """Transfer log rows (newest first); anyone may read them, as the EOS history."""
+        rows = self.store.transfers(src or None, dest or None, since=since, limit=limit)
+        return {"transfers": [asdict(r) for r in rows]}
+
+    def import_transfers(self, body: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        """Add the rows of a table in the HARP grid format to the transfer log. Every
+        optimizer learns from it, so only root or the daemon's own user may add to it. The
+        answer says what was added and which rows were skipped, and why."""
+        if caller.uid not in (0, os.getuid()):
+            raise PermissionDenied("only root or the user stork_server runs as may import "
+                                   "transfer logs: every optimizer learns from them")
+        text, name = body.get("text"), body.get("name")
+        if not isinstance(text, str) or not isinstance(name, str) or not name:
+            raise InvalidRequest("'text' must be the table's contents and 'name' its file name")
+        try:
+            records, skipped = parse_grid_text(text, name)
+        except TransferLogError as exc:
+            raise InvalidRequest(str(exc)) from None
+        added = self.store.add_transfers(records)
+        return {"added": added, "skipped": [asdict(s) for s in skipped]}
 
     def matrix(self) -> dict[str, Any]:
         """The transfer matrix and the EOS's, with their last selections."""
