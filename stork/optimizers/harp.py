@@ -1,0 +1,293 @@
+"""HARP (Arslan, Guner, Kosar): historical analysis and real-time probing. Pure.
+
+The strategy (section III of the paper; where this differs from it, and why, is in
+docs/OPTIMIZERS.md):
+1. Similar history (`similarity.select`): the paper's six features and weights; the nearest
+   datasets first until 3,000 rows match; their rows in groups measured together (one
+   background-traffic condition each).
+2. A surface per group (`surfaces.fit_surface`): a polynomial over log2 (cc, p, pp) of degree
+   2 to 4 chosen by cross-validation; groups whose cross-validated R^2 is below 0.6 are
+   dropped.
+3. The choice (`_choose`): the maximum of the weighted mean of the surfaces, by SLSQP inside
+   the limits and inside the parameter ranges the groups measured (no extrapolation), in
+   whole numbers. Guard: a maximum above `guard` times the best throughput observed (the
+   groups' best cells, scaled to the probes, and the probes) is not believed, the groups'
+   best measured cell is taken instead; no prediction is above what was observed. Then the
+   relaxation: the fewest streams (then the least pipelining) that the weighted surface and
+   every heavy surface predict within `relax` of the maximum.
+4. Real-time probing: the choice is probed on real files of the dataset (the first choice,
+   before any probe, weighs every similar group alike; `first_probe="heuristic"` probes the
+   size class's heuristic parameters first, as the paper does). Each probe re-weighs the
+   surfaces: their errors at the probed parameters, |T - f(x)| / T (after scaling each
+   surface to the probes' level when there are two probes or more, so that it is the shape
+   that is judged), are clustered by DBSCAN, and the classes, most accurate last, weigh
+   2^0, 2^1, ..., 2^(k-1); each surface is scaled to the probes' level (least squares,
+   within 1/4..4). The new choice is probed in turn, until it is one already probed or
+   `max_probes` probes were used.
+5. The decision: the last choice, unless a probe measured more than it predicts; then the
+   best probed parameters (a measurement of this transfer beats a prediction).
+The decision's band is the prediction +- max(`band`, 2 x the cross-validated relative error
+of the weighted surfaces); `retune` (the base class's) asks again when a chunk leaves it.
+
+`share_concurrency` is Algorithm 1's multi-chunk step: chunks of several size classes that
+run together share the largest concurrency any of them asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.cluster import DBSCAN
+
+from stork.dataset.chunks import Params, default_params
+from stork.optimizers.base import (
+    DatasetDescription,
+    Decision,
+    Limits,
+    Optimizer,
+    Probe,
+    ProbeResult,
+)
+from stork.optimizers.similarity import PAPER_WEIGHTS, Group, features, select
+from stork.optimizers.surfaces import (
+    Floats,
+    Surface,
+    fit_surface,
+    integer_best,
+    maximize,
+    predict,
+    relax,
+    to_u,
+)
+from stork.translog import TransferRecord
+
+
+@dataclass(frozen=True)
+class HarpSettings:
+    weights: tuple[float, ...] = PAPER_WEIGHTS  # bandwidth, RTT, BDP/buffer, class, size, count
+    threshold: float | None = None  # None: nearest datasets first; the paper: 0.99
+    threshold_step: float = 0.01  # ... coming down by this
+    threshold_floor: float = 0.5
+    min_rows: int = 3000  # relax the threshold until this many rows match
+    max_groups: int = 64
+    min_cells: int = 20  # distinct (cc, p, pp) cells a group needs for a surface of its own
+    degrees: tuple[int, ...] = (2, 3, 4)
+    folds: int = 5
+    min_r2: float = 0.6
+    cluster_eps: float = 0.1  # DBSCAN radius, in relative error at the probes
+    scale_range: tuple[float, float] = (0.25, 4.0)
+    guard: float = 1.25  # believe no prediction above this times the best observed
+    relax: float = 0.95
+    agree_weight: float = 0.5  # surfaces weighing this share of the heaviest must agree
+    confirm: bool = False  # a probe inside the predicted band ends the probing
+    band: float = 0.15  # least half-width of the predicted band, relative
+    max_probes: int = 3
+    first_probe: str = "model"  # "model": the surfaces' choice; "heuristic": the paper's
+    probe_seconds: float = 2.0  # probe size: this long at the link's rate (the paper's 2 x BW)
+    probe_share: float = 0.25  # ... but at most this share of the dataset
+
+
+@dataclass(frozen=True)
+class _Model:
+    group: Group
+    surface: Surface
+
+
+@dataclass(frozen=True)
+class _Choice:
+    params: Params
+    predicted_mbps: float
+    band: float  # relative half-width
+    coef: Floats  # the weighted surface it was read from
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def unit_mbps(self, params: Params) -> float:
+        """The weighted surface at cc = 1 with `params`' p and pp (the paper's UT)."""
+        return max(float(predict(self.coef, np.array([[0.0, *to_u(params)[1:]]]))[0]), 0.0)
+
+
+class HarpOptimizer(Optimizer):
+    name = "harp"
+
+    def __init__(self, settings: HarpSettings | None = None) -> None:
+        self.settings = settings or HarpSettings()
+
+    def optimize(self, history: Sequence[TransferRecord], dataset: DatasetDescription,
+                 limits: Limits, probe: Probe) -> Decision:
+        s = self.settings
+        models, found = self.models(history, dataset)
+        size = self.probe_bytes(dataset)
+        if not models:
+            start = first_probe(dataset, limits)
+            first = probe(start, size)
+            return Decision(self.name, start, first.throughput_mbps,
+                            _band(first.throughput_mbps, s.band), (first,),
+                            f"{found}: no usable history, the heuristic's probed parameters")
+        probes: list[ProbeResult] = []
+        if s.first_probe == "heuristic":
+            probes.append(probe(first_probe(dataset, limits), size))
+        choice = self._choose(models, probes, limits)
+        confirmed = False
+        while len(probes) < s.max_probes and choice.params not in {r.params for r in probes}:
+            check = probe(choice.params, size)
+            probes.append(check)
+            if s.confirm and abs(check.throughput_mbps - choice.predicted_mbps) <= (
+                    choice.band * choice.predicted_mbps):
+                confirmed = True
+                break
+            choice = self._choose(models, probes, limits)
+        notes = list(choice.notes)
+        params, predicted = choice.params, choice.predicted_mbps
+        measured = {r.params: r.throughput_mbps for r in probes}
+        best = max(probes, key=lambda r: r.throughput_mbps)
+        if not confirmed and best.throughput_mbps >= measured.get(params, predicted):
+            if best.params != params:
+                notes.append(f"best probe {best.params.label()} taken over the surfaces' "
+                             f"{params.label()} ({predicted:.0f} Mbit/s predicted)")
+            params, predicted = best.params, best.throughput_mbps
+        how = "confirmed by its probe" if confirmed else f"{len(probes)} probe(s)"
+        return Decision(self.name, params, predicted, _band(predicted, choice.band),
+                        tuple(probes), f"{found}; {how}; " + "; ".join(notes),
+                        unit_mbps=choice.unit_mbps(params))
+
+    def models(self, history: Sequence[TransferRecord], dataset: DatasetDescription
+               ) -> tuple[list[_Model], str]:
+        """The surfaces of the history similar to `dataset`, and a summary of how they were
+        found."""
+        s = self.settings
+        query = features(dataset.rtt_s, dataset.bandwidth_bps, dataset.buffer_bytes,
+                         dataset.size_class, dataset.avg_file_bytes, dataset.file_count)
+        selection = select(history, query, weights=s.weights, threshold=s.threshold,
+                           step=s.threshold_step, floor=s.threshold_floor,
+                           min_rows=s.min_rows, max_groups=s.max_groups,
+                           min_cells=s.min_cells)
+        models, rejected = [], 0
+        for group in selection.groups:
+            surface, _ = fit_surface(group.cells, group.mbps, degrees=s.degrees,
+                                     folds=s.folds, min_r2=s.min_r2)
+            if surface is None:
+                rejected += 1
+            else:
+                models.append(_Model(group, surface))
+        found = (f"{selection.rows} history rows of {selection.datasets} datasets at "
+                 f"similarity >= {selection.threshold:.4f}, {len(models)} surfaces "
+                 f"({rejected} groups below R^2 {s.min_r2})")
+        return models, found
+
+    def probe_bytes(self, dataset: DatasetDescription) -> int:
+        """About how much one probe sends (see `HarpSettings`)."""
+        s = self.settings
+        cls_default = default_params(dataset.size_class, dataset.avg_file_bytes,
+                                     dataset.bdp_bytes or dataset.avg_file_bytes)
+        least = 2 * cls_default.cc * dataset.avg_file_bytes
+        want = (s.probe_seconds * dataset.bandwidth_bps / 8 if dataset.bandwidth_bps
+                else least)
+        return int(min(max(want, least), max(dataset.total_bytes * s.probe_share,
+                                             dataset.avg_file_bytes)))
+
+    def _choose(self, models: list[_Model], probes: list[ProbeResult],
+                limits: Limits) -> _Choice:
+        s = self.settings
+        points = np.array([to_u(r.params) for r in probes])
+        measured = np.array([r.throughput_mbps for r in probes])
+        if probes:
+            weights, scales, errors = probe_weights([m.surface for m in models], points,
+                                                    measured, s.cluster_eps, s.scale_range)
+        else:  # before any probe: every similar group alike
+            weights, scales, errors = (np.ones(len(models)), np.ones(len(models)),
+                                       np.zeros(len(models)))
+        coef = sum(w * c * m.surface.coef for w, c, m in zip(weights, scales, models,
+                                                             strict=True)) / weights.sum()
+        lower = np.log2([limits.allowed(i)[0] for i in range(3)]).astype(float)
+        seen_top = np.max(np.vstack([m.group.cells for m in models]), axis=0)
+        upper = np.maximum(np.minimum(seen_top, np.log2(limits.maxima())), lower)
+        starts = [m.group.cells[int(np.argmax(m.group.mbps))]
+                  for m in _top(models, weights, 3)] + list(points) + [(lower + upper) / 2]
+        u_star, _ = maximize(coef, lower, upper, math.log2(limits.max_streams), starts)
+        params, value = integer_best(coef, u_star, limits, upper)
+        observed = max(float(np.max(m.group.mbps)) * c for m, c in zip(models, scales,
+                                                                       strict=True))
+        observed = max(observed, float(measured.max(initial=0.0)))
+        notes = []
+        if value > s.guard * observed:
+            params, value = self._best_observed(models, coef, limits)
+            notes.append(f"guard: the surfaces promised more than {s.guard} x the best "
+                         f"observed {observed:.0f} Mbit/s, best measured cell taken")
+        heavy = [c * m.surface.coef for w, c, m in zip(weights, scales, models, strict=True)
+                 if w >= weights.max() * s.agree_weight]
+        relaxed, relaxed_value = relax(coef, params, limits, s.relax, heavy)
+        if relaxed != params:
+            notes.append(f"relaxed from {params.label()}")
+        predicted = min(relaxed_value, observed)
+        spread = float(np.average([m.surface.cv_rel_rmse for m in models], weights=weights))
+        best = int(np.argmax(weights))
+        notes.append(f"heaviest surface {models[best].group.label} "
+                     f"(probe error {errors[best]:.0%})")
+        return _Choice(relaxed, max(predicted, 0.0), max(s.band, 2 * spread), coef,
+                       tuple(notes))
+
+    @staticmethod
+    def _best_observed(models: list[_Model], coef: Floats, limits: Limits
+                       ) -> tuple[Params, float]:
+        cells = {limits.nearest(Params(*(round(2 ** v) for v in cell)))
+                 for m in models for cell in m.group.cells}
+        cells = {c for c in cells if limits.admits(c)} or cells
+        ranked = sorted(cells, key=lambda c: float(predict(coef, to_u(c))[0]))
+        best = ranked[-1]
+        return best, float(predict(coef, to_u(best))[0])
+
+
+def probe_weights(surfaces: Sequence[Surface], points: Floats, measured: Floats, eps: float,
+                  scale_range: tuple[float, float]) -> tuple[Floats, Floats, Floats]:
+    """(weight, scale, relative error) of each surface from the probes (see the module's text):
+    errors |T - f(x)| / T averaged over the probes, DBSCAN classes of them weighing 2^rank
+    with the most accurate class highest; scales fit each surface's level to the probes."""
+    predictions = np.array([s.predict(points) for s in surfaces])  # (surfaces, probes)
+    low, high = scale_range
+    denominator = (predictions ** 2).sum(axis=1)
+    raw = np.divide((predictions * measured[None, :]).sum(axis=1), denominator,
+                    out=np.ones(len(surfaces)), where=denominator > 0)
+    scales = np.clip(raw, low, high)
+    # one probe: the level (the paper's epsilon); more: the shape, each surface scaled first
+    fitted = predictions * scales[:, None] if len(measured) > 1 else predictions
+    errors = np.mean(np.abs(measured[None, :] - fitted) / measured[None, :], axis=1)
+    labels = DBSCAN(eps=eps, min_samples=1).fit(errors.reshape(-1, 1)).labels_
+    classes = sorted(set(labels.tolist()), key=lambda c: -float(errors[labels == c].mean()))
+    rank = {c: k for k, c in enumerate(classes)}
+    weights = np.array([2.0 ** rank[c] for c in labels.tolist()])
+    return weights, scales, errors
+
+
+def _top(models: list[_Model], weights: Floats, n: int) -> list[_Model]:
+    order = np.argsort(-weights, kind="stable")[:n]
+    return [models[i] for i in order]
+
+
+def _band(mbps: float, half_width: float) -> tuple[float, float]:
+    return mbps * (1 - half_width), mbps * (1 + half_width)
+
+
+def first_probe(dataset: DatasetDescription, limits: Limits) -> Params:
+    """The heuristic parameters of the dataset's size class (the paper's reference [4], as
+    `stork.dataset.chunks` computes them), within the limits."""
+    bdp = dataset.bdp_bytes or dataset.avg_file_bytes
+    return limits.nearest(default_params(dataset.size_class, dataset.avg_file_bytes, bdp))
+
+
+def share_concurrency(chunks: Sequence[tuple[float, int, float]]) -> list[int]:
+    """Algorithm 1, lines 9-22: chunks (bytes, cc asked, unit throughput UT at cc = 1) that run
+    together -> the concurrency each gets. The largest cc asked (maxCC) is shared out by
+    weight = bytes * TT / UT (TT = the sum of the UTs: a chunk with more bytes, or slower per
+    channel, gets more channels), each at least 1. The paper's line 22 takes the maximum of
+    that share and the chunk's own estimate, which undoes the sharing (every chunk would
+    keep what it asked for); see docs/OPTIMIZERS.md."""
+    if not chunks:
+        return []
+    total_ut = sum(max(ut, 1e-9) for _, _, ut in chunks)
+    max_cc = max(cc for _, cc, _ in chunks)
+    weights = [size * total_ut / max(ut, 1e-9) for size, _, ut in chunks]
+    total = sum(weights) or 1.0
+    return [max(1, math.floor(max_cc * w / total)) for w in weights]

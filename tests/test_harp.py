@@ -1,0 +1,345 @@
+"""HARP's pure parts on small fixed tables: similarity, selection and groups, degree selection,
+the argmax within limits, the guard, relaxation, probing and the optimizer as a whole."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from stork.dataset.chunks import Params, SizeClass
+from stork.errors import ConfigError
+from stork.optimizers import (
+    OPTIMIZERS,
+    DatasetDescription,
+    Decision,
+    Limits,
+    Probe,
+    ProbeResult,
+    get,
+)
+from stork.optimizers.harp import (
+    HarpOptimizer,
+    HarpSettings,
+    _Model,
+    first_probe,
+    probe_weights,
+    share_concurrency,
+)
+from stork.optimizers.similarity import PAPER_WEIGHTS, Group, features, select, similarity
+from stork.optimizers.surfaces import (
+    Surface,
+    fit_surface,
+    integer_best,
+    maximize,
+    monomials,
+    predict,
+    relax,
+    to_u,
+)
+from stork.translog import FAILED, TransferRecord
+
+LEVELS = (1, 2, 4, 8, 16, 32)
+GRID = list(itertools.product(LEVELS, LEVELS, LEVELS))
+U = np.log2(np.array(GRID, dtype=float))
+
+
+def bump(cc: float, p: float, pp: float, *, at: tuple[float, float, float] = (16, 4, 2),
+         top: float = 1000.0) -> float:
+    """A throughput surface that is exactly quadratic in log2 (cc, p, pp), peaking at `at`."""
+    d = np.log2([cc, p, pp]) - np.log2(at)
+    return float(top * (1 - 0.02 * d[0] ** 2 - 0.015 * d[1] ** 2 - 0.005 * d[2] ** 2))
+
+
+def record(cc: int, p: int, pp: int, mbps: float, *, size: float = 3e6, count: int = 1000,
+           rtt: float | None = 0.04, origin: str = "t.csv", outcome: str = "completed"
+           ) -> TransferRecord:
+    return TransferRecord(time=0.0, src_host="a", dest_host="b", rtt_s=rtt,
+                          bandwidth_bps=1e10, buffer_bytes=32 << 20, file_size_bytes=size,
+                          file_count=count, cc=cc, p=p, pp=pp, fast=False,
+                          bytes_moved=round(size * count), duration_s=1.0,
+                          throughput_mbps=mbps, outcome=outcome, origin=origin)
+
+
+def sweep(at: tuple[float, float, float], top: float = 1000.0, **kw: object
+          ) -> list[TransferRecord]:
+    return [record(cc, p, pp, bump(cc, p, pp, at=at, top=top), **kw)
+            for cc, p, pp in GRID]
+
+
+def small_dataset(rtt: float | None = 0.04) -> DatasetDescription:
+    return DatasetDescription.of(3e6, 1000, rtt_s=rtt, bandwidth_bps=1e10,
+                                 buffer_bytes=32 << 20, src_host="a", dest_host="b")
+
+
+GRID_LIMITS = Limits(values=LEVELS)
+
+
+# -- similarity --------------------------------------------------------------------------------
+
+def test_similarity_is_one_for_equal_features_and_falls_with_distance() -> None:
+    q = features(0.04, 1e10, 32 << 20, SizeClass.SMALL, 3e6, 1000)
+    rows = np.array([
+        features(0.04, 1e10, 32 << 20, SizeClass.SMALL, 3e6, 1000),
+        features(0.04, 1e10, 32 << 20, SizeClass.SMALL, 5e6, 1000),
+        features(0.04, 1e10, 32 << 20, SizeClass.SMALL, 25e6, 1000),
+        features(0.04, 1e10, 32 << 20, SizeClass.LARGE, 3e9, 1000),
+    ])
+    sims = similarity(q, rows)
+    assert sims[0] == pytest.approx(1.0)
+    assert 1.0 > sims[1] > sims[2] > sims[3]
+
+
+def test_similarity_is_the_weighted_mean_of_feature_cosines() -> None:
+    q = np.array([0.5, 0.5, 0.5, 0.0, 0.5, 0.0])
+    row = q.copy()
+    row[5] = 1.0  # file count at the other end of its scale: cos(pi/2) = 0
+    total = sum(w * w for w in PAPER_WEIGHTS)
+    assert similarity(q, row[None, :])[0] == pytest.approx((total - 1.0) / total)
+    row[3] = 0.5  # and a size class one step away: cos(pi/4), weight 10
+    expected = (total - 1.0 - 100 * (1 - math.cos(math.pi / 4))) / total
+    assert similarity(q, row[None, :])[0] == pytest.approx(expected)
+
+
+def test_an_unknown_feature_counts_for_neither_side() -> None:
+    q = features(None, 1e10, 32 << 20, SizeClass.SMALL, 3e6, 1000)
+    assert np.isnan(q[1]) and np.isnan(q[2])  # no RTT: no RTT and no BDP/buffer
+    row = features(0.5, 1e10, 32 << 20, SizeClass.SMALL, 3e6, 1000)
+    assert similarity(q, row[None, :])[0] == pytest.approx(1.0)
+
+
+# -- selection and groups ----------------------------------------------------------------------
+
+def test_selection_takes_the_nearest_datasets_until_enough_rows() -> None:
+    near = sweep((16, 1, 8), size=3e6, origin="near.csv")
+    middle = sweep((16, 4, 2), size=20e6, origin="middle.csv")
+    far = sweep((4, 32, 1), size=3e9, count=10, origin="far.csv")
+    q = features(0.04, 1e10, 32 << 20, SizeClass.SMALL, 3.1e6, 1000)
+    one = select(far + middle + near, q, min_rows=200)
+    assert [g.label.split("(")[1].split(")")[0] for g in one.groups] == ["near.csv"]
+    assert one.rows == 216 and one.datasets == 1
+    two = select(far + middle + near, q, min_rows=300)
+    assert {g.label.split("(")[1].split(")")[0] for g in two.groups} == {"near.csv",
+                                                                        "middle.csv"}
+    # the paper's rule: from 0.99 down; here everything small is above 0.99 at once
+    paper = select(far + middle + near, q, min_rows=200, threshold=0.99)
+    assert paper.threshold == 0.99 and paper.datasets == 2
+
+
+def test_failed_records_are_not_history() -> None:
+    rows = [record(1, 1, 1, 500.0, outcome=FAILED)]
+    assert select(rows, features(0.04, 1e10, 32 << 20, SizeClass.SMALL, 3e6, 1000)).groups == ()
+
+
+def test_passes_split_where_a_cell_comes_again_and_small_ones_are_pooled() -> None:
+    light = sweep((16, 4, 2), top=1000.0)
+    heavy = sweep((4, 16, 2), top=400.0)
+    chunks = [record(8, 2, 4, 700.0), record(8, 2, 1, 650.0), record(32, 1, 4, 800.0)]
+    q = features(0.04, 1e10, 32 << 20, SizeClass.SMALL, 3e6, 1000)
+    groups = select(light + heavy + chunks, q, min_cells=20).groups
+    assert [g.label.rsplit(" ", 2)[-2:] for g in groups] == [["pass", "2/3"], ["pass", "1/3"],
+                                                              ["(t.csv)", "pooled"]]
+    latest, first, pooled = groups
+    assert len(latest.cells) == len(first.cells) == 216 and len(pooled.cells) == 3
+    assert latest.mbps.max() == pytest.approx(400.0)  # the latest pass comes first
+    assert first.mbps.max() == pytest.approx(1000.0)
+    assert pooled.rows == 3
+
+
+# -- surfaces: degree selection, argmax, relaxation --------------------------------------------
+
+def test_degree_two_for_a_quadratic_surface() -> None:
+    y = np.array([bump(*c) for c in GRID])
+    surface, why = fit_surface(U, y)
+    assert surface is not None and surface.degree == 2, why
+    assert surface.cv_r2 == pytest.approx(1.0)
+    assert surface.predict(U) == pytest.approx(y)
+
+
+def test_degree_three_for_a_cubic_with_noise() -> None:
+    rng = np.random.default_rng(1)
+    cc, p, pp = U.T
+    y = 500 + 40 * cc ** 3 - 150 * cc ** 2 + 30 * p + 5 * cc * p * pp
+    noisy = y * (1 + rng.normal(0, 0.01, len(y)))
+    surface, why = fit_surface(U, noisy)
+    assert surface is not None and surface.degree == 3, why
+
+
+def test_noise_fails_the_goodness_of_fit_gate() -> None:
+    rng = np.random.default_rng(2)
+    surface, why = fit_surface(U, rng.uniform(100, 1000, len(U)))
+    assert surface is None
+    assert "R^2" in why and "< 0.6" in why
+
+
+def test_too_few_cells_for_any_degree() -> None:
+    surface, why = fit_surface(U[:8], np.arange(8.0))
+    assert surface is None and "too few" in why
+
+
+def test_argmax_stays_inside_the_box_and_the_streams_limit() -> None:
+    # throughput rising in cc and p without end: the limits decide
+    coef = np.zeros(len(monomials(np.zeros((1, 3)))[0]))
+    coef[0], coef[1], coef[2] = 100.0, 50.0, 40.0  # 100 + 50 u_cc + 40 u_p
+    lower, upper = np.zeros(3), np.full(3, 5.0)
+    u, value = maximize(coef, lower, upper, math.log2(64), [np.zeros(3)])
+    assert u[0] + u[1] <= 6 + 1e-6 and u[0] == pytest.approx(5.0, abs=1e-6)
+    assert value == pytest.approx(100 + 50 * 5 + 40 * 1, rel=1e-6)
+    limits = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=64, values=LEVELS)
+    params, _ = integer_best(coef, u, limits, upper)
+    assert params == Params(32, 2, 1) or params.cc * params.p <= 64
+    assert limits.admits(params)
+
+
+def test_argmax_finds_an_interior_peak_in_whole_numbers() -> None:
+    y = np.array([bump(*c, at=(8, 4, 2)) for c in GRID])
+    surface, _ = fit_surface(U, y)
+    assert surface is not None
+    u, _ = maximize(surface.coef, np.zeros(3), np.full(3, 5.0), 10.0, [np.full(3, 2.5)])
+    assert 2 ** u == pytest.approx([8, 4, 2], rel=1e-3)
+    params, value = integer_best(surface.coef, u, Limits(), np.full(3, 5.0))
+    assert params == Params(8, 4, 2) and value == pytest.approx(1000.0)
+
+
+def test_relaxation_drops_what_barely_helps() -> None:
+    # pipelining worth 1% at most, streams worth a lot up to p = 8
+    def f(cc: int, p: int, pp: int) -> float:
+        return 1000 - 50 * (math.log2(p) - 3) ** 2 - 2 * (math.log2(pp) - 5) ** 2 - (
+            10 * (math.log2(cc) - 5) ** 2)
+    surface, _ = fit_surface(U, np.array([f(*c) for c in GRID]))
+    assert surface is not None
+    relaxed, value = relax(surface.coef, Params(32, 8, 32), GRID_LIMITS, 0.95)
+    # 64 streams is the fewest within 5% (cc 8 costs 4%), and then pp 8 (1%; pp 1 costs 5%)
+    assert relaxed == Params(8, 8, 8)
+    assert value >= 0.95 * float(surface.predict(to_u(Params(32, 8, 32))[None, :])[0])
+    # a surface that must agree, and loses 40% at cc = 8, keeps cc at 32
+    steep = np.zeros_like(surface.coef)
+    steep[1] = 300.0  # 300 * u_cc
+    kept, _ = relax(surface.coef, Params(32, 8, 32), GRID_LIMITS, 0.94, [steep])
+    assert kept == Params(32, 4, 8)
+
+
+# -- probing and the guard ---------------------------------------------------------------------
+
+def _surface(at: tuple[float, float, float], top: float) -> Surface:
+    s, _ = fit_surface(U, np.array([bump(*c, at=at, top=top) for c in GRID]))
+    assert s is not None
+    return s
+
+
+def test_probe_weights_favour_the_surface_that_predicted_the_probe() -> None:
+    light, heavy = _surface((16, 4, 2), 1000.0), _surface((4, 16, 2), 400.0)
+    point = to_u(Params(8, 8, 2))[None, :]
+    measured = np.array([bump(8, 8, 2, at=(4, 16, 2), top=400.0)])
+    weights, scales, errors = probe_weights([light, heavy], point, measured, 0.1, (0.25, 4.0))
+    assert errors[1] == pytest.approx(0.0, abs=1e-9) and errors[0] > 0.5
+    assert weights[1] > weights[0]
+    assert scales[1] == pytest.approx(1.0)
+
+
+def test_the_guard_refuses_a_maximum_nothing_observed() -> None:
+    group = Group("g", 1.0, U, np.array([bump(*c) for c in GRID]), len(GRID))
+    wild = _surface((16, 4, 2), 1000.0).coef.copy()
+    wild[1] += 2000.0  # + 2000 u_cc: promises 11,000 Mbit/s at cc = 32
+    model = _Model(group, Surface(wild, 2, 0.9, 0.05))
+    choice = HarpOptimizer()._choose([model], [], GRID_LIMITS)
+    assert any("guard" in n for n in choice.notes)
+    assert choice.predicted_mbps <= 1000.0 + 1e-6  # never above what was observed
+    assert GRID_LIMITS.admits(choice.params)
+
+
+# -- the optimizer -----------------------------------------------------------------------------
+
+def _probe_from(at: tuple[float, float, float], top: float, log: list[Params]) -> Probe:
+    def probe(params: Params, size_bytes: int) -> ProbeResult:
+        log.append(params)
+        return ProbeResult(params, bump(params.cc, params.p, params.pp, at=at, top=top),
+                           size_bytes, 1.0, 2)
+    return probe
+
+
+def test_harp_follows_the_history_that_matches_the_probes() -> None:
+    history = sweep((16, 4, 2), top=1000.0) + sweep((4, 16, 2), top=400.0)
+    probed: list[Params] = []
+    decision = HarpOptimizer().optimize(history, small_dataset(), GRID_LIMITS,
+                                        _probe_from((4, 16, 2), 400.0, probed))
+    assert isinstance(decision, Decision) and decision.optimizer == "harp"
+    assert 1 <= len(decision.probes) <= 3 and [r.params for r in decision.probes] == probed
+    best = bump(4, 16, 2, at=(4, 16, 2), top=400.0)
+    got = bump(decision.params.cc, decision.params.p, decision.params.pp, at=(4, 16, 2),
+               top=400.0)
+    assert got >= 0.9 * best, decision.reason
+    assert decision.predicted_mbps is not None and decision.predicted_mbps <= 1000.0
+    assert decision.unit_mbps is not None and decision.unit_mbps >= 0
+    assert GRID_LIMITS.admits(decision.params)
+
+
+def test_harp_without_history_probes_the_heuristic() -> None:
+    probed: list[Params] = []
+    decision = HarpOptimizer().optimize([], small_dataset(), GRID_LIMITS,
+                                        _probe_from((8, 1, 8), 900.0, probed))
+    assert probed == [first_probe(small_dataset(), GRID_LIMITS)] == [decision.params]
+    assert "no usable history" in decision.reason
+
+
+def test_harp_uses_at_most_its_probes() -> None:
+    history = sweep((16, 4, 2), top=1000.0)
+    for n in (1, 2, 3):
+        probed: list[Params] = []
+        HarpOptimizer(HarpSettings(max_probes=n)).optimize(
+            history, small_dataset(), GRID_LIMITS, _probe_from((2, 32, 1), 300.0, probed))
+        assert 1 <= len(probed) <= n
+
+
+def test_retune_when_the_achieved_rate_leaves_the_band() -> None:
+    d = Decision("harp", Params(8, 2, 4), 1000.0, (800.0, 1200.0), (), "x")
+    harp = HarpOptimizer()
+    assert not harp.retune(d, 1000.0) and not harp.retune(d, 800.0)
+    assert harp.retune(d, 700.0) and harp.retune(d, 1300.0)
+    assert not harp.retune(Decision("x", Params(1, 1, 1), None, None, (), ""), 1.0)
+
+
+def test_share_concurrency_follows_algorithm_1() -> None:
+    # two chunks, same bytes; the one slower per channel gets more of maxCC = 16
+    assert share_concurrency([(1e9, 16, 100.0), (1e9, 4, 300.0)]) == [12, 4]
+    assert share_concurrency([(1e9, 2, 100.0)]) == [2]
+    assert share_concurrency([(1.0, 8, 100.0), (1e12, 8, 100.0)]) == [1, 7]
+    assert share_concurrency([]) == []
+
+
+# -- the interface -----------------------------------------------------------------------------
+
+def test_limits_nearest_and_streams() -> None:
+    limits = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=64, values=LEVELS)
+    assert limits.nearest(Params(11, 3, 100)) == Params(8, 4, 32)
+    assert limits.nearest(Params(32, 32, 1)) == Params(8, 8, 1)  # the larger comes down
+    assert limits.nearest(Params(1, 32, 1)) == Params(1, 32, 1)
+    free = Limits(max_cc=10, max_p=10, max_pp=4, max_streams=40)
+    assert free.nearest(Params(7, 7, 9)) == Params(6, 6, 4)
+    assert free.admits(Params(6, 6, 4)) and not free.admits(Params(7, 7, 4))
+    with pytest.raises(ConfigError):
+        Limits(max_cc=0)
+
+
+def test_dataset_description_size_class() -> None:
+    assert small_dataset().size_class is SizeClass.SMALL  # 3 MB < BDP 50 MB
+    big = DatasetDescription.of(3e9, 8, rtt_s=0.04, bandwidth_bps=1e10)
+    assert big.size_class is SizeClass.LARGE and big.total_bytes == 24_000_000_000
+    assert DatasetDescription.of(3e9, 8).size_class is SizeClass.MEDIUM  # no path known
+
+
+def test_registry() -> None:
+    assert isinstance(get("HARP"), HarpOptimizer) and "harp" in OPTIMIZERS
+    with pytest.raises(ConfigError, match="unknown optimizer 'nope': known are harp"):
+        get("nope")
+
+
+def test_probe_bytes_are_about_two_seconds_of_the_link() -> None:
+    harp = HarpOptimizer()
+    d = DatasetDescription.of(3e6, 100_000, rtt_s=0.04, bandwidth_bps=1e10)
+    assert harp.probe_bytes(d) == int(2 * 1e10 / 8)
+    tiny = DatasetDescription.of(3e6, 10, rtt_s=0.04, bandwidth_bps=1e10)
+    assert harp.probe_bytes(tiny) == int(3e7 * 0.25)  # at most a quarter of the dataset
+    assert predict(np.zeros(35), np.zeros((2, 3))).tolist() == [0.0, 0.0]
