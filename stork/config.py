@@ -90,6 +90,11 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+# The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
+# reading the configuration or a submit file does not import scikit-learn.
+OPTIMIZER_NAMES = ("harp",)
+
+
 def _parse_size_knob(text: str) -> int:
     from stork.transfer.options import parse_size
 
@@ -235,6 +240,9 @@ KNOBS: tuple[Knob, ...] = (
          "The globus-url-copy executable."),
     Knob("EOS_SAMPLER", "eos_sampler", "gridftp", _parse_choice("gridftp", "iperf3"), LIVE,
          "How the EOS measures a stream count: gridftp (a slice of the real file) or iperf3."),
+    Knob("EOS_OPTIMIZER", "eos_optimizer", "harp", _parse_choice(*OPTIMIZER_NAMES), LIVE,
+         "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
+         "may name one instead: optimization = \"harp\")."),
     Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling"), LIVE,
          "Where samples go: guided (1, 4, 16 then the fitted optimum) or doubling (Algorithm 2)."),
     Knob("EOS_MAX_STREAMS", "eos_max_streams", "64", _parse_int_min(1), LIVE,
@@ -337,6 +345,7 @@ class Settings:
     globus_url_copy: str
     progress_interval_s: float
     eos_sampler: str
+    eos_optimizer: str
     eos_sampling: str
     eos_max_streams: int
     eos_max_samples: int

@@ -38,6 +38,7 @@ class JobSpec:
     dest_url: str
     arguments: str = ""
     optimization: bool = False
+    optimizer: str | None = None  # named in `optimization`; None: EOS_OPTIMIZER (datasets)
     use_history: bool = False
     stork_server: str | None = None
     opt_server: str | None = None

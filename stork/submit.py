@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import classad2
 
+from stork.config import OPTIMIZER_NAMES
 from stork.dataset.base import parse_dir_url
 from stork.dataset.expand import LISTERS, is_dataset
 from stork.errors import ArgumentsError, SubmitError, SubmitProblem
@@ -316,6 +317,19 @@ def _yes_no(ad: classad2.ClassAd, attr: str) -> bool:
     raise _Invalid(attr, f'must be "YES" or "NO", got {value!r}')
 
 
+def _optimization(ad: classad2.ClassAd) -> tuple[bool, str | None]:
+    """`optimization`: "YES" or "NO", or the name of an optimizer of (cc, p, pp)."""
+    value = _value(ad, "optimization")
+    if isinstance(value, str) and value.strip().lower() in OPTIMIZER_NAMES:
+        return True, value.strip().lower()
+    try:
+        return _yes_no(ad, "optimization"), None
+    except _Invalid:
+        raise _Invalid("optimization", f'must be "YES" or "NO", or name an optimizer of '
+                                       f'datasets ({", ".join(OPTIMIZER_NAMES)}); got '
+                                       f'{value!r}') from None
+
+
 def _non_negative_int(ad: classad2.ClassAd, attr: str) -> int:
     value = _value(ad, attr)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -427,9 +441,13 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
             fields["arguments"] = parse_arguments(arguments).to_arguments()
         except ArgumentsError as exc:
             raise _Invalid("arguments", str(exc)) from None
-    for attr in ("optimization", "use_history", "verify_checksum"):
+    for attr in ("use_history", "verify_checksum"):
         if has(attr):
             fields[attr] = _yes_no(ad, attr)
+    if has("optimization"):
+        fields["optimization"], optimizer = _optimization(ad)
+        if optimizer is not None:
+            fields["optimizer"] = optimizer
     for attr in ("stork_server", "opt_server", "x509proxy"):
         if has(attr):
             fields[attr] = _string(ad, attr)
@@ -447,13 +465,12 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
         fields["size_bytes"] = size
 
     dataset = dap_type is DapType.TRANSFER and is_dataset(urls["src_url"], fields.get("url_list"))
-    if dataset:
-        if fields.get("optimization"):
-            raise _Invalid("optimization", "the EOS tunes single files; for a dataset give "
-                                           "-cc, -p and -pp in arguments, or leave them to the "
-                                           "defaults per size class")
-        if "size_bytes" in fields:
-            raise _Invalid("size", "is for one file; a dataset's sizes come from its listing")
+    if fields.get("optimizer") and not dataset:
+        raise _Invalid("optimization", f"{fields['optimizer']} tunes datasets (cc, p, pp); a "
+                                       "single file takes optimization = \"YES\" (the EOS "
+                                       "chooses its streams)")
+    if dataset and "size_bytes" in fields:
+        raise _Invalid("size", "is for one file; a dataset's sizes come from its listing")
     if dap_type is DapType.TRANSFER and schemes:
         if registry.find(schemes["src_url"], schemes["dest_url"]) is None:
             raise _Invalid("dest_url", f"no transfer module handles "

@@ -253,3 +253,30 @@ def test_two_sources_to_one_destination_in_a_url_list_is_refused(
     assert result.returncode != 0
     assert f"{pairs}:2" in result.stderr and "two sources go to one destination" in result.stderr
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_a_harp_dataset_probes_with_its_own_files_and_sends_each_once(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = gridftp_root / "ds-harp"
+    made = make_tree(src, 120, 50_000)
+    out = tmp_path / "out"
+    [job_id] = stork.submit(f"""[ dap_type = transfer; optimization = "harp";
+      src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
+    job = stork.wait_state(job_id, timeout_s=120)
+    assert job["state"] == "COMPLETED", job
+    assert_same(made, out)
+    [(key, info)] = [(k, v) for k, v in job["result"].items() if k.startswith("optimizer_")]
+    assert info["optimizer"] == "harp" and info["probes"] and "params" in info
+    assert info["achieved_mbps"] > 0
+    files = files_of(stork, job_id)
+    assert all(f["attempts"] == 1 for f in files)  # probed files were not sent again
+    assert any("probe" in f["chunk"] for f in files)
+    rows = stork.api("GET", "/v1/transfers").json()["transfers"]
+    assert sum(r["file_count"] for r in rows) == 120
+
+
+def test_optimizer_names_read_without_scikit_learn_match_the_registry() -> None:
+    from stork.config import OPTIMIZER_NAMES
+    from stork.optimizers import OPTIMIZERS
+
+    assert set(OPTIMIZER_NAMES) == set(OPTIMIZERS)

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote
 
 from stork.config import Settings
@@ -61,6 +61,9 @@ from stork.transfer.base import TransferRequest
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
+
+if TYPE_CHECKING:
+    from stork.server.tuning import Tuning
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +150,7 @@ class DatasetRun:
         self._on_exit = on_exit
         self.clock = clock
         self._sharing = sharing or (lambda src, dest: 0)
-        self._rtt_s: float | None = None
+        self.rtt_s: float | None = None
         self._running_chunks = 0  # chunks of this pass running now (they share the path)
         self.start_time = time.monotonic()
         self.pid: int | None = None
@@ -231,7 +234,7 @@ class DatasetRun:
         if not rows:
             return outcome
         opts = spec.options
-        rtt = self._rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
+        rtt = self.rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
         bdp = self.settings.link_mbps * 1e6 / 8 * rtt
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
                              cc=opts.concurrency, p=opts.streams, pp=opts.pipelining)
@@ -263,44 +266,74 @@ class DatasetRun:
                 self._running_chunks -= 1
 
     def _chunk(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
+        """The chunk's files, batch after batch; with an optimizer, its probes (real files
+        of the chunk) come first, and it is asked again when a batch leaves its band."""
         sizes = {i: rows[i].size_bytes for i in chunk.indexes}
+        queue = list(chunk.indexes)
         params = chunk.params
-        label = chunk.label()
-        for batch in batches(chunk.indexes, sizes, params.cc):
-            if self.stopped():
-                return
-            self.store.start_files(self.job.id, self.attempt_no, batch, label)
-            urls = {i: file_urls(rows[i].src_url, rows[i].dest_url, self.job.spec.alt_protocols,
-                                 rows[i].attempts + 1) for i in batch}
-            listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL]
-            code = 1
-            began, began_wall = time.monotonic(), self.clock()
-            sharing = self._sharing(*urls[batch[0]]) + self._running_chunks - 1
-            if listed:
-                argv = self.module.list_command(
-                    cc=params.cc, p=params.p, pipelining=params.pipelining,
-                    fast=self.settings.dataset_fast,
-                    verify_checksum=self.job.spec.verify_checksum,
-                    tcp_buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
-                    block_size_bytes=self.job.spec.options.block_size_bytes)
-                code, _ = self._run_child(argv, list_input([urls[i] for i in listed]))
-            if self.stopped():
-                self._release(batch)
-                return
-            results = self._check(batch, rows, urls, code == 0 and len(listed) == len(batch),
-                                  params.p)
-            if self.stopped():  # stopped during a file sent alone
-                done = {r.index for r in results if r.state is FileState.DONE}
-                self._release([i for i in batch if i not in done])
-                results = [r for r in results if r.index in done]
-            self._commit(results)
-            self._log_batch(batch, rows, urls, results, params, began_wall,
-                            time.monotonic() - began, sharing)
+        tuning = self._tuning(chunk, rows, queue)
+        if tuning is not None:
+            params = tuning.decide(params)
+        while queue and not self.stopped():
+            batch = batches(queue, sizes, params.cc)[0]
+            del queue[:len(batch)]
+            achieved = self.run_batch(batch, rows, params, chunk.size_class.value)
+            if tuning is not None and achieved is not None:
+                params = tuning.after_batch(params, achieved)
+        if tuning is not None:
+            tuning.record()
+
+    def _tuning(self, chunk: Chunk, rows: dict[int, DatasetFileRow],
+                queue: list[int]) -> Tuning | None:
+        """The chunk's optimizer, when the job asks for one (`optimization`). Imported
+        here: the optimizers load scikit-learn, which only datasets that ask need."""
+        if not self.job.spec.optimization:
+            return None
+        from stork.server.tuning import Tuning
+
+        return Tuning.start(self, chunk, rows, queue)
+
+    def run_batch(self, batch: list[int], rows: dict[int, DatasetFileRow], params: Params,
+                   what: str) -> float | None:
+        """One globus-url-copy run over `batch`, its files checked (those not right sent
+        again alone) and committed, and its row in the transfer log. Returns the batch's
+        throughput in Mbit/s (None when it was stopped)."""
+        label = f"{what} {params.label()}"
+        self.store.start_files(self.job.id, self.attempt_no, batch, label)
+        urls = {i: file_urls(rows[i].src_url, rows[i].dest_url, self.job.spec.alt_protocols,
+                             rows[i].attempts + 1) for i in batch}
+        listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL]
+        code = 1
+        began, began_wall = time.monotonic(), self.clock()
+        sharing = self._sharing(*urls[batch[0]]) + self._running_chunks - 1
+        if listed:
+            argv = self.module.list_command(
+                cc=params.cc, p=params.p, pipelining=params.pipelining,
+                fast=self.settings.dataset_fast,
+                verify_checksum=self.job.spec.verify_checksum,
+                tcp_buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
+                block_size_bytes=self.job.spec.options.block_size_bytes)
+            code, _ = self._run_child(argv, list_input([urls[i] for i in listed]))
+        if self.stopped():
+            self._release(batch)
+            return None
+        results = self._check(batch, rows, urls, code == 0 and len(listed) == len(batch),
+                              params.p)
+        if self.stopped():  # stopped during a file sent alone
+            done = {r.index for r in results if r.state is FileState.DONE}
+            self._release([i for i in batch if i not in done])
+            results = [r for r in results if r.index in done]
+        self._commit(results)
+        duration = time.monotonic() - began
+        moved = self._log_batch(batch, rows, urls, results, params, began_wall, duration,
+                                sharing)
+        return moved * 8 / 1e6 / duration if duration > 0 else 0.0
 
     def _log_batch(self, batch: list[int], rows: dict[int, DatasetFileRow],
                    urls: dict[int, tuple[str, str]], results: list[FileResult], params: Params,
-                   began: float, duration_s: float, sharing: int) -> None:
-        """One batch's run into the transfer log (what optimizers learn from)."""
+                   began: float, duration_s: float, sharing: int) -> int:
+        """One batch's run into the transfer log (what optimizers learn from); returns the
+        bytes of the batch's files that are done."""
         done = [r for r in results if r.state is FileState.DONE]
         moved = sum(r.bytes_done for r in done)
         known = [size for i in batch if (size := rows[i].size_bytes) is not None]
@@ -308,7 +341,7 @@ class DatasetRun:
         src, dest = urls[batch[0]]
         record = TransferRecord(
             time=began, src_host=parse_url(src).host or "localhost",
-            dest_host=parse_url(dest).host or "localhost", rtt_s=self._rtt_s,
+            dest_host=parse_url(dest).host or "localhost", rtt_s=self.rtt_s,
             bandwidth_bps=self.settings.link_mbps * 1e6,
             buffer_bytes=self.job.spec.options.tcp_buffer_bytes, file_size_bytes=float(mean),
             file_count=len(batch), cc=params.cc, p=params.p, pp=params.pp,
@@ -320,6 +353,7 @@ class DatasetRun:
             self.store.add_transfers([record])
         except Exception:
             log.exception("job %d: cannot add a batch to the transfer log", self.job.id)
+        return moved
 
     def _run_child(self, argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
         """Run one child to its end: (exit status, the tail of its stderr)."""
@@ -445,3 +479,4 @@ class DatasetRun:
         elapsed = max(time.monotonic() - self.start_time, 1e-6)
         rate = round(self._moved * 8 / 1e6 / elapsed, 3)
         self.store.finish_files(self.job.id, self.attempt_no, results, rate_mbps=rate)
+
