@@ -13,8 +13,9 @@ docs/OPTIMIZERS.md):
    whole numbers. Guard: a maximum above `guard` times the best throughput observed (the
    groups' best cells, scaled to the probes, and the probes) is not believed, the groups'
    best measured cell is taken instead; no prediction is above what was observed. Then the
-   relaxation: the fewest streams (then the least pipelining) that the weighted surface and
-   every heavy surface predict within `relax` of the maximum.
+   relaxation: the fewest streams (then the least pipelining) that the weighted surface
+   predicts within `relax` of the maximum (`agree_weight` makes every heavy surface agree
+   too: measured, it keeps more streams for no gain).
 4. Real-time probing: the choice is probed on real files of the dataset (the first choice,
    before any probe, weighs every similar group alike; `first_probe="heuristic"` probes the
    size class's heuristic parameters first, as the paper does). Each probe re-weighs the
@@ -81,7 +82,9 @@ class HarpSettings:
     scale_range: tuple[float, float] = (0.25, 4.0)
     guard: float = 1.25  # believe no prediction above this times the best observed
     relax: float = 0.95
-    agree_weight: float = 0.5  # surfaces weighing this share of the heaviest must agree
+    # None: relax on the weighted surface (the paper); a share: the surfaces weighing at least
+    # that share of the heaviest must each agree too
+    agree_weight: float | None = None
     confirm: bool = False  # a probe inside the predicted band ends the probing
     band: float = 0.15  # least half-width of the predicted band, relative
     max_probes: int = 3
@@ -216,8 +219,9 @@ class HarpOptimizer(Optimizer):
             params, value = self._best_observed(models, coef, limits)
             notes.append(f"guard: the surfaces promised more than {s.guard} x the best "
                          f"observed {observed:.0f} Mbit/s, best measured cell taken")
-        heavy = [c * m.surface.coef for w, c, m in zip(weights, scales, models, strict=True)
-                 if w >= weights.max() * s.agree_weight]
+        heavy = [] if s.agree_weight is None else [
+            c * m.surface.coef for w, c, m in zip(weights, scales, models, strict=True)
+            if w >= weights.max() * s.agree_weight]
         relaxed, relaxed_value = relax(coef, params, limits, s.relax, heavy)
         if relaxed != params:
             notes.append(f"relaxed from {params.label()}")

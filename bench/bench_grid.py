@@ -1,0 +1,438 @@
+"""Optimizers of (cc, p, pp) replayed on measured grids (issue 14, point 4). Not a test.
+
+    .venv/bin/python bench/bench_grid.py [--history FILE...] [--test FILE...]
+        [--optimizer NAME] [--median] [--seeds N] [--scale-rows N] [--json]
+
+Both lists default to every table in ../shared/data/transfer-logs/harp-grids/ (read where they
+lie, never copied). A *dataset* is one FileSize/FileCount group of one route (source host
+and destination host; "Gordon/Oasis" is the host Gordon), over every test table that has
+it; its *cells* are the (cc, p, pp) combinations, with every repeat of each (both Fast
+values: -fast changes the median of a cell by 1% or less on these grids).
+
+For each test dataset the optimizer learns from every history row that is not of that
+dataset (leave one dataset out), and its `probe(params, bytes)` is answered from the held-out
+dataset's measured cell: one repeat drawn at random (real probes are noisy), or the cell's
+median with `--median`. The limits are the grid: cc, p, pp in {1, 2, 4, 8, 16, 32}. The chosen
+cell is judged on the median of its repeats (what the rest of the transfer would get):
+share = median(chosen) / median(best cell). Streams: cc * p of the choice against the fewest
+streams of any cell within 5% of the best.
+
+Baselines in the same run: (1, 1, 1); the best single fixed setting learned from the other
+datasets (the cell whose share of each history dataset's best cell is highest on average);
+Stork's static per-size-class preset (`stork.dataset.chunks.default_params`); the oracle.
+
+Analysis time: the optimizer's time per dataset (the replayed probes take none), and again
+with the history scaled to `--scale-rows` rows (copies of the history tables under other
+names, so they count as other datasets).
+
+Targets (issue 14): mean share >= 0.95 with at most 3 probes; above the best fixed setting
+on every route; streams at most 2 x the fewest within 5% of the best; analysis under 1 s
+with 100,000 history rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stork.dataset.chunks import Params, default_params
+from stork.optimizers import OPTIMIZERS, DatasetDescription, Limits, Optimizer, ProbeResult
+from stork.optimizers.harp import HarpOptimizer, HarpSettings
+from stork.translog import TransferRecord, read_grid_csv
+
+REPO = Path(__file__).resolve().parent.parent
+GRIDS = REPO.parent / "shared" / "data" / "transfer-logs" / "harp-grids"
+LEVELS = (1, 2, 4, 8, 16, 32)
+LIMITS = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=32 * 32, values=LEVELS)
+WITHIN = 0.05  # "within 5% of the best"
+TARGET_SHARE = 0.95
+TARGET_PROBES = 3
+TARGET_STREAMS = 2.0
+TARGET_SECONDS = 1.0
+
+# names the bench knows besides the registry's: variants of HARP, for the comparisons in
+# docs/OPTIMIZERS.md
+VARIANTS: dict[str, Callable[[], Optimizer]] = {
+    "harp-1probe": lambda: HarpOptimizer(HarpSettings(max_probes=1)),
+    "harp-norelax": lambda: HarpOptimizer(HarpSettings(relax=1.0)),
+    "harp-0.99": lambda: HarpOptimizer(HarpSettings(threshold=0.99)),
+    "harp-heuristic": lambda: HarpOptimizer(HarpSettings(first_probe="heuristic")),
+    "harp-confirm": lambda: HarpOptimizer(HarpSettings(confirm=True)),
+    "harp-agree": lambda: HarpOptimizer(HarpSettings(agree_weight=0.5)),
+    # the paper's choices where this implementation differs: threshold 0.99, one probe at the
+    # heuristic parameters, relaxation on the weighted surface alone
+    "harp-paper": lambda: HarpOptimizer(HarpSettings(
+        threshold=0.99, first_probe="heuristic", max_probes=1)),
+}
+
+Cell = tuple[int, int, int]
+DatasetKey = tuple[str, str, float, int]  # source, destination host, file size, file count
+
+
+def dataset_key(r: TransferRecord) -> DatasetKey:
+    return (r.src_host, r.dest_host.split("/")[0], r.file_size_bytes, r.file_count)
+
+
+@dataclass
+class TestSet:
+    key: DatasetKey
+    rows: list[TransferRecord]
+    cells: dict[Cell, list[float]]  # every repeat's Mbit/s, in table order
+    medians: dict[Cell, float]
+
+    @property
+    def route(self) -> str:
+        r = self.rows[0]
+        rtt = f" ({r.rtt_s * 1e3:.0f} ms)" if r.rtt_s else ""
+        return f"{self.key[0]}->{self.key[1]}{rtt}"
+
+    @property
+    def name(self) -> str:
+        size, count = self.key[2], self.key[3]
+        files = "+".join(sorted({Path(r.origin).stem for r in self.rows}))
+        return f"{self.route} {_size(size)} x {count} [{files}]"
+
+    @property
+    def best(self) -> Cell:
+        return max(self.medians, key=lambda c: self.medians[c])
+
+    def share(self, cell: Cell) -> float:
+        return self.medians[cell] / self.medians[self.best]
+
+    def fewest_streams(self) -> int:
+        top = self.medians[self.best]
+        return min(c[0] * c[1] for c, v in self.medians.items() if v >= (1 - WITHIN) * top)
+
+    def description(self) -> DatasetDescription:
+        r = self.rows[0]
+        return DatasetDescription.of(r.file_size_bytes, r.file_count, rtt_s=r.rtt_s,
+                                     bandwidth_bps=r.bandwidth_bps, buffer_bytes=r.buffer_bytes,
+                                     src_host=r.src_host, dest_host=r.dest_host)
+
+
+def _size(size_bytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.4g} {unit}"
+    return f"{size_bytes:.0f} B"
+
+
+def load(paths: Sequence[Path]) -> tuple[list[TransferRecord], list[str]]:
+    records: list[TransferRecord] = []
+    notes = []
+    for path in paths:
+        rows, skipped = read_grid_csv(path)
+        records += rows
+        if skipped:
+            notes.append(f"{path.name}: {len(skipped)} rows skipped "
+                         f"(e.g. line {skipped[0].line}: {skipped[0].reason})")
+    return records, notes
+
+
+def test_sets(records: Sequence[TransferRecord]) -> list[TestSet]:
+    by_key: dict[DatasetKey, list[TransferRecord]] = defaultdict(list)
+    for r in records:
+        by_key[dataset_key(r)].append(r)
+    out = []
+    for key, rows in by_key.items():
+        cells: dict[Cell, list[float]] = defaultdict(list)
+        for r in rows:
+            cells[(r.cc, r.p, r.pp)].append(r.throughput_mbps)
+        medians = {c: statistics.median(v) for c, v in cells.items()}
+        out.append(TestSet(key, rows, dict(cells), medians))
+    return sorted(out, key=lambda t: (t.route, t.key[2]))
+
+
+# -- baselines --------------------------------------------------------------------------------
+
+def best_fixed(history_sets: Sequence[TestSet]) -> Cell:
+    """The cell with the highest mean share of each history dataset's best cell (over the
+    datasets that measured it; a cell measured by fewer than half of them does not count)."""
+    shares: dict[Cell, list[float]] = defaultdict(list)
+    for t in history_sets:
+        top = t.medians[t.best]
+        for cell, value in t.medians.items():
+            shares[cell].append(value / top)
+    enough = max(len(v) for v in shares.values()) / 2
+    return max((c for c, v in shares.items() if len(v) >= enough),
+               key=lambda c: statistics.fmean(shares[c]))
+
+
+def preset(t: TestSet) -> Cell:
+    """Stork's static per-size-class parameters (stork.dataset.chunks), on the grid."""
+    d = t.description()
+    p = LIMITS.nearest(default_params(d.size_class, d.avg_file_bytes,
+                                      d.bdp_bytes or d.avg_file_bytes))
+    return (p.cc, p.p, p.pp)
+
+
+# -- one replay -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    """One optimization of one held-out dataset."""
+
+    params: Cell
+    share: float  # median of the chosen cell / median of the best cell
+    probes: int
+    probed: tuple[tuple[Cell, float], ...]  # (cell, Mbit/s the probe answered)
+    predicted_mbps: float | None
+    achieved_mbps: float  # the chosen cell's median
+    seconds: float  # in the optimizer (the replayed probes take none)
+    reason: str
+
+    @property
+    def streams(self) -> int:
+        return self.params[0] * self.params[1]
+
+
+def replay(optimizer: Optimizer, history: Sequence[TransferRecord], t: TestSet,
+           rng: random.Random | None) -> Run:
+    """Run the optimizer on held-out `t`, probes answered from its cells."""
+    def probe(params: Params, size_bytes: int) -> ProbeResult:
+        cell = (params.cc, params.p, params.pp)
+        mbps = rng.choice(t.cells[cell]) if rng is not None else t.medians[cell]
+        return ProbeResult(params, mbps, size_bytes, size_bytes * 8 / mbps / 1e6,
+                           max(1, round(size_bytes / t.rows[0].file_size_bytes)))
+
+    started = time.perf_counter()
+    decision = optimizer.optimize(history, t.description(), LIMITS, probe)
+    seconds = time.perf_counter() - started
+    cell = (decision.params.cc, decision.params.p, decision.params.pp)
+    return Run(cell, t.share(cell), len(decision.probes),
+               tuple(((r.params.cc, r.params.p, r.params.pp), r.throughput_mbps)
+                     for r in decision.probes),
+               decision.predicted_mbps, t.medians[cell], seconds, decision.reason)
+
+
+def make_optimizer(name: str) -> Optimizer:
+    if name in VARIANTS:
+        return VARIANTS[name]()
+    return OPTIMIZERS[name]()
+
+
+@dataclass(frozen=True)
+class DatasetResult:
+    dataset: str
+    route: str
+    rows: int
+    history_rows: int
+    best: Cell
+    best_mbps: float
+    fewest_streams: int  # of any cell within 5% of the best
+    runs: tuple[Run, ...]
+    baselines: dict[str, tuple[Cell, float]]  # name -> (cell, share)
+
+    @property
+    def share(self) -> float:
+        return statistics.fmean(r.share for r in self.runs)
+
+    @property
+    def probes(self) -> float:
+        return statistics.fmean(r.probes for r in self.runs)
+
+    @property
+    def streams(self) -> float:
+        return statistics.fmean(r.streams for r in self.runs)
+
+    @property
+    def streams_ratio(self) -> float:
+        """The most streams any run used, over the fewest within 5% of the best."""
+        return max(r.streams for r in self.runs) / self.fewest_streams
+
+
+BASELINES = ("1,1,1", "best fixed", "preset", "oracle")
+
+
+def evaluate(history: Sequence[TransferRecord], tests: Sequence[TestSet], name: str,
+             seeds: Sequence[int], median: bool) -> list[DatasetResult]:
+    by_key: dict[DatasetKey, list[TransferRecord]] = defaultdict(list)
+    for r in history:
+        by_key[dataset_key(r)].append(r)
+    history_sets = test_sets(history)
+    results = []
+    for t in tests:
+        held_out = [r for key, rs in by_key.items() if key != t.key for r in rs]
+        fixed = best_fixed([h for h in history_sets if h.key != t.key])
+        runs = tuple(replay(make_optimizer(name), held_out, t,
+                            None if median else random.Random(f"{seed}:{t.name}"))
+                     for seed in seeds)
+        cells = {"1,1,1": (1, 1, 1), "best fixed": fixed, "preset": preset(t),
+                 "oracle": t.best}
+        results.append(DatasetResult(
+            t.name, t.route, len(t.rows), len(held_out), t.best, t.medians[t.best],
+            t.fewest_streams(), runs, {k: (c, t.share(c)) for k, c in cells.items()}))
+    return results
+
+
+@dataclass(frozen=True)
+class Summary:
+    share: float
+    share_min: float
+    probes_mean: float
+    probes_max: int
+    streams_ratio_max: float
+    streams_within_2x: int
+    datasets: int
+    seconds_max: float
+    baselines: dict[str, float]  # mean share
+    routes: dict[str, dict[str, float]]  # route -> optimizer and baselines' mean share
+    targets: dict[str, bool]
+
+
+def summarize(results: Sequence[DatasetResult], name: str,
+              timed: dict[str, float] | None) -> Summary:
+    routes: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        routes[r.route][name].append(r.share)
+        for base, (_, share) in r.baselines.items():
+            routes[r.route][base].append(share)
+    per_route = {route: {k: statistics.fmean(v) for k, v in d.items()}
+                 for route, d in routes.items()}
+    share = statistics.fmean(r.share for r in results)
+    probes_max = max(run.probes for r in results for run in r.runs)
+    ratios = [r.streams_ratio for r in results]
+    targets = {
+        f"mean share >= {TARGET_SHARE} with <= {TARGET_PROBES} probes":
+            share >= TARGET_SHARE and probes_max <= TARGET_PROBES,
+        "above the best fixed setting on every route":
+            all(v[name] > v["best fixed"] for v in per_route.values()),
+        f"streams <= {TARGET_STREAMS:g} x the fewest within 5% on every dataset":
+            max(ratios) <= TARGET_STREAMS,
+    }
+    if timed:
+        targets[f"analysis < {TARGET_SECONDS:g} s with {timed['rows']:,} history rows"] = (
+            timed["seconds_max"] < TARGET_SECONDS)
+    return Summary(
+        share=share, share_min=min(run.share for r in results for run in r.runs),
+        probes_mean=statistics.fmean(r.probes for r in results), probes_max=probes_max,
+        streams_ratio_max=max(ratios),
+        streams_within_2x=sum(x <= TARGET_STREAMS for x in ratios), datasets=len(results),
+        seconds_max=max(run.seconds for r in results for run in r.runs),
+        baselines={b: statistics.fmean(r.baselines[b][1] for r in results) for b in BASELINES},
+        routes=per_route, targets=targets)
+
+
+def scaled_history(history: Sequence[TransferRecord], rows: int) -> list[TransferRecord]:
+    """Copies of the history under other origins (other datasets) up to `rows` rows."""
+    out: list[TransferRecord] = []
+    copy = 0
+    while len(out) < rows:
+        for r in history:
+            out.append(dataclasses.replace(r, origin=f"{r.origin}#{copy}") if copy else r)
+            if len(out) >= rows:
+                break
+        copy += 1
+    return out
+
+
+def timing(history: Sequence[TransferRecord], tests: Sequence[TestSet], name: str,
+           rows: int) -> dict[str, float]:
+    """The optimizer's time on every test dataset with `rows` rows of history."""
+    big = scaled_history(history, rows)
+    times = [replay(make_optimizer(name), big, t, random.Random(0)).seconds for t in tests]
+    return {"rows": len(big), "seconds_max": max(times),
+            "seconds_median": statistics.median(times)}
+
+
+# -- output -----------------------------------------------------------------------------------
+
+def as_json(name: str, median: bool, seeds: Sequence[int], results: Sequence[DatasetResult],
+            summary: Summary, timed: dict[str, float] | None, notes: list[str]
+            ) -> dict[str, object]:
+    return {
+        "optimizer": name, "probes_answered_with": "median" if median else "a random repeat",
+        "seeds": list(seeds),
+        "datasets": [{**dataclasses.asdict(r), "share": r.share, "probes": r.probes,
+                      "streams": r.streams, "streams_ratio": r.streams_ratio}
+                     for r in results],
+        "summary": dataclasses.asdict(summary), "timing": timed, "notes": notes,
+    }
+
+
+def table(name: str, median: bool, seeds: Sequence[int], results: Sequence[DatasetResult],
+          summary: Summary, timed: dict[str, float] | None) -> str:
+    answered = "the cell's median" if median else "one random repeat"
+    out = [f"{name}: probes answered with {answered}, {len(seeds)} replay(s) per dataset", "",
+           (f"| dataset | best cell (Mbit/s) | {name}: share, last choice, probes | streams "
+            "/ fewest within 5% | (1,1,1) | best fixed | preset |"),
+           "|---|---|---|---|---|---|---|"]
+    for r in results:
+        b = r.baselines
+        out.append(
+            f"| {r.dataset} | {_cell(r.best)} ({r.best_mbps:.0f}) | {r.share:.3f} "
+            f"{_cell(r.runs[-1].params)}, {r.probes:.1f} | {r.streams:.0f} / "
+            f"{r.fewest_streams} | {b['1,1,1'][1]:.2f} | {b['best fixed'][1]:.2f} "
+            f"{_cell(b['best fixed'][0])} | {b['preset'][1]:.2f} {_cell(b['preset'][0])} |")
+    out += ["", f"| mean share | {name} | (1,1,1) | best fixed | preset |",
+            "|---|---|---|---|---|"]
+    for route, v in summary.routes.items():
+        out.append(f"| {route} | {v[name]:.3f} | {v['1,1,1']:.3f} | {v['best fixed']:.3f} | "
+                   f"{v['preset']:.3f} |")
+    b = summary.baselines
+    out.append(f"| all {summary.datasets} datasets | {summary.share:.3f} | {b['1,1,1']:.3f} | "
+               f"{b['best fixed']:.3f} | {b['preset']:.3f} |")
+    out += ["", (f"probes: mean {summary.probes_mean:.2f}, max {summary.probes_max}; streams / "
+                 f"fewest within 5%: max {summary.streams_ratio_max:.2f}, within 2x on "
+                 f"{summary.streams_within_2x}/{summary.datasets}; worst single share "
+                 f"{summary.share_min:.3f}; analysis max {summary.seconds_max * 1e3:.0f} ms")]
+    if timed:
+        out.append(f"analysis with {timed['rows']:,} history rows: median "
+                   f"{timed['seconds_median'] * 1e3:.0f} ms, max "
+                   f"{timed['seconds_max'] * 1e3:.0f} ms")
+    out += [f"target {target}: {'met' if ok else 'MISSED'}"
+            for target, ok in summary.targets.items()]
+    return "\n".join(out)
+
+
+def _cell(c: Sequence[int]) -> str:
+    return f"({c[0]},{c[1]},{c[2]})"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    every = sorted(GRIDS.glob("*.csv"))
+    p.add_argument("--history", nargs="+", type=Path, default=every, metavar="FILE")
+    p.add_argument("--test", nargs="+", type=Path, default=every, metavar="FILE")
+    p.add_argument("--optimizer", default="harp", choices=sorted([*OPTIMIZERS, *VARIANTS]))
+    p.add_argument("--median", action="store_true",
+                   help="answer probes with the cell's median instead of a random repeat")
+    p.add_argument("--seeds", type=int, default=5,
+                   help="replays per dataset, each with its own random repeats (default 5)")
+    p.add_argument("--scale-rows", type=int, default=100_000,
+                   help="history rows for the timing run (0: no timing run)")
+    p.add_argument("--json", action="store_true", help="machine-readable results")
+    args = p.parse_args()
+
+    history, notes = load(args.history)
+    test_records, test_notes = load(args.test)
+    tests = test_sets(test_records)
+    seeds = [0] if args.median else list(range(args.seeds))
+    results = evaluate(history, tests, args.optimizer, seeds, args.median)
+    timed = timing(history, tests, args.optimizer, args.scale_rows) if args.scale_rows else None
+    summary = summarize(results, args.optimizer, timed)
+    notes = sorted(set(notes + test_notes))
+    if args.json:
+        json.dump(as_json(args.optimizer, args.median, seeds, results, summary, timed, notes),
+                  sys.stdout, indent=1)
+        print()
+    else:
+        print(table(args.optimizer, args.median, seeds, results, summary, timed))
+        for note in notes:
+            print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
