@@ -19,6 +19,7 @@ by what went wrong:
     +-- EosError: FitError, SamplingError
     +-- SchedError
     +-- DatasetError: DatasetUnreachable (a listing that another try may get through)
+    +-- TransferLogError (a file that is not a transfer log table)
 
 Every error names what was wrong and where; messages are built from typed arguments
 where that helps, so callers do not format them by hand.
@@ -312,3 +313,13 @@ class DatasetError(StorkError):
 class DatasetUnreachable(DatasetError):
     """The server could not be asked, or broke off in the middle of a listing: another
     listing later may succeed."""
+
+
+class TransferLogError(StorkError):
+    """A file that is not a transfer log table at all (no header, missing columns):
+    `stork.translog`."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from stork.dataset.chunks import Params
-from stork.errors import StorkError
+from stork.errors import TransferLogError
 
 COMPLETED: Final = "completed"
 FAILED: Final = "failed"
@@ -69,15 +69,6 @@ MBPS_BELOW: Final = 1e6  # a Bandwidth below this is in Mbit/s, else bit/s
 MIBIT: Final = 2**20 / 1e6  # one Mibit/s in Mbit/s
 UNIT_TOLERANCE: Final = 0.01  # how close Throughput must be to bytes/Duration in one unit
 _MISSING: Final = frozenset({"", "na", "n/a", "nan", "none", "null"})
-
-
-class TransferLogError(StorkError):
-    """A file that is not a transfer log table at all (no header, missing columns)."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
 
 
 @dataclass(frozen=True)

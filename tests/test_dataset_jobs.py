@@ -265,7 +265,7 @@ def test_a_harp_dataset_probes_with_its_own_files_and_sends_each_once(
     job = stork.wait_state(job_id, timeout_s=120)
     assert job["state"] == "COMPLETED", job
     assert_same(made, out)
-    [(key, info)] = [(k, v) for k, v in job["result"].items() if k.startswith("optimizer_")]
+    [info] = [v for k, v in job["result"].items() if k.startswith("optimizer_")]
     assert info["optimizer"] == "harp" and info["probes"] and "params" in info
     assert info["achieved_mbps"] > 0
     files = files_of(stork, job_id)

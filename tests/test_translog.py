@@ -7,11 +7,10 @@ import io
 
 import pytest
 
-from stork.errors import StorkError
+from stork.errors import StorkError, TransferLogError
 from stork.translog import (
     FAILED,
     GRID_COLUMNS,
-    TransferLogError,
     TransferRecord,
     grid_csv_text,
     parse_grid_text,

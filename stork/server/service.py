@@ -27,6 +27,7 @@ from stork.errors import (
     StoreUnavailable,
     SubmitError,
     SubmitProblem,
+    TransferLogError,
 )
 from stork.identity import RunAs
 from stork.job import DapType, FileState, Job, JobSpec, JobState
@@ -44,7 +45,7 @@ from stork.server.estimation import EstimationRunner
 from stork.server.events import write_userlog
 from stork.store.base import JobStore
 from stork.submit import parse_submit
-from stork.translog import TransferLogError, parse_grid_text
+from stork.translog import parse_grid_text
 from stork.urls import parse_url
 from stork.userlog import UserLog
 
