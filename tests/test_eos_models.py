@@ -160,7 +160,7 @@ def test_guided_stops_on_a_flat_path_and_chooses_one_stream() -> None:
     log: list[int] = []
     samples = guided(lambda n: (log.append(n), Sample(n, 900.0 + n * 0.1))[1], n_max=64,
                      tolerance=0.03)
-    assert log == [1, 4]
+    assert log == [1, 4, 16]  # flat only once a far count agrees (1 and 4 can be noise)
     assert decide(samples, 64, 0.03).streams == 1
 
 
