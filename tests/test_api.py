@@ -105,9 +105,9 @@ def test_an_invalid_ad_queues_nothing_from_its_file(stork: StorkServer, tmp_path
     r = stork.api("POST", "/v1/jobs", json={"text": text, "filename": "mixed.dap",
                                             "iwd": str(tmp_path)})
     assert r.status_code == 400
-    assert r.json()["problems"] == [
+    assert r.json()["problems"] == [(
         "mixed.dap:2: ad 2: attribute 'optimization': must be \"YES\" or \"NO\", or name an "
-        "optimizer of datasets (harp); got 3"]
+        "optimizer of datasets (harp); got 3")]
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
 
 
