@@ -244,7 +244,8 @@ KNOBS: tuple[Knob, ...] = (
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
          "may name one instead: optimization = \"harp\")."),
     Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling"), LIVE,
-         "Where samples go: guided (1, 4, 16 then the fitted optimum) or doubling (Algorithm 2)."),
+         "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "
+         "than the fit's error) or doubling (Algorithm 2)."),
     Knob("EOS_MAX_STREAMS", "eos_max_streams", "64", _parse_int_min(1), LIVE,
          "Largest stream count the EOS samples or recommends."),
     Knob("EOS_MAX_SAMPLES", "eos_max_samples", "4", _parse_int_min(3), LIVE,
