@@ -141,3 +141,23 @@ def test_the_history_predicts_the_transfer_time_and_answers_small_ones(tmp_path:
     assert tiny.optimal_streams == sampled.optimal_streams and tiny.sampling_time_s == 0
     assert "the pair's last optimization" in tiny.optimization_reason
     eos.shutdown()
+
+
+def test_use_history_gives_sampling_the_paths_earlier_samples(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "q.db"))
+    now = time.time()
+    src, dest = EstimateRequest(SRC, DEST).hosts()
+    for age, peak in ((30.0, 16.0), (20.0, 32.0)):
+        store.add_history(HistoryEntry(now - age, src, dest, "", "optimization", int(peak),
+                                       100.0, samples=[[1, 10.0], [4, 40.0], [peak, 90.0]]))
+    store.add_history(HistoryEntry(now - 10, src, "elsewhere:2811", "", "optimization", 4, 1.0,
+                                   samples=[[4, 1.0]]))
+    store.add_history(HistoryEntry(now - 10**6, src, dest, "", "optimization", 4, 1.0,
+                                   samples=[[4, 1.0]]))  # older than EOS_HISTORY_TTL
+    eos = service(tmp_path, TimedCurve(0.0), store)
+    runs = eos._path_history(EstimateRequest(SRC, DEST, use_history=True))
+    assert runs is not None
+    assert [[(x.streams, x.mbps) for x in run] for run in runs] == [
+        [(1, 10.0), (4, 40.0), (16, 90.0)], [(1, 10.0), (4, 40.0), (32, 90.0)]]
+    eos.shutdown()
+    store.close()

@@ -41,7 +41,16 @@ from typing import Any
 
 from stork.config import LiveSettings, Settings
 from stork.eos.samplers import InPlaceSampler, Sampler, in_place_refusal, make_sampler
-from stork.eos.sampling import Decision, Measure, Sample, decide, doubling, guided
+from stork.eos.sampling import (
+    HISTORY_RUNS,
+    Decision,
+    History,
+    Measure,
+    Sample,
+    decide,
+    doubling,
+    guided,
+)
 from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail, Source
 from stork.errors import EosError
 from stork.sched import Task, TaskMatrix
@@ -333,18 +342,20 @@ class EosService:
         if budget is not None:
             measure = self._budgeted(measure, budget, taken)
         source, note = Source.SAMPLED, ""
+        path = self._path_history(request) if request.use_history else None
         try:
             if s.eos_sampling == "doubling":
                 samples = doubling(measure, s.eos_max_streams, s.eos_slope_threshold)
             else:
-                samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples)
+                samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples,
+                                 history=path)
         except BudgetSpent as spent:
             samples, source, note = taken, Source.BUDGET, str(spent)
         except BaseException:
             if isinstance(sampler, InPlaceSampler):
                 sampler.abandon()  # the whole file will be sent: leave no holes behind
             raise
-        decision = decide(samples, s.eos_max_streams, s.eos_tolerance)
+        decision = decide(samples, s.eos_max_streams, s.eos_tolerance, history=path)
         elapsed = time.monotonic() - start
         if not note:
             note = f"{len(samples)} samples in {elapsed:.3g} s" + (
@@ -364,6 +375,21 @@ class EosService:
                 samples=[[x.streams, x.mbps, x.setup_s, x.startup_s, x.startup_bytes,
                           x.finish_s] for x in samples]))
         return optimization
+
+    def _path_history(self, request: EstimateRequest) -> History | None:
+        """The samples of the pair's earlier optimizations (oldest first, within
+        EOS_HISTORY_TTL), for `guided` and `decide` to learn the path's shape from (a job
+        with use_history = "YES" whose remembered answer is gone samples with this)."""
+        if self.store is None:
+            return None
+        s = self.settings
+        src, dest = request.hosts()
+        rows = self.store.history(src, dest, symmetric=s.eos_symmetric_pairs,
+                                  kind="optimization", since=self.clock() - s.eos_history_ttl_s,
+                                  limit=HISTORY_RUNS)
+        runs = [[Sample(int(x[0]), float(x[1])) for x in row.samples if len(x) >= 2]
+                for row in reversed(rows)]
+        return [run for run in runs if run] or None
 
     def _placement(self, request: EstimateRequest,
                    sampler: Sampler) -> tuple[bool | None, str, tuple[Range, ...]]:
