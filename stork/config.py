@@ -92,7 +92,7 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
 
 # The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
-OPTIMIZER_NAMES = ("harp",)
+OPTIMIZER_NAMES = ("harp", "eos")
 
 
 def _parse_size_knob(text: str) -> int:

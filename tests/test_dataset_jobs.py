@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import htcondor2
+import pytest
 
 from tests.support import GridFtpServer, StorkServer, wait_for
 
@@ -255,18 +256,20 @@ def test_two_sources_to_one_destination_in_a_url_list_is_refused(
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
 
 
-def test_a_harp_dataset_probes_with_its_own_files_and_sends_each_once(
-        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
-    src = gridftp_root / "ds-harp"
+@pytest.mark.parametrize("optimizer", ["harp", "eos"])
+def test_an_optimized_dataset_probes_with_its_own_files_and_sends_each_once(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path,
+        optimizer: str) -> None:
+    src = gridftp_root / f"ds-{optimizer}"
     made = make_tree(src, 120, 50_000)
     out = tmp_path / "out"
-    [job_id] = stork.submit(f"""[ dap_type = transfer; optimization = "harp";
+    [job_id] = stork.submit(f"""[ dap_type = transfer; optimization = "{optimizer}";
       src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
     job = stork.wait_state(job_id, timeout_s=120)
     assert job["state"] == "COMPLETED", job
     assert_same(made, out)
     [info] = [v for k, v in job["result"].items() if k.startswith("optimizer_")]
-    assert info["optimizer"] == "harp" and info["probes"] and "params" in info
+    assert info["optimizer"] == optimizer and info["probes"] and "params" in info
     assert info["achieved_mbps"] > 0
     files = files_of(stork, job_id)
     assert all(f["attempts"] == 1 for f in files)  # probed files were not sent again

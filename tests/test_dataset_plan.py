@@ -9,6 +9,7 @@ import pytest
 
 from stork.config import load
 from stork.dataset.chunks import (
+    Params,
     SizeClass,
     batches,
     pipelining_flag,
@@ -101,3 +102,23 @@ def test_a_pass_completes_fails_naming_files_or_waits_for_retries() -> None:
     removed = judge_dataset(_job(files_total=3), DatasetFacts(
         dataclasses.replace(outcome, stopped=StopReason.REMOVED), 1, None), SETTINGS, 10.0)
     assert removed.transition is None
+
+
+def test_the_streams_only_eos_probes_streams_with_cc_and_pp_at_one() -> None:
+    from stork.optimizers import get
+    from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
+
+    seen: list[tuple[int, int, int]] = []
+
+    def probe(params: Params, size: int) -> ProbeResult:
+        seen.append((params.cc, params.p, params.pp))
+        mbps = 100 * params.p / (1 + (params.p / 8) ** 2) ** 0.5  # flattens past 8
+        return ProbeResult(params, mbps, size, 1.0, 4)
+
+    decision = get("eos").optimize([], DatasetDescription.of(64 << 20, 20, rtt_s=0.04,
+                                                             bandwidth_bps=2e8),
+                                   Limits(max_p=32), probe)
+    assert {(cc, pp) for cc, _, pp in seen} == {(1, 1)} and len(seen) <= 4
+    assert decision.optimizer == "eos" and decision.params.cc == 1
+    assert decision.params.p in {p for _, p, _ in seen} and decision.params.p >= 8
+    assert len(decision.probes) == len(seen)

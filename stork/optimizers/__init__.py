@@ -14,9 +14,11 @@ from stork.optimizers.base import (
     ProbeResult,
 )
 from stork.optimizers.harp import HarpOptimizer
+from stork.optimizers.streams import StreamsOptimizer
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {
     HarpOptimizer.name: HarpOptimizer,
+    StreamsOptimizer.name: StreamsOptimizer,
 }
 
 
