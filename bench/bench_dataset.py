@@ -1,0 +1,472 @@
+"""Dataset jobs on emulated wide-area links, against one job per file and a (cc, p, pp) sweep.
+
+    .venv/bin/python bench/bench_dataset.py [--profile wan40 --profile lan10]
+        [--only a,b,c,d,ca,store] [--datasets 2000x256K,500x2M,20x64M,mix]
+
+Per link profile (default wan40 and lan10) two sites are built, the datasets are written once
+(seeded, `tests.testbed.dataset`; kept under WORKDIR/datasets for later runs) and moved third
+party from site a to site b by a real stork_server running inside site b (a pass times a
+connect to the source's server as its RTT, which from site a would be its own host), with
+``STORK_LINK_MBPS`` set to the link's rate. Per dataset, the cases:
+
+    a   one transfer job per file, as before datasets (daemon defaults: STORK_MAX_NUM_JOBS
+        --max-num-jobs, 1 stream), on the dataset's first SAMPLE files
+    b   one dataset job with ``arguments = "-cc 1 -p 1 -pp 1"``, on the same SAMPLE files
+    c   one dataset job with no arguments (the defaults per size class), on the whole dataset
+    d   a sweep of --grid over the dataset's first SWEEP files (`tests.testbed.grid`, one run a
+        cell; a cell still running at 1.25 times the best time so far plus 5 s is stopped: it
+        cannot be the best), then the best cell as the ``arguments`` of one dataset job on the
+        whole dataset
+    ca  case c with the daemon inside site a, the placement of the other benchmarks (only for
+        the datasets of --ca-datasets)
+
+The numbers of files (`DATASETS`) keep the whole run near 30 minutes on 2 cores; the slow
+cases (a, b) move a sample. Samples are directories of hard links to a dataset's first
+files. Per run: throughput (bytes over the job's time from submission to its end, the last
+job's end for case a) as a share of the link rate, files/s, seconds, and for case c the
+ratio c/d. Targets: on wan40 the 2,000-file dataset reaches at least 50% of the link with d;
+c reaches at least 70% of d on every dataset. The store figure (case store, no testbed): the
+wall time of stork_submit of a file:// directory of --store-files empty files to a local
+stork_server, and of stork_q over it; targets under 10 s and under 1 s. Needs root,
+/dev/net/tun and `ip netns`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support import StorkServer, wait_for
+from tests.testbed.cli import add_link_options, topologies
+from tests.testbed.dataset import Dataset, plan, problems, write
+from tests.testbed.grid import Cell, GridRow, default_timeout_s, parse_grid, sweep_grid
+from tests.testbed.netns import Testbed, TestbedUnavailable
+from tests.testbed.topology import Link
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A dataset of the benchmark and how many of its first files cases a and b and the
+    sweep move (the whole dataset when that is more than it has)."""
+
+    spec: str
+    a: int
+    b: int
+    sweep: int
+
+
+DATASETS: dict[str, Setup] = {
+    "2000x256K": Setup("2000x256K", 200, 200, 200),
+    "500x2M": Setup("500x2M", 25, 25, 64),
+    "20x64M": Setup("20x64M", 4, 1, 4),
+    "mix": Setup("500x256K,125x2M,5x64M", 50, 50, 100),
+}
+CASES = ("a", "b", "c", "d", "ca")
+CASE_NAMES = {"a": "(a) one job per file", "b": "(b) cc=1 p=1 pp=1", "c": "(c) defaults",
+              "d": "(d) best cell", "ca": "(c) defaults, daemon in site a"}
+DEFAULT_GRID = "cc=8,16 p=1,4 pp=0,1 fast=1"
+DONE_STATES = ("COMPLETED", "FAILED", "REMOVED")
+
+
+@dataclass
+class Run:
+    """One measured case: `done` of `files` files (`bytes_done` bytes) in `seconds`."""
+
+    profile: str
+    dataset: str
+    case: str
+    files: int
+    total_files: int
+    done: int
+    bytes_done: int
+    seconds: float
+    params: str
+    rate_mbps: float
+    note: str = ""
+
+    @property
+    def mbps(self) -> float:
+        return self.bytes_done * 8 / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def share(self) -> float:
+        return self.mbps / self.rate_mbps
+
+    @property
+    def files_per_s(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def moved(self) -> str:
+        whole = "" if self.files == self.total_files else f" (first {self.files})"
+        failed = "" if self.done == self.files else f", {self.files - self.done} not done"
+        return f"{self.done}/{self.total_files}{whole}{failed}"
+
+
+@dataclass
+class Sweep:
+    dataset: str
+    files: int
+    rows: dict[Cell, GridRow] = field(default_factory=dict)
+    stopped: dict[Cell, str] = field(default_factory=dict)  # cell -> why it has no row
+
+    @property
+    def best(self) -> Cell | None:
+        return max(self.rows, key=lambda c: self.rows[c].throughput_mbps, default=None)
+
+
+# --- datasets and samples ------------------------------------------------------------------
+
+def view(source: Path, dataset: Dataset, count: int) -> tuple[Dataset, Path]:
+    """The first `count` files of `dataset` (written in `source`) as a dataset of their own,
+    in a directory of hard links next to it (made once; nothing else in it)."""
+    count = min(count, dataset.count)
+    part = Dataset(dataset.spec, dataset.seed, dataset.sizes[:count])
+    directory = source.parent / "views" / f"{dataset.dirname}-first{count}"
+    have = sorted(os.listdir(directory)) if directory.is_dir() else []
+    if have != part.names() or problems(part, directory):
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        for name in part.names():
+            os.link(source / name, directory / name)
+    return part, directory
+
+
+# --- Stork runs ----------------------------------------------------------------------------
+
+def daemon(bed: Testbed, site: str, link: Link, max_num_jobs: int) -> StorkServer:
+    knobs = {"STORK_MAX_NUM_JOBS": str(max_num_jobs), "STORK_LINK_MBPS": f"{link.rate_mbps:g}"}
+    return StorkServer(bed.workdir / f"stork-{site}-{time.monotonic_ns()}", knobs,
+                       prefix=bed.argv(site, []))
+
+
+def finish(server: StorkServer, ids: list[int], timeout_s: float) -> list[dict[str, Any]]:
+    """Wait for the jobs to end (removing them after `timeout_s`); their summaries."""
+    def ended() -> bool:
+        answer = server.api("GET", "/v1/jobs", params={"columns": "id,state"}).json()
+        at = {column: i for i, column in enumerate(answer["columns"])}
+        states = {row[at["id"]]: row[at["state"]] for row in answer["rows"]}
+        return all(states.get(i) in DONE_STATES for i in ids)
+
+    try:
+        wait_for(ended, timeout_s, 0.5, what="jobs to finish")
+    except TimeoutError:
+        server.cli("stork_rm", *(str(i) for i in ids))
+        wait_for(ended, 120, 0.5, what="removed jobs to stop")
+    return [server.job(i)["job"] for i in ids]
+
+
+def per_file_jobs(server: StorkServer, bed: Testbed, part: Dataset, src: Path, dest: Path,
+                  timeout_s: float) -> tuple[int, int, float, str]:
+    """Case a: one transfer job per file; (files done, bytes, seconds, note)."""
+    ads = "".join(f'[ dap_type = transfer; src_url = "{bed.url("a", src / n)}"; '
+                  f'dest_url = "{bed.url("b", dest / n)}"; ]\n' for n in part.names())
+    jobs = finish(server, server.submit(ads), timeout_s)
+    done = [j for j in jobs if j["state"] == "COMPLETED"]
+    seconds = max(j["finished_at"] or time.time() for j in jobs) \
+        - min(j["submitted_at"] for j in jobs)
+    note = "" if len(done) == len(jobs) else f"{len(jobs) - len(done)} jobs not completed"
+    return len(done), sum(j["bytes_done"] for j in done), seconds, note
+
+
+def dataset_job(server: StorkServer, bed: Testbed, src: Path, dest: Path, arguments: str,
+                timeout_s: float) -> tuple[int, int, float, dict[str, Any]]:
+    """Cases b, c, d: one dataset job; (files done, bytes, seconds, the job's summary)."""
+    extra = f'arguments = "{arguments}"; ' if arguments else ""
+    [job_id] = server.submit(f'[ dap_type = transfer; src_url = "{bed.url("a", src)}/"; '
+                             f'dest_url = "{bed.url("b", dest)}/"; {extra}]\n')
+    [job] = finish(server, [job_id], timeout_s)
+    seconds = (job["finished_at"] or time.time()) - job["submitted_at"]
+    return job["files_done"], job["bytes_done"], seconds, job
+
+
+def chunks_text(job: dict[str, Any]) -> str:
+    result = job.get("result") or {}
+    chunks = "; ".join(result.get("dataset_chunks") or ["?"])
+    return f"{chunks} (RTT {result.get('dataset_rtt_ms', '?')} ms)"
+
+
+def flags_of(cell: Cell) -> str:
+    """A grid cell as a job's arguments (Stork's -pp takes a depth: 1 is off, 2 is on; the
+    daemon adds -fast itself, STORK_DATASET_FAST)."""
+    return f"-cc {cell.cc} -p {cell.p} -pp {2 if cell.pp else 1}"
+
+
+def sweep(bed: Testbed, link: Link, name: str, part: Dataset, src: Path,
+          grid: tuple[Cell, ...]) -> Sweep:
+    """Every cell of `grid` once over `part`, the most streams first; a cell that runs
+    longer than 1.25 times the best time so far plus 5 s is stopped. Cells whose concurrency
+    exceeds the files (the same run as a smaller one) are left out."""
+    done = Sweep(name, part.count)
+    cells = [c for c in grid if c.cc <= part.count or not any(
+        o.cc < c.cc and o.cc >= part.count and (o.p, o.pp, o.fast) == (c.p, c.pp, c.fast)
+        for o in grid)]
+    cells.sort(key=lambda c: (-min(c.cc, part.count) * c.p, -c.pp, -c.fast))
+    best_s: float | None = None
+    for cell in cells:
+        limit = default_timeout_s(part, link) if best_s is None else 1.25 * best_s + 5
+        result = sweep_grid(bed, link, link.a, link.b, part, src, [cell], timeout_s=limit)
+        for row in result.rows:
+            done.rows[cell] = row
+            best_s = min(best_s or row.duration_s, row.duration_s)
+        for failure in result.failures:
+            done.stopped[cell] = failure.reason
+        shown = (f"{done.rows[cell].throughput_mbps:.1f} Mbit/s" if cell in done.rows
+                 else done.stopped[cell])
+        print(f"<!-- sweep {name} ({part.count} files) {cell.label}: {shown} -->", flush=True)
+    shutil.rmtree(bed.site_dir(link.b) / "grid-in", ignore_errors=True)
+    return done
+
+
+def run_case(case: str, key: str, bed: Testbed, servers: dict[str, StorkServer],
+             source: Path, dataset: Dataset, args: argparse.Namespace,
+             sweeps: dict[str, Sweep]) -> Run | None:
+    """One case over one dataset (written in `source`); None when the sweep found nothing."""
+    link = bed.topology.links[0]
+    setup = DATASETS[key]
+    count = {"a": setup.a, "b": setup.b}.get(case, dataset.count)
+    part, src = view(source, dataset, count)
+    timeout = 4 * default_timeout_s(part, link)
+    dest = bed.site_dir("b") / "in"
+    shutil.rmtree(dest, ignore_errors=True)
+    note = ""
+    if case == "a":
+        dest.mkdir(parents=True)
+        done, moved, seconds, note = per_file_jobs(servers["b"], bed, part, src, dest, timeout)
+        params = f"STORK_MAX_NUM_JOBS = {args.max_num_jobs}, 1 stream"
+    else:
+        arguments = ""
+        if case == "b":
+            arguments = "-cc 1 -p 1 -pp 1"
+        elif case == "d":
+            swept = sweep(bed, link, key, *view(source, dataset, setup.sweep),
+                          parse_grid(args.grid.split()))
+            sweeps[key] = swept
+            if swept.best is None:
+                print(f"<!-- {key}: no cell of the sweep finished -->", flush=True)
+                return None
+            arguments = flags_of(swept.best)
+        server = servers["a" if case == "ca" else "b"]
+        done, moved, seconds, job = dataset_job(server, bed, src, dest, arguments, timeout)
+        params = chunks_text(job)
+        if job["state"] != "COMPLETED":
+            note = f"job {job['state']}: {job.get('last_error') or ''}"[:120]
+    broken = problems(part, dest)
+    if broken and not note:
+        note = f"{len(broken)} files not whole at the destination"
+    shutil.rmtree(dest, ignore_errors=True)
+    return Run("", key, case, part.count, dataset.count, done, moved, seconds, params,
+               link.rate_mbps, note)
+
+
+def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
+                runs: list[Run], sweeps: dict[tuple[str, str], Sweep]) -> None:
+    link = bed.topology.links[0]
+    cases = [c for c in CASES if c in args.only]
+    sites = ["b"] + (["a"] if "ca" in cases and set(args.ca_datasets) & set(args.datasets)
+                     else [])
+    servers: dict[str, StorkServer] = {}
+    swept: dict[str, Sweep] = {}
+    try:
+        for site in sites:
+            servers[site] = daemon(bed, site, link, args.max_num_jobs).start()
+        for key in args.datasets:
+            dataset = plan(DATASETS[key].spec, args.seed)
+            source = write(dataset, data / dataset.dirname)
+            for case in cases:
+                if case == "ca" and key not in args.ca_datasets:
+                    continue
+                began = time.monotonic()
+                run = run_case(case, key, bed, servers, source, dataset, args, swept)
+                if key in swept:
+                    sweeps[(name, key)] = swept[key]
+                if run is None:
+                    continue
+                run.profile = name
+                runs.append(run)
+                print(f"<!-- {name} {key} {case}: {run.moved} files, {run.mbps:.1f} Mbit/s, "
+                      f"{run.seconds:.1f} s; {run.params} {run.note} (case took "
+                      f"{time.monotonic() - began:.0f} s, ended {time.strftime('%H:%M:%S')}) -->",
+                      flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+# --- the store figure ----------------------------------------------------------------------
+
+def store_figure(workdir: Path, count: int) -> dict[str, Any]:
+    """Submit a file:// directory of `count` empty files to a local daemon; time stork_submit
+    and stork_q (three times each after the submission, the median)."""
+    src = workdir / f"store-src-{count}"
+    if not src.is_dir() or len(os.listdir(src)) != count:
+        shutil.rmtree(src, ignore_errors=True)
+        src.mkdir(parents=True)
+        for i in range(count):
+            (src / f"f{i:06d}").touch()
+    work = workdir / f"store-{time.monotonic_ns()}"
+    dest = work / "dest"
+    job = work / "store.dap"
+    with StorkServer(work) as server:
+        job.write_text(f'[ dap_type = transfer; src_url = "file://{src}/"; '
+                       f'dest_url = "file://{dest}/"; ]\n')
+        start = time.monotonic()
+        out = server.cli("stork_submit", str(job), check=True, timeout=600)
+        submit_s = time.monotonic() - start
+        job_id = int(out.stdout.strip().rsplit(":", 1)[1])
+        q_s = []
+        for _ in range(3):
+            start = time.monotonic()
+            server.cli("stork_q", check=True, timeout=600)
+            q_s.append(time.monotonic() - start)
+        job_now = server.job(job_id)["job"]
+    shutil.rmtree(work, ignore_errors=True)
+    return {"files": count, "listed": job_now["files_total"], "submit_s": submit_s,
+            "state": f"{job_now['state']}, {job_now['files_done']} files done",
+            "q_s": statistics.median(q_s), "q_runs": q_s}
+
+
+# --- tables --------------------------------------------------------------------------------
+
+def cell(run: Run | None) -> str:
+    if run is None:
+        return "-"
+    note = " *" if run.note else ""
+    return f"{run.share:.2f} ({run.files_per_s:.1f}/s, {run.seconds:.0f} s){note}"
+
+
+def print_tables(runs: list[Run], sweeps: dict[tuple[str, str], Sweep],
+                 profiles: list[tuple[str, Link]], args: argparse.Namespace) -> None:
+    for name, link in profiles:
+        mine = [r for r in runs if r.profile == name]
+        if not mine:
+            continue
+        by = {(r.dataset, r.case): r for r in mine}
+        print(f"\n### {name}: {link.label}\n")
+        print("| dataset | case | files moved | parameters | Mbit/s | share of link | files/s "
+              "| seconds | c/d |")
+        print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        for r in mine:
+            d = by.get((r.dataset, "d"))
+            ratio = f"{r.mbps / d.mbps:.2f}" if r.case in ("c", "ca") and d else ""
+            note = f" ({r.note})" if r.note else ""
+            print(f"| {DATASETS[r.dataset].spec} | {CASE_NAMES[r.case]} | {r.moved}{note} | "
+                  f"{r.params} | {r.mbps:.1f} | {r.share:.3f} | {r.files_per_s:.1f} | "
+                  f"{r.seconds:.1f} | {ratio} |")
+        print(f"\n{name}, side by side: share of the link (files/s, seconds)\n")
+        print("| dataset | (a) one job per file | (b) cc=1 p=1 pp=1 | (c) defaults | "
+              "(d) best cell | c/d | best cell | its sweep run (sample) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+        for key in dict.fromkeys(r.dataset for r in mine):
+            c, d = by.get((key, "c")), by.get((key, "d"))
+            ratio = f"{c.mbps / d.mbps:.2f}" if c and d else "-"
+            swept = sweeps.get((name, key))
+            best, raw = "-", "-"
+            if swept and swept.best:
+                row = swept.rows[swept.best]
+                best = swept.best.label
+                raw = (f"{row.throughput_mbps / link.rate_mbps:.2f} "
+                       f"({swept.files / row.duration_s:.1f}/s, {row.duration_s:.0f} s)")
+            print(f"| {DATASETS[key].spec} | {cell(by.get((key, 'a')))} | "
+                  f"{cell(by.get((key, 'b')))} | {cell(c)} | {cell(d)} | {ratio} | {best} | "
+                  f"{raw} |")
+        mine_sweeps = [s for (p, _), s in sweeps.items() if p == name]
+        if mine_sweeps:
+            print(f"\n{name}, sweep (`{args.grid}`, one run a cell, Mbit/s, best first)\n")
+            print("| dataset | files swept | cells | stopped (slower than the best) or failed |")
+            print("| --- | ---: | --- | --- |")
+            for s in mine_sweeps:
+                order = sorted(s.rows, key=lambda c: -s.rows[c].throughput_mbps)
+                cells = ", ".join(f"{c.cc}/{c.p}/{c.pp}: {s.rows[c].throughput_mbps:.1f}"
+                                  for c in order)
+                stopped = ", ".join(f"{c.cc}/{c.p}/{c.pp} ({why.replace('no end after', '>')})"
+                                    for c, why in s.stopped.items()) or "-"
+                print(f"| {DATASETS[s.dataset].spec} | {s.files} | {cells} | {stopped} |")
+            print("\n(cells as cc/p/pp; every run with -fast)")
+
+
+def print_targets(runs: list[Run], store: dict[str, Any] | None) -> None:
+    by = {(r.profile, r.dataset, r.case): r for r in runs}
+    print("\nTargets:")
+    d = by.get(("wan40", "2000x256K", "d"))
+    if d:
+        a = by.get(("wan40", "2000x256K", "a"))
+        beside = f"; (a) reaches {a.share:.3f} on its {a.files} files" if a else ""
+        print(f"- wan40, 2000x256K, (d) at least 50% of the link: "
+              f"{'met' if d.share >= 0.5 else 'MISSED'} ({d.share:.3f}{beside})")
+    for case in ("c", "ca"):
+        for (profile, key, kind), c in by.items():
+            d = by.get((profile, key, "d"))
+            if kind != case or not d:
+                continue
+            ratio = c.mbps / d.mbps
+            print(f"- {profile}, {DATASETS[key].spec}, {CASE_NAMES[case]} at least 70% of (d): "
+                  f"{'met' if ratio >= 0.7 else 'MISSED'} ({ratio:.2f})")
+    if store:
+        print(f"- stork_submit of {store['files']} files under 10 s: "
+              f"{'met' if store['submit_s'] < 10 else 'MISSED'} ({store['submit_s']:.2f} s)")
+        print(f"- stork_q over it under 1 s: {'met' if store['q_s'] < 1 else 'MISSED'} "
+              f"({store['q_s']:.2f} s median)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_link_options(parser)
+    parser.add_argument("--only", default=",".join((*CASES, "store")),
+                        help="comma-separated cases: a, b, c, d, ca, store (default: all)")
+    parser.add_argument("--datasets", default=",".join(DATASETS),
+                        help="comma-separated, from: " + ", ".join(DATASETS))
+    parser.add_argument("--ca-datasets", default="2000x256K",
+                        help="comma-separated datasets of case ca (2000x256K)")
+    parser.add_argument("--grid", default=DEFAULT_GRID, help=f"sweep grid ({DEFAULT_GRID})")
+    parser.add_argument("--max-num-jobs", type=int, default=10,
+                        help="STORK_MAX_NUM_JOBS of the daemons (10, the default)")
+    parser.add_argument("--seed", type=int, default=1, help="dataset sizes and bytes (1)")
+    parser.add_argument("--store-files", type=int, default=100_000)
+    args = parser.parse_args()
+    args.only = [c.strip() for c in args.only.split(",")]
+    args.datasets = [d.strip() for d in args.datasets.split(",")]
+    args.ca_datasets = [d.strip() for d in args.ca_datasets.split(",")]
+    bad = [c for c in args.only if c not in (*CASES, "store")] + \
+        [d for d in (*args.datasets, *args.ca_datasets) if d not in DATASETS]
+    if bad:
+        parser.error(f"unknown cases or datasets: {bad}")
+    started = time.monotonic()
+    runs: list[Run] = []
+    sweeps: dict[tuple[str, str], Sweep] = {}
+    profiles = topologies(args, ("wan40", "lan10"))
+    try:
+        if any(c in CASES for c in args.only):
+            for name, topology in profiles:
+                with Testbed(topology, args.workdir / f"dataset-{name}", congestion=args.cc) as bed:
+                    run_profile(name, bed, args, args.workdir / "datasets", runs, sweeps)
+    except TestbedUnavailable as exc:
+        print(f"bench_dataset: cannot build the testbed here: {exc}", file=sys.stderr)
+        return 2
+    store = store_figure(args.workdir, args.store_files) if "store" in args.only else None
+    print(f"\n## Datasets ({args.cc}, seed {args.seed}, daemon in site b unless said, "
+          f"STORK_MAX_NUM_JOBS = {args.max_num_jobs})")
+    print_tables(runs, sweeps, [(n, t.links[0]) for n, t in profiles], args)
+    if store:
+        print(f"\n### The store: a {store['files']}-file local dataset\n")
+        print("| files | listed by the job | stork_submit | stork_q (median of 3) | stork_q runs "
+              "| the job after them |")
+        print("| ---: | ---: | ---: | ---: | --- | --- |")
+        print(f"| {store['files']} | {store['listed']} | {store['submit_s']:.2f} s | "
+              f"{store['q_s']:.2f} s | {', '.join(f'{s:.2f}' for s in store['q_runs'])} s | "
+              f"{store['state']} |")
+    print_targets(runs, store)
+    print(f"\nwall time: {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
