@@ -7,10 +7,15 @@ is *large* (parallel streams help, pipelining does not), the rest are *medium*. 
 size is not known yet (a gsiftp listing, a url_list) counts as medium.
 
 Defaults per class, when `arguments` gives none (`-cc`, `-p`, `-pp` given there win for
-every chunk): the heuristics HARP starts its sample transfers from (its reference [4]):
-pipelining depth = ceil(BDP / mean size) (at least 1, at most 32), streams =
-ceil(mean size / BDP) (at least 1, at most 8), and a concurrency of 8, 4 and 2 for small,
-medium and large files. docs/BENCHMARKS.md measures them against the best cell of a sweep.
+every chunk). They start from the heuristics HARP starts its sample transfers from (its
+reference [4]): pipelining depth = ceil(BDP / mean size), streams = ceil(mean size / BDP);
+the concurrencies and the bounds come from the best cells of our own (cc, p, pp) sweeps on
+the emulated wan40 and lan10 paths (docs/BENCHMARKS.md, section 5), where pipelining helped
+medium files too and 4 streams per file were enough:
+
+    small   cc 16   p 1                           pp ceil(BDP/mean), at least 2 (on)
+    medium  cc 8    p ceil(mean/BDP), 1 to 4      pp ceil(BDP/mean), at least 2 (on)
+    large   cc 8    p ceil(mean/BDP), 1 to 4      pp 1 (off)
 
 Pipelining depth: globus-url-copy's ``-pp`` takes no depth; it switches pipelining on (the
 client queues transfer commands ahead on each control channel). A depth of 1 is off, 2 or
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 SMALL_BELOW_BDP = 1.0  # size < 1 BDP: small
 LARGE_FROM_BDP = 16.0  # size >= 16 BDPs: large
 MAX_DEFAULT_PP = 32
-MAX_DEFAULT_P = 8
+MAX_DEFAULT_P = 4
 BATCH_BYTES = 64 << 20
 BATCH_MAX_FILES = 1000
 BATCH_FILES_PER_CC = 4
@@ -44,7 +49,7 @@ class SizeClass(enum.Enum):
     LARGE = "large"
 
 
-DEFAULT_CC = {SizeClass.SMALL: 8, SizeClass.MEDIUM: 4, SizeClass.LARGE: 2}
+DEFAULT_CC = {SizeClass.SMALL: 16, SizeClass.MEDIUM: 8, SizeClass.LARGE: 8}
 
 
 @dataclass(frozen=True)
@@ -90,11 +95,12 @@ def size_class(size_bytes: int | None, bdp_bytes: float) -> SizeClass:
 
 
 def default_params(cls: SizeClass, mean_bytes: float, bdp_bytes: float) -> Params:
-    """The heuristic defaults for a chunk of files of `mean_bytes` on a path of `bdp_bytes`."""
+    """The defaults for a chunk of files of `mean_bytes` on a path of `bdp_bytes` (see the
+    module's text)."""
     mean = max(mean_bytes, 1.0)
     bdp = max(bdp_bytes, 1.0)
-    pp = min(max(math.ceil(bdp / mean), 1), MAX_DEFAULT_PP)
-    p = min(max(math.ceil(mean / bdp), 1), MAX_DEFAULT_P)
+    pp = 1 if cls is SizeClass.LARGE else min(max(math.ceil(bdp / mean), 2), MAX_DEFAULT_PP)
+    p = 1 if cls is SizeClass.SMALL else min(max(math.ceil(mean / bdp), 1), MAX_DEFAULT_P)
     return Params(cc=DEFAULT_CC[cls], p=p, pp=pp)
 
 

@@ -84,7 +84,11 @@ def file_urls(src_url: str, dest_url: str, alt_protocols: tuple[tuple[str, str],
 
 
 def round_trip_s(urls: list[str]) -> float:
-    """The time of a TCP connect to the first remote server named (one round trip)."""
+    """The path's round trip, from the daemon: the longer of TCP connects to the servers
+    named. The daemon usually sits at one end of a third-party path, so its connect to the
+    *other* end is the path's round trip, and its connect to its own end is not; with both
+    ends remote it is an estimate from the longer leg."""
+    times = []
     for url in urls:
         u = parse_url(url)
         if u.scheme == "file" or not u.host:
@@ -93,10 +97,10 @@ def round_trip_s(urls: list[str]) -> float:
         start = time.monotonic()
         try:
             with socket.create_connection((u.host, port), timeout=RTT_PROBE_TIMEOUT_S):
-                return max(time.monotonic() - start, 1e-4)
+                times.append(max(time.monotonic() - start, 1e-4))
         except OSError:
-            return RTT_UNKNOWN_S
-    return 1e-4  # both ends on this machine
+            times.append(RTT_UNKNOWN_S)
+    return max(times, default=1e-4)  # 1e-4: both ends on this machine
 
 
 def dest_sizes(urls: list[str]) -> dict[str, int | None]:
