@@ -201,3 +201,31 @@ def test_eos_server_samples_as_its_sample_user(tmp_path: Path, gridftp: GridFtpS
         assert answer.status_code == 403, answer.text
         assert "nobody cannot read" in answer.json()["error"]
         assert list(out.iterdir()) == []
+
+
+def test_a_dataset_never_looks_at_files_with_the_daemons_rights(
+        users: list[pwd.struct_passwd], server: StorkServer, shared_dir: Path) -> None:
+    """After a batch the daemon checks the destinations' sizes: as the job's owner. Here the
+    owner's copy into root's private directory fails, and a file of the same size that root
+    put there must not make the daemon count it done."""
+    user = users[0]
+    src = shared_dir / "src"
+    src.mkdir()
+    (src / "mine.dat").write_bytes(b"x" * 1000)
+    os.chown(src / "mine.dat", user.pw_uid, user.pw_gid)
+    private = Path(tempfile.mkdtemp(prefix="stork-root-only-"))  # 0700, root's
+    try:
+        (private / "mine.dat").write_bytes(b"y" * 1000)
+        text = (f'[ dap_type = transfer; src_url = "file://{src}/"; '
+                f'dest_url = "file://{private}/"; max_retries = 0 ]')
+        code, body = as_user(user.pw_uid, server.socket, "POST", "/v1/jobs",
+                             {"text": text, "filename": "u.dap", "iwd": "/tmp",
+                              "datasets": {"1": {"rel": [["mine.dat", 1000]]}}},
+                             gid=user.pw_gid)
+        assert code == 201, body
+        job = server.wait_state(int(body["ids"][0]), timeout_s=60)
+        assert job["state"] == "FAILED" and job["files_done"] == 0, job
+        assert "Permission denied" in job["last_error"]
+        assert (private / "mine.dat").read_bytes() == b"y" * 1000
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

@@ -59,6 +59,7 @@ from stork.store.base import FileResult, JobStore
 from stork.transfer import verify
 from stork.transfer.base import TransferRequest
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
+from stork.transfer.localfacts import local_facts
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -103,19 +104,18 @@ def round_trip_s(urls: list[str]) -> float:
     return max(times, default=1e-4)  # 1e-4: both ends on this machine
 
 
-def dest_sizes(urls: list[str]) -> dict[str, int | None]:
+def dest_sizes(urls: list[str], run_as: RunAs | None) -> dict[str, int | None]:
     """Sizes of destination files (None: not there); URLs whose size cannot be had cheaply
-    (gsiftp, http) are left out. FTP directories are listed once each (MLSD)."""
+    (gsiftp, http) are left out. Local files are looked at as the job's owner (`run_as`),
+    FTP directories listed once each (MLSD)."""
     sizes: dict[str, int | None] = {}
     by_dir: dict[str, list[str]] = {}
+    local = [url for url in urls if parse_url(url).scheme == "file"]
+    for url, (size, _) in zip(local, local_facts([parse_url(u).path for u in local], run_as),
+                              strict=True):
+        sizes[url] = size
     for url in urls:
-        u = parse_url(url)
-        if u.scheme == "file":
-            try:
-                sizes[url] = os.stat(u.path).st_size
-            except OSError:
-                sizes[url] = None
-        elif u.scheme == "ftp":
+        if parse_url(url).scheme == "ftp":
             by_dir.setdefault(url.rsplit("/", 1)[0] + "/", []).append(url)
     lister = FtpLister()
     try:
@@ -393,7 +393,7 @@ class DatasetRun:
                urls: dict[int, tuple[str, str]], clean_exit: bool, streams: int
                ) -> list[FileResult]:
         """Each file of a batch: done, or sent again alone (its own error decides)."""
-        sizes = dest_sizes([urls[i][1] for i in batch])
+        sizes = dest_sizes([urls[i][1] for i in batch], self.run_as)
         results: list[FileResult] = []
         for i in batch:
             src, dest = urls[i]
@@ -422,10 +422,7 @@ class DatasetRun:
             return FileResult(row.index, FileState.PENDING)
         if code == 0:
             size = row.size_bytes
-            try:
-                have = verify.size_of(dest)
-            except verify.VerifyError:
-                have = None
+            have = self._size(dest)
             if size is None or have is None or have == size:
                 return self._done_result(row.index, have if have is not None else size or 0)
             failure: TransferError = RetryableTransferError(
@@ -457,21 +454,34 @@ class DatasetRun:
         for row in rows:
             src, dest = file_urls(row.src_url, row.dest_url, self.job.spec.alt_protocols,
                                   max(row.attempts, 1))
-            try:
-                src_size, dest_size = verify.size_of(src), verify.size_of(dest)
-                same = (src_size is not None and src_size == dest_size
-                        and (src_md5 := verify.md5_of(src)) is not None
-                        and src_md5 == verify.md5_of(dest))
-            except verify.VerifyError:
-                same = False
-            if same:
-                results.append(FileResult(row.index, FileState.DONE,
-                                          bytes_done=src_size or 0, checksum=src_md5))
+            (src_size, src_md5), (dest_size, dest_md5) = self._facts(src), self._facts(dest)
+            if (src_size is not None and src_size == dest_size and src_md5 is not None
+                    and src_md5 == dest_md5):
+                results.append(FileResult(row.index, FileState.DONE, bytes_done=src_size,
+                                          checksum=src_md5))
         if results:
             self._commit(results)
             log.info("job %d: %d file(s) in doubt were complete at the destination: not "
                      "resent", self.job.id, len(results))
         return {r.index for r in results}
+
+    def _size(self, url: str) -> int | None:
+        """A destination's size after a file sent alone (local files as the owner)."""
+        if parse_url(url).scheme == "file":
+            return local_facts([parse_url(url).path], self.run_as)[0][0]
+        try:
+            return verify.size_of(url)
+        except verify.VerifyError:
+            return None
+
+    def _facts(self, url: str) -> tuple[int | None, str | None]:
+        """(size, MD5) of one end of a file in doubt; local files as the owner."""
+        if parse_url(url).scheme == "file":
+            return local_facts([parse_url(url).path], self.run_as, md5=True)[0]
+        try:
+            return verify.size_of(url), verify.md5_of(url)
+        except verify.VerifyError:
+            return None, None
 
     def _release(self, indexes: list[int]) -> None:
         """A stopped batch: its files wait again, with no failure counted."""
