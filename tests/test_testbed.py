@@ -300,7 +300,7 @@ def test_grid_row_in_harp_columns_and_units(tmp_path: Path) -> None:
     log = GridLog(tmp_path / "g.csv")
     log.append(row)
     GridLog(tmp_path / "g.csv").append(row)  # an existing table grows, header kept once
-    line = ("2097152,4,200000000,0.04,33554432,8,4,1,0,26.843546,2.5,2024-05-01,"
+    line = ("2097152,4,200000000,0.04,33554432,8,4,2,0,26.843546,2.5,2024-05-01,"
             "14:03:07.123456,a,b")
     assert (tmp_path / "g.csv").read_text() == f"{HARP_HEADER}\n{line}\n{line}\n"
     assert ",".join(HARP_COLUMNS) == HARP_HEADER
@@ -369,7 +369,7 @@ def test_grid_sweep_moves_a_dataset_over_the_link(tmp_path: Path,
     assert lines[0] == HARP_HEADER and len(lines) == 3
     rows = list(csv.DictReader(lines))
     assert [(r["Concurrency"], r["Parallelism"], r["Pipelining"], r["Fast"]) for r in rows] == [
-        ("1", "2", "0", "0"), ("4", "2", "0", "0")]
+        ("1", "2", "1", "0"), ("4", "2", "1", "0")]  # Pipelining: depth 1, off
     for r in rows:
         assert (r["FileSize"], r["FileCount"], r["Bandwidth"], r["RTT"]) == (
             "65536", "20", "200000000", "0.002")

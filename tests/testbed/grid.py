@@ -10,7 +10,9 @@ one row in the columns of the HARP grids (`HARP_COLUMNS`), in their units:
     FileCount    files in the dataset            BufferSize   bytes (see `buffer_bytes`)
     Bandwidth    bit/s (the link's rate)         Throughput   total bytes * 8 / Duration / 1e6
     Parallelism, Concurrency   -p, -cc           Duration     seconds
-    Pipelining, Fast           0 or 1 (-pp, -fast: globus-url-copy's pipelining takes no depth)
+    Pipelining   a depth as the HARP grids and Stork read it: 1 = off, 2 = on (the grid's
+                 pp axis is 0 or 1: globus-url-copy's -pp takes no depth)
+    Fast         0 or 1 (-fast)
     Date, Time   start of the run, UTC (2024-05-01, 14:03:07.123456)
     Source, Destination        site names
 """
@@ -121,11 +123,16 @@ class GridRow:
                 self.source, self.destination]
 
 
+def depth(pp: int) -> int:
+    """The grid's pp (0 off, 1 on) as the Pipelining depth the transfer log reads."""
+    return 2 if pp else 1
+
+
 def measured(dataset: Dataset, link: Link, cell: Cell, buffer: int, duration_s: float,
              started: dt.datetime, source: str, destination: str) -> GridRow:
     """The row of a run that moved all of `dataset` in `duration_s` seconds."""
     return GridRow(dataset.mean_bytes, dataset.count, round(link.rate_mbps * 1e6),
-                   link.rtt_ms / 1e3, buffer, cell.p, cell.cc, cell.pp, cell.fast,
+                   link.rtt_ms / 1e3, buffer, cell.p, cell.cc, depth(cell.pp), cell.fast,
                    dataset.total_bytes * 8 / duration_s / 1e6, duration_s, started, source,
                    destination)
 
