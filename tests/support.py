@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +311,12 @@ def install_slow_module(module_dir: Path, src: str = "slow", dst: str = "file",
     path.write_text(SLOW_MODULE.format(python=sys.executable, delay=delay_s, chunk=chunk))
     path.chmod(0o755)
     return path
+
+
+@contextlib.contextmanager
+def removed_after(path: Path) -> Iterator[None]:
+    """A directory made outside pytest's tree (for other users to reach), removed at the end."""
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -3,22 +3,19 @@ progress bar of stork_submit --wait, against a real daemon and real GridFTP serv
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import select
-import shutil
 import struct
 import subprocess
 import tempfile
 import termios
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from stork.cli.q import table
 from stork.cli.status import FILES_PAGE
-from tests.support import BIN, GridFtpServer, StorkServer, make_file
+from tests.support import BIN, GridFtpServer, StorkServer, make_file, removed_after
 from tests.test_dataset_jobs import make_tree
 
 FILES = 20
@@ -111,7 +108,7 @@ def test_status_files_failed_shows_the_unreadable_file_and_its_error(
     src = top / "ds"
     make_tree(src, FILES, 1000)
     os.chmod(src / "f00013.dat", 0)
-    with GridFtpServer(tmp_path / "gf", user="nobody") as server, _removed(top):
+    with GridFtpServer(tmp_path / "gf", user="nobody") as server, removed_after(top):
         [job_id] = stork.submit(dataset_ad(server.url(src), tmp_path / "out",
                                            'max_retries = 1; arguments = "-cc 4"'))
         assert stork.wait_state(job_id, timeout_s=120)["state"] == "FAILED"
@@ -193,11 +190,3 @@ def run_on_a_terminal(argv: list[str], stork: StorkServer,
         err = proc.stderr.read().decode()
         proc.stderr.close()
     return code, out.decode(errors="replace") + err
-
-
-@contextlib.contextmanager
-def _removed(path: Path) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        shutil.rmtree(path, ignore_errors=True)

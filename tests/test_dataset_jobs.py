@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import htcondor2
 import pytest
 
-from tests.support import GridFtpServer, StorkServer, wait_for
+from tests.support import GridFtpServer, StorkServer, removed_after, wait_for
 
 
 def make_tree(root: Path, count: int, size: int, *, sub_every: int = 0) -> dict[str, bytes]:
@@ -98,14 +95,6 @@ def test_local_directory_glob_and_url_list(stork: StorkServer, gridftp: GridFtpS
     assert (gridftp_root / "ul" / "3.bin").read_bytes() == made["f00003.dat"]
 
 
-@contextlib.contextmanager
-def _removed(path: Path) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
@@ -138,7 +127,7 @@ def test_one_unreadable_file_fails_alone(stork: StorkServer, tmp_path: Path) -> 
     made = make_tree(src, 40, 5000)
     os.chmod(src / "f00013.dat", 0)  # nobody cannot read this one
     out = tmp_path / "out"
-    with GridFtpServer(tmp_path / "gf", user="nobody") as server, _removed(top):
+    with GridFtpServer(tmp_path / "gf", user="nobody") as server, removed_after(top):
         [job_id] = stork.submit(f"""[ dap_type = transfer; max_retries = 1;
           src_url = "{server.url(src)}/"; dest_url = "file://{out}/"; arguments = "-cc 4" ]""")
         job = stork.wait_state(job_id, timeout_s=120)
