@@ -9,11 +9,18 @@ chunk; when a batch's throughput leaves the decision's band it is asked again (a
 MAX_RETUNES times). What it did goes on the job's ad as `optimizer_<size class>`: the
 optimizer, the parameters, its reason, its probes, the predicted and the achieved
 throughput. An optimizer that fails leaves the chunk to the defaults and says why.
+
+Chunks of several size classes tuned in one pass run together and share the concurrency
+(HARP's multi-chunk scheduling, `SharedConcurrency`): before each batch a chunk takes its
+share of the largest concurrency any of them was given, by weight = bytes left x TT / UT
+(`stork.optimizers.harp.share_concurrency`); a chunk that finishes leaves its channels to the
+others.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -22,6 +29,7 @@ from stork import optimizers
 from stork.dataset.chunks import Chunk, Params
 from stork.job import DatasetFileRow
 from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
+from stork.optimizers.harp import share_concurrency
 from stork.transfer.options import MAX_CONCURRENCY
 from stork.translog import TransferRecord
 from stork.urls import parse_url
@@ -38,6 +46,32 @@ MAX_TUNED_PIPELINING = 32  # pipelining depth,
 MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 
 
+class SharedConcurrency:
+    """The concurrency of the tuned chunks of one pass, which run together (one thread each):
+    each chunk says what it has left, the concurrency its optimizer chose and its unit
+    throughput (at cc = 1), and takes its share before each batch."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chunks: dict[str, tuple[float, int, float]] = {}
+
+    def update(self, name: str, bytes_left: float, cc: int, unit_mbps: float) -> None:
+        with self._lock:
+            self._chunks[name] = (max(bytes_left, 1.0), max(cc, 1), max(unit_mbps, 1e-9))
+
+    def leave(self, name: str) -> None:
+        with self._lock:
+            self._chunks.pop(name, None)
+
+    def cc(self, name: str, asked: int) -> int:
+        """`name`'s share now (what it asked, when it is alone or not registered)."""
+        with self._lock:
+            if name not in self._chunks or len(self._chunks) == 1:
+                return asked
+            names = list(self._chunks)
+            return share_concurrency([self._chunks[n] for n in names])[names.index(name)]
+
+
 class Tuning:
     """One chunk's optimizer at work: its decision (from history and probes with real files
     of the chunk), a new decision when a batch's throughput leaves the predicted band (at
@@ -45,7 +79,7 @@ class Tuning:
 
     @classmethod
     def start(cls, run: DatasetRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
-              queue: list[int]) -> Tuning:
+              queue: list[int], shared: SharedConcurrency) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
         optimizer = optimizers.get(run.job.spec.optimizer or run.settings.eos_optimizer)
         known = [size for i in chunk.indexes if (size := rows[i].size_bytes) is not None]
@@ -74,11 +108,12 @@ class Tuning:
                                len(take))
 
         history = list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
-        return cls(run, chunk, optimizer, history, dataset, probe)
+        return cls(run, chunk, optimizer, history, dataset, probe, shared)
 
     def __init__(self, run: DatasetRun, chunk: Chunk, optimizer: optimizers.Optimizer,
                  history: list[TransferRecord], dataset: DatasetDescription,
-                 probe: Callable[[Params, int], ProbeResult]) -> None:
+                 probe: Callable[[Params, int], ProbeResult],
+                 shared: SharedConcurrency | None = None) -> None:
         self.run = run
         self.chunk = chunk
         self.optimizer = optimizer
@@ -91,6 +126,8 @@ class Tuning:
         self.failure: str | None = None
         self.achieved: list[float] = []
         self.retunes = 0
+        self.shared = shared or SharedConcurrency()
+        self.shared_cc: list[int] = []  # the concurrency each batch ran with, when shared
 
     def decide(self, fallback: Params) -> Params:
         try:
@@ -107,6 +144,29 @@ class Tuning:
                  self.optimizer.name, decision.params.label(), self.chunk.size_class.value,
                  decision.reason)
         return decision.params
+
+    def batch_params(self, params: Params, bytes_left: float) -> Params:
+        """The parameters of the next batch: the decision's, with this chunk's share of the
+        concurrency of the tuned chunks running beside it."""
+        name = self.chunk.size_class.value
+        self.shared.update(name, bytes_left, params.cc, self._unit_mbps(params))
+        cc = self.shared.cc(name, params.cc)
+        if cc != params.cc or self.shared_cc:
+            self.shared_cc.append(cc)
+        return Params(cc, params.p, params.pp)
+
+    def _unit_mbps(self, params: Params) -> float:
+        """Throughput at cc = 1: the decision's model, else the last batch per channel."""
+        if self.decisions and self.decisions[-1].unit_mbps:
+            return self.decisions[-1].unit_mbps
+        if self.decisions and self.decisions[-1].predicted_mbps:
+            return self.decisions[-1].predicted_mbps / max(params.cc, 1)
+        return self.achieved[-1] / max(params.cc, 1) if self.achieved else 1.0
+
+    def finish(self) -> None:
+        """The chunk is done: its channels go to the chunks still running."""
+        self.shared.leave(self.chunk.size_class.value)
+        self.record()
 
     def after_batch(self, params: Params, achieved_mbps: float) -> Params:
         self.achieved.append(achieved_mbps)
@@ -134,4 +194,6 @@ class Tuning:
             info["achieved_mbps"] = round(sum(self.achieved) / len(self.achieved), 3)
         if self.failure:
             info["failure"] = self.failure
+        if self.shared_cc:
+            info["shared_cc"] = self.shared_cc
         self.run.store.update_result(self.run.job.id, {key: info})
