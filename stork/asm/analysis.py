@@ -12,8 +12,9 @@ Phases (names as in the paper):
    octave, file count to an octave). Groups are clustered first by their network (log2 of
    RTT, bottleneck rate and TCP buffer), then, inside each network cluster, by their dataset
    (log2 of the mean file size and file count): hierarchical agglomerative clustering with
-   UPGMA (average) linkage, the number of clusters the one with the largest Calinski-Harabasz
-   index (scikit-learn), one cluster when the points are within `TOLERANCE` of each other.
+   UPGMA (average) linkage, the number of clusters the one where the Calinski-Harabasz index
+   (scikit-learn) has its first local maximum (see `cluster`), one cluster when the points
+   are within `TOLERANCE` of each other.
 2. Surface construction: for each cluster and each load level, a piecewise cubic spline
    surface (`stork.asm.surface`) through the median throughput of each measured cell.
 3. Maxima: each surface's largest value on the whole-number lattice the limits allow.
@@ -170,15 +171,16 @@ def cluster(points: Floats) -> Clustering:
     if n == 2:
         return Clustering(tuple(int(i) for i in inverse), 2, {})
     scores: dict[int, float] = {}
-    best: tuple[float, int, Any] | None = None
+    found: dict[int, Any] = {}
     for k in range(2, min(n - 1, MAX_CLUSTERS) + 1):
-        labels = AgglomerativeClustering(n_clusters=k, linkage="average").fit_predict(unique)
-        score = float(calinski_harabasz_score(unique, labels))
-        scores[k] = score
-        if best is None or score > best[0]:
-            best = (score, k, labels)
-    assert best is not None
-    return Clustering(tuple(int(best[2][i]) for i in inverse), best[1], scores)
+        found[k] = AgglomerativeClustering(n_clusters=k, linkage="average").fit_predict(unique)
+        scores[k] = float(calinski_harabasz_score(unique, found[k]))
+    # the first local maximum: with few points per cluster the index grows again as the
+    # count nears the number of points (singletons have no within-cluster spread)
+    ks = sorted(scores)
+    k = next((k for i, k in enumerate(ks)
+              if i + 1 == len(ks) or scores[k] >= scores[ks[i + 1]]), ks[-1])
+    return Clustering(tuple(int(found[k][i]) for i in inverse), k, scores)
 
 
 def _filled(points: Floats) -> Floats:
