@@ -8,7 +8,10 @@ machinery (so a probed file is done and never sent again). Its decision runs the
 chunk; when a batch's throughput leaves the decision's band it is asked again (at most
 MAX_RETUNES times). What it did goes on the job's ad as `optimizer_<size class>`: the
 optimizer, the parameters, its reason, its probes, the predicted and the achieved
-throughput. An optimizer that fails leaves the chunk to the defaults and says why.
+throughput, how many times the parameters changed, and the known load (other transfers the
+daemon runs on the same link, `DatasetDescription.known_load`). An optimizer that fails
+leaves the chunk to the defaults and says why. "asm" gets the model of its scheduled offline
+analysis (`stork.asm.state`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ MAX_TUNED_PIPELINING = 32  # pipelining depth,
 MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 
 
+def tuning_limits() -> Limits:
+    """What an optimizer may choose for a chunk."""
+    return Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS, max_pp=MAX_TUNED_PIPELINING,
+                  max_streams=MAX_TUNED_TOTAL_STREAMS)
+
+
 class Tuning:
     """One chunk's optimizer at work: its decision (from history and probes with real files
     of the chunk), a new decision when a batch's throughput leaves the predicted band (at
@@ -47,7 +56,12 @@ class Tuning:
     def start(cls, run: DatasetRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
               queue: list[int]) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
-        optimizer = optimizers.get(run.job.spec.optimizer or run.settings.eos_optimizer)
+        name = run.job.spec.optimizer or run.settings.eos_optimizer
+        optimizer = optimizers.get(name)
+        if optimizer.name == "asm":  # with the model its scheduled analysis persisted
+            from stork.asm.state import asm_optimizer
+
+            optimizer = asm_optimizer(run.settings.state_dir)
         known = [size for i in chunk.indexes if (size := rows[i].size_bytes) is not None]
         mean = sum(known) / len(known) if known else 0.0
         first = rows[chunk.indexes[0]]
@@ -56,7 +70,8 @@ class Tuning:
             bandwidth_bps=run.settings.link_mbps * 1e6,
             buffer_bytes=run.job.spec.options.tcp_buffer_bytes,
             src_host=parse_url(first.src_url).host or "localhost",
-            dest_host=parse_url(first.dest_url).host or "localhost")
+            dest_host=parse_url(first.dest_url).host or "localhost",
+            known_load=run.known_load(first.src_url, first.dest_url))
 
         def probe(params: Params, size_bytes: int) -> ProbeResult:
             """Real files of the chunk, not sent before, about `size_bytes` of them."""
@@ -85,8 +100,7 @@ class Tuning:
         self.history = history
         self.dataset = dataset
         self.probe = probe
-        self.limits = Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS,
-                             max_pp=MAX_TUNED_PIPELINING, max_streams=MAX_TUNED_TOTAL_STREAMS)
+        self.limits = tuning_limits()
         self.decisions: list[optimizers.Decision] = []
         self.failure: str | None = None
         self.achieved: list[float] = []
@@ -129,7 +143,12 @@ class Tuning:
                 else round(last.predicted_mbps, 3),
                 "probes": [f"{p.params.label()}: {p.throughput_mbps:.1f} Mbit/s over "
                            f"{p.files} files" for d in self.decisions for p in d.probes],
-                "retunes": self.retunes})
+                "retunes": self.retunes,
+                # each change of parameters costs new processes and a new slow start
+                "param_changes": sum(a.params != b.params for a, b in
+                                     zip(self.decisions, self.decisions[1:], strict=False))})
+            if self.dataset.known_load:
+                info["known_load"] = self.dataset.known_load
         if self.achieved:
             info["achieved_mbps"] = round(sum(self.achieved) / len(self.achieved), 3)
         if self.failure:
