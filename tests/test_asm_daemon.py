@@ -54,5 +54,18 @@ def test_scheduled_analysis_then_an_asm_dataset_job(
         files = files_of(stork, job_id)
         assert all(f["attempts"] == 1 for f in files)  # probed files were not sent again
         assert any("probe" in f["chunk"] for f in files)
+
+        # on demand (the daemon stopped, so that its own runs do not race this one): the
+        # rows added since the scheduled analysis's last run, the job's batches or none
+        total = len(stork.api("GET", "/v1/transfers").json()["transfers"])
+        assert total > len(records)
+        stork.stop()
+        seen = json.loads(state_file.read_text())["last_row_id"]
+        result = stork.cli("stork_history", "analyze", "--report", str(tmp_path / "r"),
+                           check=True)
+        assert result.stdout.startswith(f"{total - seen} new transfer log row(s) read")
+        assert json.loads(state_file.read_text())["last_row_id"] == total
+        assert "\ncluster 0: " in result.stdout
+        assert (tmp_path / "r" / "asm-cluster-0.png").exists()
     finally:
         stork.stop()
