@@ -286,3 +286,15 @@ def test_history_analyze_report_prints_clusters_and_draws_one_png_each(tmp_path:
     pngs = sorted(p.name for p in (tmp_path / "r").glob("*.png"))
     assert pngs == [f"asm-cluster-{i}.png" for i in range(4)]
     assert all((tmp_path / "r" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+def test_history_analyze_without_a_transfer_log_creates_nothing(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg"
+    cfg.write_text(f"STORK_STATE_DIR = {tmp_path / 'state'}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "stork.cli.history", "analyze", "-c", str(cfg)],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert result.returncode == 3
+    assert "stork.db: no transfer log there" in result.stderr
+    assert not (tmp_path / "state").exists()

@@ -172,6 +172,10 @@ def _analyze(argv: list[str]) -> int:
                 print(f"{name}: {agg.add(rows)} row(s) used, {len(skipped)} skipped")
             model = build_model(agg)
         else:
+            if not Path(settings.database).exists():
+                error(f"{settings.database}: no transfer log there (STORK_DATABASE, from "
+                      f"{settings.source}); nothing was analysed")
+                return EXIT_INVALID
             store = open_store(settings.database)
             try:
                 run_ = state.analyze(store, state.directory(settings.state_dir))
