@@ -22,7 +22,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from stork.asm.surface import Surface
 from stork.dataset.chunks import Params
 from stork.errors import AsmError
 from stork.store.base import JobStore
+
+if TYPE_CHECKING:  # (stork.optimizers imports stork.asm.analysis)
+    from stork.optimizers.asm import AsmOptimizer
 
 DIRECTORY = "asm"
 STATE_FILE = "state.json"
@@ -149,7 +152,7 @@ def _p(p: Params) -> list[int]:
     return [p.cc, p.p, p.pp]
 
 
-def asm_optimizer(state_dir: str | os.PathLike[str]) -> Any:
+def asm_optimizer(state_dir: str | os.PathLike[str]) -> AsmOptimizer:
     """The "asm" optimizer with the model the scheduled analysis persisted (none before the
     first analysis: it then analyses the history it is given)."""
     from stork.optimizers.asm import AsmOptimizer

@@ -11,7 +11,7 @@ optimizer, the parameters, its reason, its probes, the predicted and the achieve
 throughput, how many times the parameters changed, and the known load (other transfers the
 daemon runs on the same link, `DatasetDescription.known_load`). An optimizer that fails
 leaves the chunk to the defaults and says why. "asm" gets the model of its scheduled offline
-analysis (`stork.asm.state`).
+analysis (`stork.asm.state`) and then no history rows (it needs none).
 """
 
 from __future__ import annotations
@@ -58,10 +58,12 @@ class Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
         name = run.job.spec.optimizer or run.settings.eos_optimizer
         optimizer = optimizers.get(name)
+        needs_history = True
         if optimizer.name == "asm":  # with the model its scheduled analysis persisted
             from stork.asm.state import asm_optimizer
 
-            optimizer = asm_optimizer(run.settings.state_dir)
+            asm = asm_optimizer(run.settings.state_dir)
+            optimizer, needs_history = asm, asm.model is None
         known = [size for i in chunk.indexes if (size := rows[i].size_bytes) is not None]
         mean = sum(known) / len(known) if known else 0.0
         first = rows[chunk.indexes[0]]
@@ -88,7 +90,8 @@ class Tuning:
             return ProbeResult(params, achieved or 0.0, total, time.monotonic() - began,
                                len(take))
 
-        history = list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
+        history = (list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
+                   if needs_history else [])
         return cls(run, chunk, optimizer, history, dataset, probe)
 
     def __init__(self, run: DatasetRun, chunk: Chunk, optimizer: optimizers.Optimizer,
