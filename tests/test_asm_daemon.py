@@ -1,14 +1,17 @@
 """ASM in a real stork_server: the scheduled offline analysis reads the transfer log (rows
 imported with stork_history import), and a dataset job with optimization = "asm" probes
-with its own files on loopback GridFTP and records its samples and decision."""
+with its own files on loopback GridFTP and records its samples and decision; a transfer the
+daemon runs meanwhile on the same host is the job's known load."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from stork.dataset.chunks import Params
+from stork.store import SqliteStore
 from stork.translog import write_grid_csv
-from tests.support import GridFtpServer, StorkServer, wait_for
+from tests.support import GridFtpServer, StorkServer, install_slow_module, make_file, wait_for
 from tests.test_asm import rows
 from tests.test_dataset_jobs import assert_same, files_of, make_tree
 
@@ -67,5 +70,52 @@ def test_scheduled_analysis_then_an_asm_dataset_job(
         assert json.loads(state_file.read_text())["last_row_id"] == total
         assert "\ncluster 0: " in result.stdout
         assert (tmp_path / "r" / "asm-cluster-0.png").exists()
+    finally:
+        stork.stop()
+
+
+def test_a_transfer_the_daemon_runs_on_the_link_is_known_load(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    modules = tmp_path / "modules"
+    install_slow_module(modules, "file", "file", delay_s=0.2, chunk=1024)
+    stork = StorkServer(tmp_path / "s", {"ASM_ANALYSIS_INTERVAL": "1",
+                                         "STORK_MODULE_DIR": str(modules),
+                                         "STORK_SHUTDOWN_GRACE": "0"})
+    # a log the daemon wrote before: no load known, and one other transfer known (tables
+    # imported from CSV carry no `sharing`), each load with its own best cell
+    stork.state.mkdir(parents=True)
+    store = SqliteStore(str(stork.state / "stork.db"))
+    store.add_transfers(
+        rows("localhost", "localhost", 0.0002, 50_000, 60, (16, 1, 4), repeats=2)
+        + rows("localhost", "localhost", 0.0002, 50_000, 60, (1, 16, 1), scale=0.6,
+               sharing=1))
+    store.close()
+    stork.start()
+    try:
+        model_file = stork.state / "asm" / "model.json"
+        wait_for(model_file.exists, 60, what="the first scheduled ASM analysis")
+        [c] = json.loads(model_file.read_text())["clusters"]
+        assert [round(s["intensity"], 1) for s in c["surfaces"]] == [0.0, 0.5]
+        light, heavy = (Params(*s) for s in c["samples"])
+        assert light != heavy
+
+        make_file(tmp_path / "slow.src", 512 * 1024)  # about 100 s through the slow module
+        [slow] = stork.submit(f"""[ dap_type = transfer; src_url = "file://{tmp_path}/slow.src";
+          dest_url = "file://{tmp_path}/slow.dst" ]""")
+        wait_for(lambda: stork.job(slow)["job"]["bytes_done"] > 0, 30, what="the slow transfer")
+
+        src = gridftp_root / "ds-asm-load"
+        made = make_tree(src, 60, 50_000)
+        [job_id] = stork.submit(f"""[ dap_type = transfer; optimization = "asm";
+          src_url = "{gridftp.url(src)}/"; dest_url = "file://{tmp_path}/out/" ]""")
+        job = stork.wait_state(job_id, timeout_s=120)
+        assert job["state"] == "COMPLETED", job
+        assert_same(made, tmp_path / "out")
+        assert stork.job(slow)["job"]["state"] == "RUNNING"  # it was there all along
+        [info] = [v for k, v in job["result"].items() if k.startswith("optimizer_")]
+        assert info["known_load"] == 1, info
+        # fair share 1/2: the first sample is the heavy surface's, not the median's (of two
+        # surfaces, the lighter)
+        assert info["probes"][0].startswith(heavy.label()), info["probes"]
     finally:
         stork.stop()
