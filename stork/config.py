@@ -92,7 +92,7 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
 
 # The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
-OPTIMIZER_NAMES = ("harp", "eos")
+OPTIMIZER_NAMES = ("harp", "eos", "asm")
 
 
 def _parse_size_knob(text: str) -> int:
@@ -303,6 +303,11 @@ KNOBS: tuple[Knob, ...] = (
          "Parallel task selection: 4 (first fit) or 5 (mutually orthogonal tasks first)."),
     Knob("STORK_PROGRESS_INTERVAL", "progress_interval_s", "1", _parse_float_min(0), LIVE,
          "Least seconds between progress updates written to the queue for one job."),
+    # live: the daemon reschedules its jobs on SIGHUP
+    Knob("ASM_ANALYSIS_INTERVAL", "asm_analysis_interval_s", "86400", _parse_float_min(1), LIVE,
+         "Seconds between the offline analyses of the transfer log for optimization = "
+         "\"asm\" (each reads only the rows added since the last; the first runs at start "
+         "when there is no model yet)."),
 )
 
 _BY_NAME = {k.name: k for k in KNOBS}
@@ -368,6 +373,7 @@ class Settings:
     eos_beta: float
     eos_penalty_limit: float
     eos_selection: str
+    asm_analysis_interval_s: float
 
 
 assert {f.name for f in fields(Settings)} == {k.field for k in KNOBS} | {"source"}

@@ -323,3 +323,13 @@ class TransferLogError(StorkError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class AsmError(StorkError):
+    """The adaptive sampling module cannot work: its state file is unreadable, or its offline
+    analysis has nothing to offer (`stork.asm`). `where` names the file or the step."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason

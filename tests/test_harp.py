@@ -347,7 +347,7 @@ def test_dataset_description_size_class() -> None:
 
 def test_registry() -> None:
     assert isinstance(get("HARP"), HarpOptimizer) and "harp" in OPTIMIZERS
-    with pytest.raises(ConfigError, match="unknown optimizer 'nope': known are eos, harp"):
+    with pytest.raises(ConfigError, match="unknown optimizer 'nope': known are asm, eos, harp"):
         get("nope")
 
 

@@ -600,3 +600,18 @@ def test_the_transfer_log_is_added_to_and_read_newest_first(store: JobStore) -> 
     assert [r.time for r in store.transfers("a", "b")] == [4.0, 3.0, 1.0]
     assert [r.time for r in store.transfers(dest_host="b", since=2.0, limit=2)] == [4.0, 3.0]
     assert store.transfers("a", "b", since=3.5)[0].origin == "BTData.csv"
+
+
+def test_transfers_after_reads_in_the_order_added_whatever_the_start_times(
+        store: JobStore) -> None:
+    rows = [record(5.0), record(1.0, "c", "b"), record(3.0)]
+    store.add_transfers(rows)
+    read = store.transfers_after()
+    assert [r for _, r in read] == rows  # added order, not start time
+    ids = [i for i, _ in read]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert [r for _, r in store.transfers_after(ids[0])] == rows[1:]
+    assert [r for _, r in store.transfers_after(ids[0], limit=1)] == rows[1:2]
+    assert store.transfers_after(ids[-1]) == []
+    store.add_transfers([record(0.5)])  # older start, added later: still read after
+    assert [r.time for _, r in store.transfers_after(ids[-1])] == [0.5]

@@ -5,6 +5,7 @@ name one)."""
 from __future__ import annotations
 
 from stork.errors import ConfigError
+from stork.optimizers.asm import AsmOptimizer
 from stork.optimizers.base import (
     DatasetDescription,
     Decision,
@@ -19,6 +20,7 @@ from stork.optimizers.streams import StreamsOptimizer
 OPTIMIZERS: dict[str, type[Optimizer]] = {
     HarpOptimizer.name: HarpOptimizer,
     StreamsOptimizer.name: StreamsOptimizer,
+    AsmOptimizer.name: AsmOptimizer,
 }
 
 

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from datetime import UTC, datetime
 from types import FrameType
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -117,6 +118,18 @@ class Daemon:
                                id="hung", replace_existing=True)
         self.scheduler.add_job(self._cleanup, "interval", seconds=s.cleanup_interval_s,
                                id="cleanup", replace_existing=True)
+        self._schedule_asm()
+
+    def _schedule_asm(self) -> None:
+        """ASM's offline analysis on the scheduler's threads (never the dispatcher's); at once
+        when there is no model yet, then every ASM_ANALYSIS_INTERVAL."""
+        from stork.asm.job import ScheduledAnalysis
+
+        assert self.scheduler is not None and self.store is not None
+        job = ScheduledAnalysis(self.store, self.settings.state_dir)
+        first = {"next_run_time": datetime.now(UTC)} if job.needed_now() else {}
+        self.scheduler.add_job(job, "interval", seconds=self.settings.asm_analysis_interval_s,
+                               id="asm", replace_existing=True, **first)
 
     def _cleanup(self) -> None:
         days = self.settings.job_retention_days

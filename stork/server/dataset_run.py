@@ -312,6 +312,11 @@ class DatasetRun:
                 self._shared_cc = SharedConcurrency()
         return Tuning.start(self, chunk, rows, queue, self._shared_cc)
 
+    def known_load(self, src_url: str, dest_url: str) -> int:
+        """Other transfers the daemon runs now on this link (other attempts on either host,
+        and this pass's other chunks): the `sharing` its transfer log rows record."""
+        return max(self._sharing(src_url, dest_url) + self._running_chunks - 1, 0)
+
     def run_batch(self, batch: list[int], rows: dict[int, DatasetFileRow], params: Params,
                    what: str) -> float | None:
         """One globus-url-copy run over `batch`, its files checked (those not right sent

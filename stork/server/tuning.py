@@ -8,7 +8,10 @@ machinery (so a probed file is done and never sent again). Its decision runs the
 chunk; when a batch's throughput leaves the decision's band it is asked again (at most
 MAX_RETUNES times). What it did goes on the job's ad as `optimizer_<size class>`: the
 optimizer, the parameters, its reason, its probes, the predicted and the achieved
-throughput. An optimizer that fails leaves the chunk to the defaults and says why.
+throughput, how many times the parameters changed, and the known load (other transfers the
+daemon runs on the same link, `DatasetDescription.known_load`). An optimizer that fails
+leaves the chunk to the defaults and says why. "asm" gets the model of its scheduled offline
+analysis (`stork.asm.state`) and then no history rows (it needs none).
 
 Chunks of several size classes tuned in one pass run together and share the concurrency
 (HARP's multi-chunk scheduling, `SharedConcurrency`): before each batch a chunk takes its
@@ -72,6 +75,12 @@ class SharedConcurrency:
             return share_concurrency([self._chunks[n] for n in names])[names.index(name)]
 
 
+def tuning_limits() -> Limits:
+    """What an optimizer may choose for a chunk."""
+    return Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS, max_pp=MAX_TUNED_PIPELINING,
+                  max_streams=MAX_TUNED_TOTAL_STREAMS)
+
+
 class Tuning:
     """One chunk's optimizer at work: its decision (from history and probes with real files
     of the chunk), a new decision when a batch's throughput leaves the predicted band (at
@@ -81,7 +90,14 @@ class Tuning:
     def start(cls, run: DatasetRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
               queue: list[int], shared: SharedConcurrency) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
-        optimizer = optimizers.get(run.job.spec.optimizer or run.settings.eos_optimizer)
+        name = run.job.spec.optimizer or run.settings.eos_optimizer
+        optimizer = optimizers.get(name)
+        needs_history = True
+        if optimizer.name == "asm":  # with the model its scheduled analysis persisted
+            from stork.asm.state import asm_optimizer
+
+            asm = asm_optimizer(run.settings.state_dir)
+            optimizer, needs_history = asm, asm.model is None
         known = [size for i in chunk.indexes if (size := rows[i].size_bytes) is not None]
         mean = sum(known) / len(known) if known else 0.0
         first = rows[chunk.indexes[0]]
@@ -90,7 +106,8 @@ class Tuning:
             bandwidth_bps=run.settings.link_mbps * 1e6,
             buffer_bytes=run.job.spec.options.tcp_buffer_bytes,
             src_host=parse_url(first.src_url).host or "localhost",
-            dest_host=parse_url(first.dest_url).host or "localhost")
+            dest_host=parse_url(first.dest_url).host or "localhost",
+            known_load=run.known_load(first.src_url, first.dest_url))
 
         def probe(params: Params, size_bytes: int) -> ProbeResult:
             """Real files of the chunk, not sent before, about `size_bytes` of them."""
@@ -107,7 +124,8 @@ class Tuning:
             return ProbeResult(params, achieved or 0.0, total, time.monotonic() - began,
                                len(take))
 
-        history = list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
+        history = (list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
+                   if needs_history else [])
         return cls(run, chunk, optimizer, history, dataset, probe, shared)
 
     def __init__(self, run: DatasetRun, chunk: Chunk, optimizer: optimizers.Optimizer,
@@ -120,8 +138,7 @@ class Tuning:
         self.history = history
         self.dataset = dataset
         self.probe = probe
-        self.limits = Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS,
-                             max_pp=MAX_TUNED_PIPELINING, max_streams=MAX_TUNED_TOTAL_STREAMS)
+        self.limits = tuning_limits()
         self.decisions: list[optimizers.Decision] = []
         self.failure: str | None = None
         self.achieved: list[float] = []
@@ -189,7 +206,12 @@ class Tuning:
                 else round(last.predicted_mbps, 3),
                 "probes": [f"{p.params.label()}: {p.throughput_mbps:.1f} Mbit/s over "
                            f"{p.files} files" for d in self.decisions for p in d.probes],
-                "retunes": self.retunes})
+                "retunes": self.retunes,
+                # each change of parameters costs new processes and a new slow start
+                "param_changes": sum(a.params != b.params for a, b in
+                                     zip(self.decisions, self.decisions[1:], strict=False))})
+            if self.dataset.known_load:
+                info["known_load"] = self.dataset.known_load
         if self.achieved:
             info["achieved_mbps"] = round(sum(self.achieved) / len(self.achieved), 3)
         if self.failure:

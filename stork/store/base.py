@@ -305,5 +305,12 @@ class JobStore(ABC):
         host and from `since` on."""
 
     @abstractmethod
+    def transfers_after(self, row_id: int = 0, limit: int | None = None
+                        ) -> list[tuple[int, TransferRecord]]:
+        """Transfer log rows added after the row `row_id` (0: from the first), in the order
+        they were added, each with its row id: what an additive analysis has not read yet
+        (`stork.asm`; a row's time is when it started, not when it was added)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the database; writes still being retried raise `StoreUnavailable`."""

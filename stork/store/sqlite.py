@@ -688,5 +688,20 @@ class SqliteStore(JobStore):
                                   "fast": bool(row[_TRANSFER_FIELDS.index("fast")])})
                 for row in rows]
 
+    def transfers_after(self, row_id: int = 0, limit: int | None = None
+                        ) -> list[tuple[int, TransferRecord]]:
+        with self._database.reader() as db:
+            cursor = db.cursor()
+            cursor.row_factory = None
+            rows = cursor.execute(
+                f"SELECT id, {', '.join(_TRANSFER_FIELDS)} FROM transfers "  # noqa: S608 - constant SQL; values are bound
+                "WHERE id > ? ORDER BY id LIMIT ?",
+                (row_id, -1 if limit is None else limit)).fetchall()
+        fast = _TRANSFER_FIELDS.index("fast")
+        return [(int(row[0]), TransferRecord(**{
+                    **dict(zip(_TRANSFER_FIELDS, row[1:], strict=True)),
+                    "fast": bool(row[1 + fast])}))
+                for row in rows]
+
     def close(self) -> None:
         self._database.close()
