@@ -77,20 +77,13 @@ class PostgresDatabase:
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S,
                     "application_name": "stork_server"},
             check=ConnectionPool.check_connection, name="stork")
-        try:
+        try:  # one connection first: libpq's own message when it fails (the pool's: timeout)
+            psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
             self.pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
-        except PoolTimeout as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             self.pool.close()
             raise StoreError(f"STORK_DATABASE {self.name}: cannot connect: "
-                             f"{self._why_not(exc)}") from None
-
-    def _why_not(self, exc: BaseException) -> str:
-        """libpq's own message for a failed connection (the pool only says it timed out)."""
-        try:
-            psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S).close()
-        except psycopg.Error as direct:
-            return str(direct).strip()
-        return str(exc)
+                             f"{str(exc).strip()}") from None
 
     def error(self, doing: str, exc: BaseException) -> StoreError:
         cause = transient_cause(exc)
