@@ -397,7 +397,7 @@ class Attempts:
         (a newer one has a lease of its own). False when there is none."""
         with self._lock:
             running = self._running.get(job_id)
-            if running is None or running.started >= started_before:
+            if running is None or running.lost or running.started >= started_before:
                 return False
             running.lost = True
         log.warning("job %d: attempt %d lost its lease; stopping it without recording its "

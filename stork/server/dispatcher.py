@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from stork.config import LiveSettings, Settings
 from stork.eos.service import EosService
-from stork.errors import HostLimitReached, JobNotFound, PermissionDenied
+from stork.errors import HostLimitReached, JobNotFound, PermissionDenied, StoreUnavailable
 from stork.job import DapType, Job, JobState
 from stork.server import events
 from stork.server.admission import Admission
@@ -113,6 +113,8 @@ class Dispatcher:
             try:
                 self._tick_again = False
                 self._fill_slots()
+            except StoreUnavailable as exc:  # said once per outage by the store as well
+                log.debug("dispatch tick: %s", exc)
             except Exception:
                 log.exception("dispatch tick failed")
             finally:

@@ -50,17 +50,25 @@ class NodeKeeper:
         self.clock = clock
         self._last_renewal = time.monotonic()  # when the last renewal that landed was sent
         self._fenced = False
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._fence_thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="node", daemon=True)
         self._thread.start()
+        # the deadline is watched apart from the renewals: a renewal may block in the
+        # database client (a cut network) for longer than the lease
+        self._fence_thread = threading.Thread(target=self._watch, name="node-fence",
+                                              daemon=True)
+        self._fence_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        for thread in (self._thread, self._fence_thread):
+            if thread is not None:
+                thread.join(10)
 
     def _loop(self) -> None:
         while True:
@@ -71,19 +79,25 @@ class NodeKeeper:
             if self._stop.wait(self.interval_s):
                 return
 
+    def _watch(self) -> None:
+        while not self._stop.wait(min(0.25, self.interval_s)):
+            self.check_deadline()
+
     def beat(self) -> None:
-        """One round: heartbeat, renewals (or self-fencing), takeover of expired leases."""
+        """One round: heartbeat, renewals, takeover of expired leases."""
         sent = time.monotonic()
         held = self.dispatcher.attempts.leased()
         try:
             self.store.heartbeat()
             kept = self.store.renew_leases(list(held))
         except StoreError as exc:
-            self._unrenewed(sent, exc)
+            log.warning("node %s: cannot renew leases (%s); %.1f s before this node stops its "
+                        "transfers", self.store.node, exc, self._left(time.monotonic()))
             return
-        self._last_renewal = sent
-        if self._fenced:
-            self._fenced = False
+        with self._lock:
+            self._last_renewal = max(self._last_renewal, sent)
+            fenced, self._fenced = self._fenced, False
+        if fenced:
             log.warning("node %s: the database answers again; dispatching", self.store.node)
         lost = self.dispatcher.lose(sorted(set(held) - kept), sent)
         if lost:
@@ -91,21 +105,26 @@ class NodeKeeper:
                         self.store.node, ", ".join(map(str, lost)))
         self._take_over()
 
-    def _unrenewed(self, sent: float, exc: StoreError) -> None:
-        """A renewal failed: past the deadline, stop every attempt of this node."""
-        left = self._last_renewal + self.lease_s - self.margin_s - sent
-        if left > 0:
-            log.warning("node %s: cannot renew leases (%s); %.0f s before this node stops "
-                        "its transfers", self.store.node, exc, left)
-            return
-        held = self.dispatcher.attempts.leased()
-        if held:
-            self.dispatcher.lose(sorted(held), float("inf"))
-        if not self._fenced:
+    def _left(self, now: float) -> float:
+        """Seconds until this node must have stopped its attempts (monotonic clock)."""
+        return self._last_renewal + self.lease_s - self.margin_s - now
+
+    def check_deadline(self) -> None:
+        """No renewal landed for the lease less the margin: stop every attempt of this
+        node (their leases are about to end and other nodes to take the jobs)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._left(now) > 0:
+                return
+            first = not self._fenced
             self._fenced = True
-            log.error("node %s: no lease renewal for %.0f s (%s): stopped %d transfer(s); other "
-                      "nodes take its jobs over", self.store.node, sent - self._last_renewal,
-                      exc, len(held))
+        # an attempt started since holds the lease its start gave it, until its own deadline
+        stopped = self.dispatcher.lose(sorted(self.dispatcher.attempts.leased()),
+                                       now - (self.lease_s - self.margin_s))
+        if first or stopped:
+            log.error("node %s: no lease renewal for %.1f s: stopped %d transfer(s); other "
+                      "nodes take its jobs over", self.store.node, now - self._last_renewal,
+                      len(stopped))
 
     def _take_over(self) -> None:
         now = self.clock()

@@ -458,6 +458,8 @@ class PostgresStore(JobStore):
                        f"attempts = %s AND {self._HELD}",
                        (bytes_done, rate_mbps, job_id, attempt, self.node))
 
+        if self.outage is not None:  # dropped at once: never hold up the tool's output
+            return
         with contextlib.suppress(StoreUnavailable):
             self._database.write_once(f"progress of job {job_id}", body, "drop")
 

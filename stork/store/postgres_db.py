@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 5  # one connection attempt (libpq's connect_timeout)
-POOL_WAIT_S = 10.0  # longest wait for a free connection of the pool
+POOL_WAIT_S = 5.0  # longest wait for a free connection of the pool
 POOL_MIN = 2
 POOL_MAX = 24  # threads of one node that may talk to the database at once
 

@@ -1,0 +1,257 @@
+"""Several real stork_server processes on one PostgreSQL queue (the session's private
+cluster) moving files through a real GridFTP server: a node killed with SIGKILL, a node cut
+off from the database for longer than its lease, the cluster-wide host limit, any node
+serving users."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.pgcluster import PostgresCluster
+from tests.support import GridFtpServer, StorkServer, install_slow_module, make_file, md5, wait_for
+
+LEASE_S = 3
+PER_HOST = 4  # EOS_PENALTY_LIMIT 2 / EOS_ALPHA 0.5: transfers per host, cluster-wide
+N_JOBS = 300
+
+
+def node(workdir: Path, name: str, database: str, **knobs: Any) -> StorkServer:
+    return StorkServer(workdir / name, {"STORK_DATABASE": database, "STORK_NODE_NAME": name,
+                                        "STORK_LEASE_TIME": LEASE_S, "STORK_MAX_NUM_JOBS": 3,
+                                        "EOS_PENALTY_LIMIT": 2, "EOS_ALPHA": 0.5,
+                                        "STORK_MAX_RETRY": 10, **knobs})
+
+
+@contextlib.contextmanager
+def running(*servers: StorkServer) -> Iterator[None]:
+    try:
+        for server in servers:
+            server.start()
+        yield
+    finally:
+        for server in servers:
+            with contextlib.suppress(Exception):
+                server.stop(timeout_s=20)
+
+
+def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as db:
+        return db.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+
+class HostSampler(threading.Thread):
+    """Reads, every few milliseconds, how many transfers run per host across the cluster
+    (from the database) and which nodes run them."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.stop = threading.Event()
+        self.most: dict[str, int] = {}
+        self.busy_nodes: set[str] = set()
+        self.samples = 0
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as db:
+            while not self.stop.wait(0.01):
+                rows = db.execute("SELECT src_host, dest_host, claimed_by FROM jobs "
+                                  "WHERE state = 'RUNNING'").fetchall()
+                load: dict[str, int] = {}
+                for src, dest, claimed in rows:
+                    for host in {src, dest}:
+                        load[host] = load.get(host, 0) + 1
+                    self.busy_nodes.add(claimed)
+                for host, count in load.items():
+                    self.most[host] = max(self.most.get(host, 0), count)
+                self.samples += 1
+
+
+def test_three_nodes_300_transfers_one_killed_every_job_completes_once(
+        postgres: PostgresCluster, gridftp: GridFtpServer, gridftp_root: Path,
+        tmp_path: Path) -> None:
+    url = postgres.new_database()
+    sources = tmp_path / "src"
+    sources.mkdir()
+    up = gridftp_root / f"cluster-{tmp_path.name}"
+    up.mkdir()
+    files = [make_file(sources / f"f{i:03d}", 256 * 1024 + i, seed=i) for i in range(N_JOBS)]
+    nodes = [node(tmp_path, f"node{k}", url) for k in range(1, 4)]
+    sampler = HostSampler(url)
+    with running(*nodes):
+        sampler.start()
+        ads = "\n".join(f'[ dap_type = transfer; src_url = "file://{f}"; '
+                        f'dest_url = "{gridftp.url(up / f.name)}" ]' for f in files)
+        ids: list[int] = []
+        for k, server in enumerate(nodes):  # submissions spread over the three nodes
+            ids += server.submit("\n".join(ads.splitlines()[k::3]))
+        assert len(ids) == N_JOBS
+
+        def victim_busy() -> bool:
+            done = query(url, "SELECT count(*) FROM jobs WHERE state = 'COMPLETED'")[0][0]
+            mine = query(url, "SELECT count(*) FROM jobs WHERE state = 'RUNNING' AND "
+                              "claimed_by = 'node2'")[0][0]
+            return done >= N_JOBS // 4 and mine >= 2
+
+        wait_for(victim_busy, 120, 0.005, what="node2 running transfers a quarter in")
+        nodes[1].kill9()
+        killed = {r[0] for r in query(url, "SELECT id FROM jobs WHERE state = 'RUNNING' AND "
+                                            "claimed_by = 'node2'")}
+        # any live node answers for every job
+        for job_id in ids:
+            nodes[2 if job_id % 2 else 0].wait_state(job_id, ("COMPLETED",), timeout_s=300)
+        sampler.stop.set()
+        sampler.join(5)
+        listed = nodes[0].cli("stork_q", "-nodes", check=True).stdout
+        table = nodes[2].api("GET", "/v1/jobs").json()["jobs"]
+        ads = [nodes[0].job(job_id)["job"]["ad"] for job_id in sorted(killed)]
+    assert killed, "node2 ran nothing when it was killed"
+    # every job completed exactly once, with the source's bytes
+    assert sorted(j["id"] for j in table) == sorted(ids)
+    assert {j["state"] for j in table} == {"COMPLETED"}
+    for f in files:
+        assert md5(up / f.name) == md5(f), f.name
+    completions = query(url, "SELECT job_id, count(*) FROM events WHERE kind = 'completed' "
+                             "GROUP BY job_id")
+    assert sorted(completions) == [(i, 1) for i in sorted(ids)]
+    # nothing ran twice at once: each job's attempts follow one another
+    attempts = query(url, "SELECT job_id, number, started_at, ended_at, node, outcome "
+                          "FROM attempts ORDER BY job_id, number")
+    by_job: dict[int, list[tuple[Any, ...]]] = {}
+    for row in attempts:
+        by_job.setdefault(row[0], []).append(row)
+    for rows in by_job.values():
+        assert [r[5] for r in rows].count("completed") == 1, rows
+        for before, after in itertools.pairwise(rows):
+            assert before[3] is not None and before[3] <= after[2], rows
+    # the dead node's jobs were taken over and finished elsewhere
+    for job_id in killed:
+        rows = by_job[job_id]
+        assert ("node2", "interrupted") in [(r[4], r[5]) for r in rows], rows
+        assert rows[-1][4] in ("node1", "node3") and rows[-1][5] == "completed", rows
+    # the host limit held for the whole cluster while the nodes were busy
+    assert sampler.samples > 10 and len(sampler.busy_nodes) >= 2
+    assert max(sampler.most.values()) <= PER_HOST, sampler.most
+    assert "node1" in listed and "node2" in listed and "node3" in listed
+    for ad in ads:  # the ad names the node of each attempt
+        assert "attempt_nodes" in ad and '"node2"' in ad, ad
+
+
+class Cuttable:
+    """A TCP proxy to the cluster's Unix socket whose connections can be cut: a node that
+    reaches the database through it loses the database while the others keep it."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.cut = threading.Event()
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.cut.is_set():
+                client.close()
+                continue
+            server = socket.socket(socket.AF_UNIX)
+            server.connect(self.socket_path)
+            with self._lock:
+                self._open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def sever(self) -> None:
+        self.cut.set()
+        with self._lock:
+            conns, self._open = self._open, []
+        for s in conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def mend(self) -> None:
+        self.cut.clear()
+
+    def close(self) -> None:
+        self.sever()
+        self.listener.close()
+
+
+def test_a_node_cut_off_from_the_database_stops_and_its_late_result_is_refused(
+        postgres: PostgresCluster, tmp_path: Path) -> None:
+    url = postgres.new_database()
+    proxy = Cuttable(str(postgres.dir / ".s.PGSQL.5432"))
+    dbname = url.split("/")[3].split("?")[0]
+    modules = tmp_path / "modules"
+    install_slow_module(modules, "file", "file", delay_s=0.25, chunk=16384)  # 40 chunks: ~10 s
+    a = node(tmp_path, "nodeA", f"postgresql://stork@127.0.0.1:{proxy.port}/{dbname}",
+             STORK_MODULE_DIR=modules)
+    b = node(tmp_path, "nodeB", url, STORK_MODULE_DIR=modules)
+    source = make_file(tmp_path / "slow.src", 40 * 16384, seed=7)
+    dest = tmp_path / "slow.dst"
+    try:
+        with running(a):
+            [job_id] = a.submit(f'[ dap_type = transfer; src_url = "file://{source}"; '
+                                f'dest_url = "file://{dest}" ]')
+            a.wait_state(job_id, ("RUNNING",), timeout_s=30)
+            with running(b):
+                proxy.sever()  # node A can no longer reach the database; B can
+                job = b.wait_state(job_id, ("COMPLETED",), timeout_s=120)
+                assert md5(dest) == md5(source)
+                proxy.mend()  # A's connection comes back: its late end must change nothing
+                wait_for(lambda: "lost its lease" in a.stderr_path.read_text()
+                         or "not recorded" in a.stderr_path.read_text(), 30,
+                         what="node A to say its attempt lost its lease")
+                a_rows = a.cli("stork_q", "-nodes", check=True).stdout  # A serves users again
+                after = a.job(job_id)["job"]
+    finally:
+        proxy.close()
+    assert job["state"] == after["state"] == "COMPLETED"
+    attempts = query(url, "SELECT number, node, outcome FROM attempts WHERE job_id = %s "
+                          "ORDER BY number", (job_id,))
+    assert attempts[0][1:] == ("nodeA", "interrupted")
+    assert attempts[-1][1:] == ("nodeB", "completed")
+    assert query(url, "SELECT count(*) FROM events WHERE job_id = %s AND kind = 'completed'",
+                 (job_id,)) == [(1,)]
+    assert "nodeA" in a_rows and "nodeB" in a_rows
+    assert "stopped 1 transfer(s)" in a.stderr_path.read_text()
+
+
+def test_a_postgresql_database_that_cannot_be_reached_stops_the_start_with_its_name(
+        tmp_path: Path) -> None:
+    server = node(tmp_path, "lonely", "postgresql://stork@/nodb?host=/nonexistent-socket-dir")
+    with pytest.raises(RuntimeError, match=r"STORK_DATABASE postgresql://stork@/nodb.*"
+                                           r"cannot connect"):
+        server.start()
+
+
+@pytest.mark.parametrize("bad", ["mysql://h/db", "relative/stork.db"])
+def test_a_bad_database_setting_names_the_knob(tmp_path: Path, bad: str) -> None:
+    server = node(tmp_path, "bad", bad)
+    with pytest.raises(RuntimeError, match="STORK_DATABASE"):
+        server.start()
