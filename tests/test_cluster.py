@@ -255,3 +255,34 @@ def test_a_bad_database_setting_names_the_knob(tmp_path: Path, bad: str) -> None
     server = node(tmp_path, "bad", bad)
     with pytest.raises(RuntimeError, match="STORK_DATABASE"):
         server.start()
+
+
+def test_a_dataset_of_a_killed_node_resumes_on_another_without_resending_done_files(
+        postgres: PostgresCluster, gridftp: GridFtpServer, gridftp_root: Path,
+        tmp_path: Path) -> None:
+    from tests.test_dataset_jobs import assert_same, make_tree
+
+    url = postgres.new_database()
+    src = gridftp_root / f"ds-{tmp_path.name}"
+    made = make_tree(src, 160, 2 << 20)  # 160 x 2 MiB: batches of 32 files at cc=1
+    out = tmp_path / "out"
+    a, b = node(tmp_path, "nodeA", url), node(tmp_path, "nodeB", url)
+    with running(a):
+        [job_id] = a.submit(f"""[ dap_type = transfer; arguments = "-cc 1 -p 1";
+          src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
+        wait_for(lambda: a.job(job_id)["job"]["files_done"] >= 32, 60,
+                 what="a first batch of files done")
+        a.kill9()
+    done = [r[0] for r in query(url, "SELECT rel_path FROM files WHERE job_id = %s AND "
+                                     "state = 'DONE'", (job_id,))]
+    assert 32 <= len(done) < 160, "kill -9 came too late to test a resume"
+    stamps = {rel: (out / rel).stat().st_mtime_ns for rel in done}
+    with running(b):  # node A stays dead: B takes the job over when A's lease ends
+        job = b.wait_state(job_id, timeout_s=120)
+    assert job["state"] == "COMPLETED" and job["files_done"] == 160, job
+    resent = [rel for rel, ns in stamps.items() if (out / rel).stat().st_mtime_ns != ns]
+    assert resent == []
+    assert_same(made, out)
+    passes = query(url, "SELECT node, outcome FROM attempts WHERE job_id = %s ORDER BY number",
+                   (job_id,))
+    assert passes[0] == ("nodeA", "interrupted") and passes[-1] == ("nodeB", "completed")
