@@ -286,3 +286,29 @@ def test_a_dataset_of_a_killed_node_resumes_on_another_without_resending_done_fi
     passes = query(url, "SELECT node, outcome FROM attempts WHERE job_id = %s ORDER BY number",
                    (job_id,))
     assert passes[0] == ("nodeA", "interrupted") and passes[-1] == ("nodeB", "completed")
+
+
+def test_stork_rm_on_one_node_stops_the_attempt_running_on_another(
+        postgres: PostgresCluster, tmp_path: Path) -> None:
+    url = postgres.new_database()
+    modules = tmp_path / "modules"
+    install_slow_module(modules, "file", "file", delay_s=0.25, chunk=16384)
+    a = node(tmp_path, "nodeA", url, STORK_MODULE_DIR=modules)
+    b = node(tmp_path, "nodeB", url, STORK_MODULE_DIR=modules)
+    source = make_file(tmp_path / "slow.src", 200 * 16384, seed=3)  # ~50 s if not stopped
+    dest = tmp_path / "slow.dst"
+    with running(a):
+        [job_id] = a.submit(f'[ dap_type = transfer; src_url = "file://{source}"; '
+                            f'dest_url = "file://{dest}" ]')
+        a.wait_state(job_id, ("RUNNING",), timeout_s=30)
+        wait_for(dest.exists, 30, what="the partial destination")
+        with running(b):
+            b.cli("stork_rm", str(job_id), check=True)
+            assert a.job(job_id)["job"]["state"] == "REMOVED"  # node A sees it at once
+            wait_for(lambda: not dest.exists(), 30,
+                     what="node A to stop the attempt and remove the partial destination")
+            wait_for(lambda: "job 1" in a.stderr_path.read_text() and a.api(
+                "GET", "/v1/nodes").json()["nodes"][0]["running"] == 0, 30,
+                what="node A to hold no lease")
+    [(outcome,)] = query(url, "SELECT outcome FROM attempts WHERE job_id = %s", (job_id,))
+    assert outcome == "removed"

@@ -151,6 +151,8 @@ class Dispatcher:
                 job = self.store.get(job_id)
             except JobNotFound:
                 continue
+            if job.state is JobState.REMOVED and job_id in self.attempts:  # on another node
+                self.attempts.kill(job_id, StopReason.REMOVED)
             if job.state is not JobState.IDLE or job.dap_type != DapType.TRANSFER.value:
                 continue
             if job.next_attempt_at > now:

@@ -28,8 +28,10 @@ import time
 from collections.abc import Callable
 
 from stork.errors import StoreError
+from stork.job import JobState
 from stork.server import events
 from stork.server.dispatcher import Dispatcher
+from stork.server.runner import StopReason
 from stork.store.base import JobStore
 from stork.userlog import note
 
@@ -99,11 +101,23 @@ class NodeKeeper:
             fenced, self._fenced = self._fenced, False
         if fenced:
             log.warning("node %s: the database answers again; dispatching", self.store.node)
-        lost = self.dispatcher.lose(sorted(set(held) - kept), sent)
+        gone = sorted(set(held) - kept)
+        removed = [i for i in gone if self._removed(i)]  # stork_rm on another node
+        for job_id in removed:
+            self.dispatcher.attempts.kill(job_id, StopReason.REMOVED)
+        lost = self.dispatcher.lose([i for i in gone if i not in removed], sent)
         if lost:
             log.warning("node %s: lost the lease of job(s) %s (removed, or taken over)",
                         self.store.node, ", ".join(map(str, lost)))
         self._take_over()
+
+    def _removed(self, job_id: int) -> bool:
+        """Whether the job was removed (its attempt then ends as a removed one does: partial
+        destination deleted, nothing else written)."""
+        try:
+            return self.store.get(job_id).state is JobState.REMOVED
+        except StoreError:
+            return False
 
     def _left(self, now: float) -> float:
         """Seconds until this node must have stopped its attempts (monotonic clock)."""
