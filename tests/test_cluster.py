@@ -312,3 +312,24 @@ def test_stork_rm_on_one_node_stops_the_attempt_running_on_another(
                 what="node A to hold no lease")
     [(outcome,)] = query(url, "SELECT outcome FROM attempts WHERE job_id = %s", (job_id,))
     assert outcome == "removed"
+
+
+def test_stork_submit_wait_on_one_node_ends_when_another_node_completes_the_job(
+        postgres: PostgresCluster, tmp_path: Path) -> None:
+    url = postgres.new_database()
+    a = node(tmp_path, "nodeA", url)
+    # B takes submissions and starts nothing; its long polls would sleep past the test's
+    # timeout unless node A's completion wakes them (NOTIFY)
+    b = node(tmp_path, "nodeB", url, EOS_PENALTY_LIMIT=0, STORK_API_WAIT_TIMEOUT=600)
+    source = make_file(tmp_path / "w.src", 100_000, seed=5)
+    path = tmp_path / "w.dap"
+    path.write_text(f'[ dap_type = transfer; src_url = "file://{source}"; '
+                    f'dest_url = "file://{tmp_path}/w.dst" ]')
+    with running(a, b):
+        done = b.cli("stork_submit", "--wait", str(path), timeout=90)
+        [job_id] = [int(line.rsplit(":", 1)[1]) for line in done.stdout.splitlines()
+                    if line.startswith("Request assigned id:")]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert query(url, "SELECT node, outcome FROM attempts WHERE job_id = %s", (job_id,)) == [
+        ("nodeA", "completed")]
+    assert md5(tmp_path / "w.dst") == md5(source)
