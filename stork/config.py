@@ -64,6 +64,15 @@ def _parse_path(text: str) -> str:
     return text
 
 
+def _parse_database(text: str) -> str:
+    """An absolute SQLite file path, or a postgresql:// URL (the shared store)."""
+    if text.startswith(("postgresql://", "postgres://")):
+        return text
+    if "://" in text:
+        raise ValueError(f"expected an absolute path or a postgresql:// URL, got {text!r}")
+    return _parse_path(text)
+
+
 def _parse_address(text: str) -> str:
     """HOST:PORT (``:PORT`` for loopback) -> the normalized string; empty stays empty."""
     if not text:
@@ -167,8 +176,15 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("STORK_STATE_DIR", "state_dir", "$ENV(HOME)/.stork", _parse_path, RESTART,
          "Directory for the job database, spool files and the pid file."),
-    Knob("STORK_DATABASE", "database", "$(STORK_STATE_DIR)/stork.db", _parse_path, RESTART,
-         "SQLite database file holding the job queue."),
+    Knob("STORK_DATABASE", "database", "$(STORK_STATE_DIR)/stork.db", _parse_database, RESTART,
+         "SQLite database file holding the job queue, or postgresql://USER@HOST/DB (libpq URL) "
+         "for a queue several stork_servers share (docs/SCALE-OUT.md)."),
+    Knob("STORK_NODE_NAME", "node_name", "", _parse_str, RESTART,
+         "This stork_server's name among the nodes sharing a PostgreSQL queue (unique per "
+         "node); empty for the host name."),
+    Knob("STORK_LEASE_TIME", "lease_s", "30", _parse_float_min(2), RESTART,
+         "Seconds a node's claim on a running job lasts without renewal (renewed every "
+         "quarter of it); a dead node's jobs run elsewhere after it. PostgreSQL only."),
     Knob("STORK_SOCKET", "socket", "$(STORK_STATE_DIR)/stork.sock", _parse_path, RESTART,
          "Unix socket on which the daemon serves its HTTP/JSON API."),
     Knob("STORK_API_ADDRESS", "api_address", "", _parse_address, RESTART,
@@ -322,6 +338,8 @@ class Settings:
     source: str  # the config file read, or "<defaults>"
     state_dir: str
     database: str
+    node_name: str
+    lease_s: float
     socket: str
     api_address: str
     api_token_file: str

@@ -114,6 +114,17 @@ class StoreUnavailable(StoreError):
 
 # -- the API ----------------------------------------------------------------------------------
 
+class HostLimitReached(StoreError):
+    """A shared store refused to start an attempt: one of its hosts already carries the
+    cluster-wide limit of running transfers (other nodes run them); try again later."""
+
+    def __init__(self, job_id: int, host: str, running: int) -> None:
+        super().__init__(f"job {job_id}: host {host} runs {running} transfer(s) across the "
+                         "cluster, its limit")
+        self.job_id = job_id
+        self.host = host
+
+
 class PermissionDenied(StorkError):
     """The caller may not act on this job."""
 

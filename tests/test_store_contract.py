@@ -1,7 +1,8 @@
 """The `JobStore` contract: every store must pass this suite.
 
-A new store (PostgreSQL, ...) adds a factory to `FACTORIES` and nothing else. SQLite-only
-behaviour (WAL, schema version, file mode) is tested in test_store.py.
+A new store adds a factory to `FACTORIES` and nothing else. SQLite-only behaviour (WAL,
+schema version, file mode) is tested in test_store.py; PostgreSQL's sharing (leases, nodes,
+host limits) in test_store_postgres.py.
 """
 
 from __future__ import annotations
@@ -28,14 +29,21 @@ ESTIMATE = JobSpec(DapType.ESTIMATION, "ftp://h/x", "ftp://g/y", ad_text="[ ]")
 DONE = Transition(JobState.COMPLETED, "completed", "completed", exit_code=0, bytes_done=7)
 TIMEOUT_S = 10.0
 
-FACTORIES: dict[str, Callable[[Path], JobStore]] = {
-    "sqlite": lambda tmp: SqliteStore(str(tmp / "q.db")),
+def _postgres(request: pytest.FixtureRequest, tmp: Path) -> JobStore:
+    from stork.store.postgres import PostgresStore
+
+    return PostgresStore(request.getfixturevalue("postgres").new_database())
+
+
+FACTORIES: dict[str, Callable[[pytest.FixtureRequest, Path], JobStore]] = {
+    "sqlite": lambda request, tmp: SqliteStore(str(tmp / "q.db")),
+    "postgresql": _postgres,  # a database of its own in the session's private cluster
 }
 
 
 @pytest.fixture(params=sorted(FACTORIES))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    made = FACTORIES[request.param](tmp_path)
+    made = FACTORIES[request.param](request, tmp_path)
     yield made
     made.close()
 

@@ -20,7 +20,15 @@ from typing import Any
 from stork.dataset.expand import DatasetFile
 from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreUnavailable
 from stork.job import DapType, DatasetFileRow, Event, FileState, Job, JobSpec, JobState
-from stork.store.base import Attempt, FileResult, HistoryEntry, JobStore, Outage, Transition
+from stork.store.base import (
+    Attempt,
+    FileResult,
+    HistoryEntry,
+    HostLimit,
+    JobStore,
+    Outage,
+    Transition,
+)
 from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
 from stork.translog import TransferRecord
 
@@ -258,8 +266,8 @@ class _PendingSubmit:
 
 
 class SqliteStore(JobStore):
-    def __init__(self, path: str) -> None:
-        super().__init__()
+    def __init__(self, path: str, node: str = "") -> None:
+        super().__init__(node)
         self.path = path
         self._database = SqliteDatabase(path)
         self.directory = self._database.directory
@@ -405,7 +413,7 @@ class SqliteStore(JobStore):
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
-                      module: str) -> Job | None:
+                      module: str, limit: HostLimit | None = None) -> Job | None:
         def body(db: sqlite3.Connection) -> Job | None:
             cursor = db.execute(
                 "UPDATE jobs SET state = ?, attempts = attempts + 1, started_at = ?, "
