@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import gsi
 from tests.support import GridFtpServer, StorkServer, missing_tools
 
 
@@ -25,6 +26,18 @@ def gridftp(gridftp_root: Path) -> Iterator[GridFtpServer]:
         pytest.skip(f"GridFTP tools not installed ({', '.join(missing)}); run `make setup`")
     with GridFtpServer(gridftp_root) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> gsi.TestCa:
+    """A throw-away GSI certificate authority with a host and a user certificate, made with
+    Debian's Globus tools once for the session (tests/gsi.py)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the GSI GridFTP server maps the test user to an account")
+    missing = gsi.missing_tools()
+    if missing:
+        pytest.skip(f"GSI tools not installed ({', '.join(missing)}); run `make setup`")
+    return gsi.TestCa(tmp_path_factory.mktemp("gsi")).create()
 
 
 @pytest.fixture

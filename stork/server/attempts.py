@@ -142,7 +142,7 @@ def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
     except IdentityError as exc:
         raise NotLaunchable(PermanentTransferError(str(exc)), 126, src, dest) from None
     proxy = None
-    schemes = {parse_url(src).scheme, parse_url(dest).scheme}
+    schemes = {url.partition("://")[0].lower() for url in (src, dest)}
     if job.spec.x509proxy is not None and uses_proxy(job.spec.x509proxy) \
             and schemes & X509_SCHEMES:
         try:  # before any byte moves: a proxy that cannot work fails the job at once
