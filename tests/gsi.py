@@ -174,3 +174,83 @@ class GsiGridFtpServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             self.proc = None
+
+
+XROOTD_USER = "nobody"  # xrootd refuses to run as root; it serves files as this user
+
+
+class XrootdServer:
+    """A real xrootd (Debian's xrootd-server) on 127.0.0.1 serving `export` twice: XRootD
+    (``root://``, third-party copies through ``ofs.tpc``) and HTTPS/WebDAV through its HTTP
+    plugin (``davs://``, TLS with the test CA's host certificate, HTTP-TPC ``COPY``), with
+    adler32, md5 and crc32c checksums. It runs as `XROOTD_USER`, so `export` (outside
+    pytest's private tree) belongs to that user."""
+
+    def __init__(self, ca: TestCa, export: Path) -> None:
+        self.ca = ca
+        self.export = export
+        self.root_port = free_port()
+        self.https_port = free_port()
+        self.run_dir = export.parent / f"xrootd-run-{self.root_port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, scheme: str, path: str | Path) -> str:
+        if scheme == "root":
+            return f"root://127.0.0.1:{self.root_port}/{path}"
+        return f"{scheme}://127.0.0.1:{self.https_port}{path}"
+
+    def start(self) -> XrootdServer:
+        import pwd
+
+        user = pwd.getpwnam(XROOTD_USER)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.export.mkdir(parents=True, exist_ok=True)
+        # the server reads its host key as XROOTD_USER: a copy of its own
+        cert, key = self.run_dir / "hostcert.pem", self.run_dir / "hostkey.pem"
+        shutil.copy(self.ca.host_cert, cert)
+        shutil.copy(self.ca.host_key, key)
+        trust = self.run_dir / "certificates"  # and of the CA's trust (for HTTP-TPC)
+        shutil.copytree(self.ca.trust, trust, dirs_exist_ok=True)
+        for path in (self.run_dir, self.export, cert, key, trust):
+            os.chown(path, user.pw_uid, user.pw_gid)
+        key.chmod(0o400)
+        config = self.run_dir / "xrootd.cfg"
+        config.write_text(f"""all.export {self.export}
+all.adminpath {self.run_dir}
+all.pidpath {self.run_dir}
+xrd.port {self.root_port}
+xrootd.chksum max 4 adler32 md5 crc32c
+ofs.tpc pgm /usr/bin/xrdcp --server
+xrd.tls {cert} {key}
+xrd.tlsca certdir {trust}
+xrd.protocol XrdHttp:{self.https_port} libXrdHttp.so
+http.exthandler xrdtpc libXrdHttpTPC.so
+http.listingdeny false
+""")
+        self.proc = subprocess.Popen(
+            ["xrootd", "-R", XROOTD_USER, "-c", str(config), "-n", "stork",
+             "-l", str(self.run_dir / "xrootd.log")], env=self.ca.env,
+            stdout=subprocess.DEVNULL, stderr=open(self.run_dir / "xrootd.stderr", "wb"),  # noqa: SIM115
+            start_new_session=True)
+
+        def listening() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"xrootd exited with {self.proc.returncode}: "
+                                   f"{(self.run_dir / 'xrootd.stderr').read_text()[-2000:]}")
+            for port in (self.root_port, self.https_port):
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        pass
+                except OSError:
+                    return False
+            return True
+
+        wait_for(listening, 20, what="xrootd on 127.0.0.1")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None

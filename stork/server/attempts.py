@@ -520,6 +520,7 @@ def kill_leftover(pid: int) -> None:
             cmdline = handle.read()
     except OSError:
         return
-    if b"globus-url-copy" in cmdline or b"stork.transfer" in cmdline:
+    if b"globus-url-copy" in cmdline or b"stork.transfer" in cmdline \
+            or b"gfalhelper" in cmdline:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -194,6 +195,11 @@ def main(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy ...\n")
         return EXIT_PERMANENT
+    # Stork retries failed attempts itself (with backoff, and alt_protocols): the XRootD
+    # client's own reconnection (5 tries over 2 minutes each by default) would only hide an
+    # unreachable server; the environment may still set other values
+    os.environ.setdefault("XRD_CONNECTIONRETRY", "1")
+    os.environ.setdefault("XRD_CONNECTIONWINDOW", "30")
     try:
         import gfal2  # type: ignore[import-not-found]
     except ImportError as exc:

@@ -62,10 +62,11 @@ def _read(path: str, run_as: RunAs | None, owner_uid: int) -> bytes:
         if reason == os.strerror(13):
             reason = "permission denied"
         raise CredentialInvalid(path, f"the job's owner cannot read it ({reason})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise CredentialInvalid(path, "not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CredentialInvalid(path, "not a regular file")
         if owner_uid >= 0 and info.st_uid != owner_uid:
             raise CredentialInvalid(path, f"belongs to uid {info.st_uid}, not to the job's "
                                           f"owner (uid {owner_uid})")

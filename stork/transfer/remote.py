@@ -32,13 +32,13 @@ TIMEOUT_S = 120.0
 # What each scheme's server can answer (gfal2 plugin and the servers Debian ships), strongest
 # first: the checksum types `verify_checksum` chooses from. file:// is computed by Stork.
 CHECKSUM_TYPES: dict[str, tuple[str, ...]] = {
-    "file": ("md5", "crc32c", "adler32"),
+    "file": ("md5", "adler32"),
     "gsiftp": ("md5", "adler32"),
     "ftp": ("md5", "adler32"),
     "root": ("md5", "crc32c", "adler32"),
     "xroot": ("md5", "crc32c", "adler32"),
-    "davs": ("md5", "adler32"),
-    "https": ("md5", "adler32"),
+    "davs": ("md5", "crc32c", "adler32"),  # RFC 3230 Want-Digest (XRootD's HTTP answers all)
+    "https": ("md5", "crc32c", "adler32"),
     "dav": ("md5", "adler32"),
     "http": ("md5", "adler32"),
 }

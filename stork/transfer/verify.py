@@ -8,6 +8,8 @@ GSI, anonymous FTP, XRootD, WebDAV and plain HTTP alike.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import ftplib
 import hashlib
 import os
@@ -104,7 +106,11 @@ def checksum_of(url: str, kind: str, ends: RemoteEnds | None = None) -> str:
 def normalize(kind: str, value: str) -> str:
     """A checksum as compared: lower-case hex; adler32 and crc32c as 8 digits (servers drop
     leading zeros)."""
-    value = value.strip().lower()
+    value = value.strip()
+    if any(c not in "0123456789abcdefABCDEF" for c in value):  # RFC 3230 digests: base64
+        with contextlib.suppress(ValueError):
+            value = base64.b64decode(value, validate=True).hex()
+    value = value.lower()
     if kind in ("adler32", "crc32c") and len(value) < 8:
         value = value.rjust(8, "0")
     return value
