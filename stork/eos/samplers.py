@@ -6,8 +6,10 @@
   scratch file's size is polled (FTP ``SIZE`` on one control connection, or ``stat`` for a
   local file): the first byte gives the set-up time (control and data channels), and the
   rate is taken over the later part of the time data flowed (`steady_rate`).
-  Where the size cannot be polled (gsiftp needs GSI), the rate comes from the ``-vb``
-  performance markers after the first one, or bytes over wall time.
+  Where the size cannot be polled cheaply (gsiftp and the other remote ends are looked at
+  through gfal2, one child process per look), the rate comes from the ``-vb`` performance
+  markers after the first one, or bytes over wall time. Scratch files at any remote end are
+  removed through the metadata layer for remote ends, as the job's owner with its proxy.
 * `InPlaceSampler`: the same samples for a transfer job, written into the real destination
   as byte ranges of the transfer (``-partial-offset O -partial-length L``, one range after
   the other from the start of the file), so their bytes need not be sent again. A sample

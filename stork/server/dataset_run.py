@@ -13,7 +13,8 @@ The attempt (a *pass*) runs on its own thread:
    globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`).
 4. After each run every file of the batch is checked: a destination of the source's size
    is done (sizes from the listing; destinations stat'ed, or listed once per directory on
-   FTP servers); when sizes cannot be had, the tool's exit status speaks for the batch. A
+   FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy);
+   when sizes cannot be had, the tool's exit status speaks for the batch. A
    file that is not done is sent again *alone* at once, with its own command line: its own
    error decides (`GridFtpModule.judge`), and the job's retry rules apply to the file
    (retried in a later pass after STORK_RETRY_DELAY, or FAILED). Its partial destination is
