@@ -160,7 +160,7 @@ class FailureKind(enum.Enum):
     TRANSIENT = "transient"  # network trouble, server busy: retry with backoff
     PERMANENT = "permanent"  # missing source, permission denied: retrying cannot help
     TIMEOUT = "timeout"  # ran past STORK_MAXDELAY_INMINUTES
-    VERIFY = "verify"  # tool said success, but sizes or checksums differ
+    VERIFY = "verify"  # tool said success, but sizes differ (or an end cannot be read)
     INTERRUPTED = "interrupted"  # the daemon stopped or died during the attempt
     CHECKSUM = "checksum"  # the destination's checksum is not the expected one
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from stork.errors import CredentialInvalid, SubmitError
+from stork.errors import CredentialInvalid, SubmitError, VerifyError
 from stork.submit import parse_submit
 from stork.transfer import failures, gfalhelper
 from stork.transfer.gfal import GfalModule
 from stork.transfer.proxy import check_proxy, expiry_warning
 from stork.transfer.registry import Registry
 from stork.transfer.remote import common_checksum
-from stork.transfer.verify import local_checksum, normalize
+from stork.transfer.verify import checksum_of, local_checksum, normalize, size_of
 from tests.gsi import TestCa
 
 REG = Registry.default()
@@ -105,3 +105,10 @@ def test_proxy_checks_name_the_file_and_the_reason(test_ca: TestCa, tmp_path: Pa
         check_proxy(str(tmp_path / "nope"), owner_uid=os.getuid(), run_as=None)
     with pytest.raises(CredentialInvalid, match="not a regular file"):
         check_proxy(str(tmp_path), owner_uid=os.getuid(), run_as=None)
+
+
+def test_an_operator_modules_own_scheme_is_not_asked() -> None:
+    """gfal2 speaks no `gate://`: its size is unknown (None), not a failed verification."""
+    assert size_of("gate://h/x") is None
+    with pytest.raises(VerifyError, match="gate:// ends cannot be asked for checksums"):
+        checksum_of("gate://h/x", "md5")

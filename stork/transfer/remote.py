@@ -43,6 +43,8 @@ CHECKSUM_TYPES: dict[str, tuple[str, ...]] = {
     "http": ("md5", "adler32"),
 }
 KNOWN_CHECKSUMS = ("md5", "crc32c", "adler32")
+# the remote schemes gfal2's plugins speak; another (an operator module's own) is not asked
+GFAL_SCHEMES = frozenset(CHECKSUM_TYPES) - {"file"}
 X509_SCHEMES = frozenset({"gsiftp", "root", "xroot", "roots", "davs", "https"})
 
 

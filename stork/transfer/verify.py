@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from stork.errors import RemoteEndError, StorkError, VerifyError
-from stork.transfer.remote import RemoteEnds, RemoteStat
+from stork.transfer.remote import GFAL_SCHEMES, RemoteEnds, RemoteStat
 from stork.urls import parse_url
 
 __all__ = ["VerifyError", "checksum_of", "local_checksum", "md5_of", "open_ftp", "remove",
@@ -41,7 +41,8 @@ def _ends(ends: RemoteEnds | None) -> RemoteEnds:
 
 
 def size_of(url: str, ends: RemoteEnds | None = None) -> int | None:
-    """Size in bytes; VerifyError when the end cannot tell (missing, refused, unreachable)."""
+    """Size in bytes; VerifyError when the end cannot tell (missing, refused, unreachable);
+    None for a scheme nothing here can ask (an operator module's own)."""
     return sizes_of([url], ends)[url]
 
 
@@ -57,8 +58,10 @@ def sizes_of(urls: Sequence[str], ends: RemoteEnds | None = None) -> dict[str, i
                 sizes[url] = os.stat(u.path).st_size
             except OSError as exc:
                 raise VerifyError("size", url, exc) from None
-        else:
+        elif u.scheme in GFAL_SCHEMES:
             remote.append(url)
+        else:
+            sizes[url] = None
     if remote:
         try:
             answers = _ends(ends).stat_many(remote)
@@ -96,6 +99,8 @@ def checksum_of(url: str, kind: str, ends: RemoteEnds | None = None) -> str:
     try:
         if u.scheme == "file":
             return local_checksum(u.path, kind)
+        if u.scheme not in GFAL_SCHEMES:
+            raise ValueError(f"{u.scheme}:// ends cannot be asked for checksums")
         return normalize(kind, _ends(ends).checksum(url, kind))
     except (OSError, ValueError) as exc:
         raise VerifyError(f"{kind} checksum", url, exc) from None
@@ -130,7 +135,7 @@ def remove(url: str, unlink: Callable[[str], None] = os.unlink,
     try:
         if u.scheme == "file":
             unlink(u.path)
-        else:
+        elif u.scheme in GFAL_SCHEMES:
             _ends(ends).delete(url)
     except (OSError, StorkError):
         pass
