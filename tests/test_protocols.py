@@ -92,7 +92,7 @@ def test_the_metadata_layer_stats_lists_sums_makes_and_deletes(
     assert caught.value.errno == 2 and "nope.dat" in str(caught.value)
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", (*SCHEMES, "https"))
 def test_to_and_from_disk_and_third_party_verified_with_progress(
         stork_x: StorkServer, xrootd: XrootdServer, served: Path, export: Path,
         scheme: str) -> None:
