@@ -9,6 +9,7 @@ import os
 import pwd
 import shutil
 import socket
+import subprocess
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,7 +77,9 @@ def test_the_metadata_layer_stats_lists_sums_makes_and_deletes(
     assert ends.stat(url) == RemoteStat(served.stat().st_size, False)
     assert checksum_of(url, "adler32", ends) == adler32(served)
     assert checksum_of(url, "md5", ends) == md5(served)
-    assert len(checksum_of(url, "crc32c", ends)) == 8
+    crc = subprocess.run(["xrdcrc32c", str(served)], capture_output=True, text=True,
+                         check=True).stdout.split()[0]  # xrootd-client's own
+    assert checksum_of(url, "crc32c", ends) == crc
     made = export / f"made-{scheme}" / "deep"
     ends.mkdir(xrootd.url(scheme, made) + "/")
     assert made.is_dir()
@@ -165,3 +168,21 @@ def test_failures_are_the_existing_kinds(stork_x: StorkServer, xrootd: XrootdSer
     assert (unreachable["state"], unreachable["failure_kind"], unreachable["attempts"]) == \
         ("FAILED", "transient", 2), unreachable
     assert [p for p in work.iterdir() if p.stat().st_size > 0] == []
+
+
+def test_the_ads_crc32c_and_md5_are_checked_at_the_destination(
+        stork_x: StorkServer, xrootd: XrootdServer, served: Path, export: Path) -> None:
+    """crc32c as XRootD answers it (hex) and as WebDAV answers it (an RFC 3230 base64
+    digest), md5 on both; the expected crc32c comes from xrootd-client's own xrdcrc32c."""
+    if shutil.which("xrdcrc32c") is None:
+        pytest.skip("xrdcrc32c is missing (Debian package xrootd-client)")
+    crc = subprocess.run(["xrdcrc32c", str(served)], capture_output=True, text=True,
+                         check=True).stdout.split()[0]
+    into = export / "typed"
+    ads = "".join(f"""
+    [ dap_type = transfer; checksum = "{kind}:{value}"; src_url = "file://{served}";
+      dest_url = "{xrootd.url(scheme, into / f'{kind}.{scheme}')}" ]"""
+                  for scheme in SCHEMES for kind, value in (("crc32c", crc), ("md5", md5(served))))
+    for job_id in stork_x.submit(ads):
+        job = stork_x.wait_state(job_id, timeout_s=120)
+        assert job["state"] == "COMPLETED", job

@@ -99,7 +99,8 @@ def op_list(ctx: Any, url: str) -> int:
 def op_checksum(ctx: Any, kind: str, urls: list[str]) -> int:
     for url in urls:
         try:
-            _emit({"url": url, "type": kind, "value": str(ctx.checksum(url, kind)).lower()})
+            # as the server gave it: a base64 digest (WebDAV) must keep its case
+            _emit({"url": url, "type": kind, "value": str(ctx.checksum(url, kind)).strip()})
         except Exception as exc:  # noqa: BLE001
             _emit(_error(url, exc))
     return 0

@@ -147,10 +147,11 @@ class RemoteEnds:
         return entries
 
     def checksum(self, url: str, kind: str) -> str:
-        """The file's checksum of type `kind` (md5, adler32, crc32c), lower-case hex."""
+        """The file's checksum of type `kind` (md5, adler32, crc32c) as the server gave it
+        (hex, or an RFC 3230 base64 digest: `stork.transfer.verify.normalize` reads both)."""
         for record in self._run("checksum", url, ["checksum", kind, url]):
             self._raise(f"{kind} checksum", record)
-            return str(record["value"]).lower()
+            return str(record["value"])
         raise RemoteEndError(f"{kind} checksum", url, "no answer")
 
     def delete(self, url: str) -> None:
