@@ -33,9 +33,11 @@ def missing_tools() -> list[str]:
     return [t for t in TOOLS if shutil.which(t) is None]
 
 
-def _run(argv: list[str], env: dict[str, str], **kwargs: object) -> str:
+def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> str:
+    """Run a tool; grid-cert-request writes openssl_req.log into its working directory, so
+    the CA's own directory is given."""
     result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False,
-                            stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+                            stdin=subprocess.DEVNULL, cwd=cwd)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {result.returncode}: "
                            f"{result.stdout[-1500:]}{result.stderr[-1500:]}")
@@ -102,12 +104,12 @@ class TestCa:
         self.user_dir.mkdir(exist_ok=True)
         _run(["grid-cert-request", "-host", "stork-test.invalid", "-dns", "localhost",
               "-ip", "127.0.0.1", "-dir", str(self.host_dir), "-ca", digest, "-nopw",
-              "-force"], self.env)
+              "-force"], self.env, cwd=self.root)
         _run(["grid-ca-sign", "-in", str(self.host_dir / "hostcert_request.pem"),
               "-out", str(self.host_cert), "-dir", str(self.ca), "-passin",
               f"pass:{PASSWORD}"], self.env)
         _run(["grid-cert-request", "-cn", USER_CN, "-dir", str(self.user_dir), "-ca", digest,
-              "-nopw", "-force"], self.env)
+              "-nopw", "-force"], self.env, cwd=self.root)
         # valid from long ago, so a proxy can be made in the past (an expired one)
         _run(["grid-ca-sign", "-in", str(self.user_dir / "usercert_request.pem"),
               "-out", str(self.user_dir / "usercert.pem"), "-dir", str(self.ca),
