@@ -34,8 +34,8 @@ def missing_tools() -> list[str]:
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> str:
-    """Run a tool; grid-cert-request writes openssl_req.log into its working directory, so
-    the CA's own directory is given."""
+    """Run a tool; the Globus CA tools write openssl_req.log into their working directory,
+    so the CA's own directory is given."""
     result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False,
                             stdin=subprocess.DEVNULL, cwd=cwd)
     if result.returncode != 0:
@@ -80,9 +80,9 @@ class TestCa:
         before = set(os.listdir(SYSTEM_TRUST)) if existed else set()
         _run(["grid-ca-create", "-noint", "-force", "-dir", str(self.ca),
               "-subject", "cn=Stork Test CA, ou=stork, o=Grid", "-pass", PASSWORD,
-              "-days", "7", "-bits", "2048", "-nobuild"], self.env)
+              "-days", "7", "-bits", "2048", "-nobuild"], self.env, cwd=self.root)
         digest = _run(["openssl", "x509", "-in", str(self.ca_cert), "-noout", "-hash"],
-                      self.env).strip()
+                      self.env, cwd=self.root).strip()
         if SYSTEM_TRUST.is_dir():  # move what grid-ca-create installed into our own trust
             for name in set(os.listdir(SYSTEM_TRUST)) - before:
                 if digest in name:
@@ -107,15 +107,15 @@ class TestCa:
               "-force"], self.env, cwd=self.root)
         _run(["grid-ca-sign", "-in", str(self.host_dir / "hostcert_request.pem"),
               "-out", str(self.host_cert), "-dir", str(self.ca), "-passin",
-              f"pass:{PASSWORD}"], self.env)
+              f"pass:{PASSWORD}"], self.env, cwd=self.root)
         _run(["grid-cert-request", "-cn", USER_CN, "-dir", str(self.user_dir), "-ca", digest,
               "-nopw", "-force"], self.env, cwd=self.root)
         # valid from long ago, so a proxy can be made in the past (an expired one)
         _run(["grid-ca-sign", "-in", str(self.user_dir / "usercert_request.pem"),
               "-out", str(self.user_dir / "usercert.pem"), "-dir", str(self.ca),
-              "-passin", f"pass:{PASSWORD}", "-startdate", "20200101000000Z"], self.env)
+              "-passin", f"pass:{PASSWORD}", "-startdate", "20200101000000Z"], self.env, cwd=self.root)
         subject = _run(["openssl", "x509", "-in", str(self.user_dir / "usercert.pem"),
-                        "-noout", "-subject", "-nameopt", "compat"], self.env)
+                        "-noout", "-subject", "-nameopt", "compat"], self.env, cwd=self.root)
         self.user_dn = subject.strip().removeprefix("subject=")
         self.gridmap.write_text(f'"{self.user_dn}" {map_to}\n')
         return self
@@ -127,7 +127,7 @@ class TestCa:
         argv = ["grid-proxy-init", "-q", "-cert", str(self.user_dir / "usercert.pem"),
                 "-key", str(self.user_dir / "userkey.pem"), "-out", str(path),
                 "-valid", valid]
-        _run(["faketime", "-f", shift, *argv] if shift else argv, self.env)
+        _run(["faketime", "-f", shift, *argv] if shift else argv, self.env, cwd=self.root)
         path.chmod(0o600)
         if owner is not None:
             os.chown(path, owner, -1)
