@@ -113,7 +113,8 @@ class TestCa:
         # valid from long ago, so a proxy can be made in the past (an expired one)
         _run(["grid-ca-sign", "-in", str(self.user_dir / "usercert_request.pem"),
               "-out", str(self.user_dir / "usercert.pem"), "-dir", str(self.ca),
-              "-passin", f"pass:{PASSWORD}", "-startdate", "20200101000000Z"], self.env, cwd=self.root)
+              "-passin", f"pass:{PASSWORD}", "-startdate", "20200101000000Z"], self.env,
+             cwd=self.root)
         subject = _run(["openssl", "x509", "-in", str(self.user_dir / "usercert.pem"),
                         "-noout", "-subject", "-nameopt", "compat"], self.env, cwd=self.root)
         self.user_dn = subject.strip().removeprefix("subject=")
