@@ -13,9 +13,11 @@ by what went wrong:
     +-- TransferError (carries the FailureKind stored as the job's failure_kind)
     |   +-- RetryableTransferError: NetworkError, ServerBusy, CredentialError,
     |   |                           TransferTimedOut, DestinationMismatch, TransferInterrupted
+    |   |                           ChecksumMismatch
     |   +-- PermanentTransferError: NotFound, AccessDenied, DestinationFull, BadUrl,
-    |                               NoTransferModule
+    |                               NoTransferModule, CredentialInvalid
     +-- VerifyError
+    +-- RemoteEndError (a remote end could not be looked at, listed, cleaned up)
     +-- EosError: FitError, SamplingError
     +-- SchedError
     +-- DatasetError: DatasetUnreachable (a listing that another try may get through)
@@ -169,8 +171,9 @@ class FailureKind(enum.Enum):
     TRANSIENT = "transient"  # network trouble, server busy: retry with backoff
     PERMANENT = "permanent"  # missing source, permission denied: retrying cannot help
     TIMEOUT = "timeout"  # ran past STORK_MAXDELAY_INMINUTES
-    VERIFY = "verify"  # tool said success, but sizes or checksums differ
+    VERIFY = "verify"  # tool said success, but sizes differ (or an end cannot be read)
     INTERRUPTED = "interrupted"  # the daemon stopped or died during the attempt
+    CHECKSUM = "checksum"  # the destination's checksum is not the expected one
 
     @property
     def retryable(self) -> bool:
@@ -238,6 +241,14 @@ class DestinationMismatch(RetryableTransferError):
     kind = FailureKind.VERIFY
 
 
+class ChecksumMismatch(RetryableTransferError):
+    """The copy ended, but the destination's checksum is not the one expected (the ad's
+    `checksum`, or the source's with `verify_checksum`): a failure kind of its own. The bad
+    destination is removed; another attempt may send it right (corruption on the way)."""
+
+    kind = FailureKind.CHECKSUM
+
+
 class TransferInterrupted(RetryableTransferError):
     """stork_server stopped or died while the attempt ran."""
 
@@ -280,6 +291,18 @@ class NoTransferModule(PermanentTransferError):
         self.dest_url = dest_url
 
 
+class CredentialInvalid(PermanentTransferError):
+    """The job's x509proxy cannot be used at all: missing, unreadable by the job's owner,
+    someone else's, not a proxy, or expired. Found before any byte moves; retrying the same
+    file cannot help, so it is permanent (`CredentialError`, a server refusing a login, is
+    not)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"x509proxy {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class VerifyError(StorkError):
     """One end of a transfer could not be inspected (missing file, server refused)."""
 
@@ -287,6 +310,19 @@ class VerifyError(StorkError):
         super().__init__(f"cannot get the {what} of {url}: {reason}")
         self.what = what
         self.url = url
+
+
+class RemoteEndError(StorkError):
+    """A remote end (through gfal2) could not be looked at, listed, cleaned up or made:
+    `operation`, `url`, gfal2's words, and the system error number it gave (`errno`)."""
+
+    def __init__(self, operation: str, url: str, reason: str, *,
+                 errno: int | None = None) -> None:
+        super().__init__(f"{operation} of {url}: {reason}")
+        self.operation = operation
+        self.url = url
+        self.reason = reason
+        self.errno = errno
 
 
 # -- the EOS (estimation of the optimal stream count) -----------------------------------------

@@ -49,6 +49,7 @@ class JobSpec:
     alt_protocols: tuple[tuple[str, str], ...] = ()
     max_retries: int | None = None
     verify_checksum: bool = False
+    checksum: str | None = None  # "adler32:0a1b2c3d": the destination's expected checksum
     size_bytes: int | None = None
     recursive: bool = False  # a directory dataset descends into subdirectories
     url_list: str | None = None  # a dataset named by a url_list file (absolute path)

@@ -35,7 +35,7 @@ from stork.urls import parse_url, with_scheme
 KNOWN_ATTRIBUTES = (
     "dap_type", "src_url", "dest_url", "arguments", "optimization", "use_history",
     "stork_server", "opt_server", "output", "err", "log", "x509proxy", "alt_protocols",
-    "max_retries", "verify_checksum", "size", "recursive", "url_list",
+    "max_retries", "verify_checksum", "size", "recursive", "url_list", "checksum",
 )
 USER_PREFIX = "user_"  # names starting with this are the user's own: never warned about
 SUGGEST_CUTOFF = 0.7  # difflib similarity (0..1) a known name needs to be suggested
@@ -400,6 +400,26 @@ def _urls(ad: classad2.ClassAd, has: Callable[[str], bool], dap_type: DapType
     return urls, schemes
 
 
+# checksum = "TYPE:HEX": the types the field uses, and their hex digits at most
+CHECKSUM_DIGITS = {"adler32": 8, "crc32c": 8, "md5": 32}
+
+
+def _checksum(text: str) -> str:
+    """``adler32:0a1b2c3d`` -> the same, normalised (lower case, adler32/crc32c to 8 digits)."""
+    kind, sep, value = text.strip().partition(":")
+    kind, value = kind.strip().lower(), value.strip().lower()
+    if not sep or kind not in CHECKSUM_DIGITS:
+        raise _Invalid("checksum", f"{text!r} is not TYPE:VALUE with TYPE one of "
+                                   f"{', '.join(sorted(CHECKSUM_DIGITS))} "
+                                   "(e.g. \"adler32:0a1b2c3d\")")
+    digits = CHECKSUM_DIGITS[kind]
+    if not value or len(value) > digits or any(c not in "0123456789abcdef" for c in value):
+        raise _Invalid("checksum", f"{value!r} is not a {kind} value ({digits} hex digits)")
+    if kind == "md5" and len(value) != digits:
+        raise _Invalid("checksum", f"{value!r} is not an md5 value (32 hex digits)")
+    return f"{kind}:{value.rjust(digits, '0')}"
+
+
 def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
     # Only the names in KNOWN_ATTRIBUTES are read, so that table cannot miss one.
     present = {key.lower(): key for key in ad if key.lower() in KNOWN_ATTRIBUTES}
@@ -458,6 +478,8 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
             fields[attr] = _local_path(ad, attr, iwd)
     if has("max_retries"):
         fields["max_retries"] = _non_negative_int(ad, "max_retries")
+    if has("checksum"):
+        fields["checksum"] = _checksum(_string(ad, "checksum"))
     if has("size"):
         size = _non_negative_int(ad, "size")
         if size == 0:
@@ -469,6 +491,9 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
         raise _Invalid("optimization", f"{fields['optimizer']} tunes datasets (cc, p, pp); a "
                                        "single file takes optimization = \"YES\" (the EOS "
                                        "chooses its streams)")
+    if dataset and "checksum" in fields:
+        raise _Invalid("checksum", "is one file's expected checksum; a dataset takes "
+                                   "verify_checksum = true")
     if dataset and "size_bytes" in fields:
         raise _Invalid("size", "is for one file; a dataset's sizes come from its listing")
     if dap_type is DapType.TRANSFER and schemes:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 # Schemes whose URLs name a host; file URLs name a local absolute path.
-HOST_SCHEMES = frozenset({"ftp", "gsiftp", "http", "https", "iperf"})
+HOST_SCHEMES = frozenset({"ftp", "gsiftp", "http", "https", "iperf", "root", "xroot",
+                          "davs", "dav"})
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789+.-")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import pgcluster
+from tests import gsi, pgcluster
 from tests.support import GridFtpServer, StorkServer, missing_tools
 
 
@@ -37,6 +37,18 @@ def postgres() -> Iterator[pgcluster.PostgresCluster]:
         pytest.skip(why)
     with pgcluster.PostgresCluster() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> gsi.TestCa:
+    """A throw-away GSI certificate authority with a host and a user certificate, made with
+    Debian's Globus tools once for the session (tests/gsi.py)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the GSI GridFTP server maps the test user to an account")
+    missing = gsi.missing_tools()
+    if missing:
+        pytest.skip(f"GSI tools not installed ({', '.join(missing)}); run `make setup`")
+    return gsi.TestCa(tmp_path_factory.mktemp("gsi")).create()
 
 
 @pytest.fixture

@@ -106,8 +106,9 @@ class StorkServer:
     """A personal stork_server (foreground, real process) with its own config and state."""
 
     def __init__(self, workdir: Path, knobs: dict[str, Any] | None = None,
-                 prefix: list[str] | None = None) -> None:
+                 prefix: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.extra_env = env or {}  # e.g. X509_CERT_DIR: the test CA the tools trust
         self.prefix = prefix or []  # e.g. ["ip", "netns", "exec", SITE] to run inside a site
         self.state = workdir / "state"
         self.config = workdir / "stork_config"
@@ -128,6 +129,7 @@ class StorkServer:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("_STORK_")}
+        env.update(self.extra_env)
         env["STORK_CONFIG"] = str(self.config)
         env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
         return env

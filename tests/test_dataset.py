@@ -30,9 +30,9 @@ from stork.dataset import (
     DatasetUnreachable,
     Entry,
     FtpLister,
-    GsiftpLister,
     Lister,
     LocalLister,
+    RemoteLister,
     expand,
     is_dataset,
     listed_locally,
@@ -491,15 +491,15 @@ def test_an_ftp_glob_and_a_flat_listing(gridftp: GridFtpServer, served: Path) ->
     assert rels(ds) == ["a.h5", "b.h5", "empty.h5", "sp ace.dat"] and ds.skipped_dirs == 1
 
 
-def test_globus_url_copy_list_gives_names_without_sizes(gridftp: GridFtpServer,
-                                                        served: Path) -> None:
+def test_the_gfal2_listing_gives_names_and_sizes(gridftp: GridFtpServer,
+                                                 served: Path) -> None:
     ds = expand(ftp_dir(gridftp, served), "file:///out/", recursive=True, max_files=100,
-                lister=GsiftpLister())
+                lister=RemoteLister())
     assert sorted(rels(ds)) == sorted(SIZES)
-    assert {f.size_bytes for f in ds.files} == {None} and ds.total_bytes is None
+    assert ds.total_bytes == sum(SIZES.values())
 
 
-@pytest.mark.parametrize("lister", [FtpLister, GsiftpLister], ids=["ftp", "gsiftp"])
+@pytest.mark.parametrize("lister", [FtpLister, RemoteLister], ids=["ftp", "gfal2"])
 def test_a_missing_remote_directory_is_refused_clearly(
         gridftp: GridFtpServer, tmp_path: Path, lister: Callable[[], Lister]) -> None:
     missing = ftp_dir(gridftp, tmp_path / "nope")
@@ -515,7 +515,7 @@ def test_a_remote_file_named_as_a_directory_is_refused(gridftp: GridFtpServer,
         expand(ftp_dir(gridftp, served / "a.h5"), "file:///out/", max_files=10)
 
 
-@pytest.mark.parametrize("lister", [FtpLister, GsiftpLister], ids=["ftp", "gsiftp"])
+@pytest.mark.parametrize("lister", [FtpLister, RemoteLister], ids=["ftp", "gfal2"])
 def test_the_remote_limit_stops_the_listing_and_the_lister_lists_again(
         gridftp: GridFtpServer, served: Path, lister: Callable[[], Lister]) -> None:
     counting = Counting(lister())

@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if job.get("wait_reason"):
                     print(f"Waiting: {job['wait_reason']}")
+                if (job.get("result") or {}).get("x509proxy_warning"):
+                    print(f"Warning: {job['result']['x509proxy_warning']}")
                 print(job["ad"].strip())
                 print("Attempts:")
                 if not info["attempts"]:

@@ -14,9 +14,9 @@ values (source, destination, relative path, size in bytes when the listing gives
 
 Directories are listed by one `Lister` per scheme (`LISTERS`): ``file://`` on disk
 (`LocalLister`, os.scandir, symlinks followed, loops refused), ``ftp://`` through the server
-(`FtpLister`, anonymous, MLSD or else NLST + SIZE) and ``gsiftp://`` through
-``globus-url-copy -list`` (`GsiftpLister`, with the job's proxy; no sizes: they come later,
-from the transfer). url_lists are parsed without I/O (`stork.dataset.urllist`).
+(`FtpLister`, anonymous, MLSD or else NLST + SIZE) and ``gsiftp://`` through the metadata
+layer for remote ends (`RemoteLister`: gfal2, with the job's proxy, names and sizes).
+url_lists are parsed without I/O (`stork.dataset.urllist`).
 
 Whose rights: listing runs in the caller's process with the caller's rights, and this
 package holds no privilege logic. The plan is that ``stork_submit`` expands local datasets
@@ -46,8 +46,8 @@ from stork.dataset.expand import (
     lister_for,
 )
 from stork.dataset.ftp import FtpLister
-from stork.dataset.gsiftp import GsiftpLister
 from stork.dataset.local import LocalLister
+from stork.dataset.remote import RemoteLister
 from stork.dataset.urllist import UrlPair, parse_pairs
 from stork.errors import DatasetError, DatasetUnreachable
 
@@ -60,9 +60,9 @@ __all__ = [
     "DatasetUnreachable",
     "Entry",
     "FtpLister",
-    "GsiftpLister",
     "Lister",
     "LocalLister",
+    "RemoteLister",
     "UrlPair",
     "expand",
     "is_dataset",

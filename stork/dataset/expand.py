@@ -20,8 +20,8 @@ from urllib.parse import unquote
 
 from stork.dataset.base import GLOB_CHARS, Lister, parse_dir_url, quote_name
 from stork.dataset.ftp import FtpLister
-from stork.dataset.gsiftp import GsiftpLister
 from stork.dataset.local import LocalLister
+from stork.dataset.remote import RemoteLister
 from stork.dataset.urllist import UrlPair, dest_key, parse_pairs, source_name
 from stork.errors import DatasetError
 from stork.identity import RunAs
@@ -30,11 +30,12 @@ MAX_FILES_KNOB = "STORK_MAX_FILES_PER_JOB"
 MAX_DEPTH = 256  # directory levels below the listed one; deeper is a loop on a server
 
 # scheme -> its lister, given the job's x509proxy and whose rights a listing tool runs with
-# (only gsiftp runs a tool; anonymous FTP reads nothing local)
+# (gsiftp goes through the metadata layer for remote ends, gfal2, as the owner with the
+# proxy; anonymous FTP reads nothing local)
 LISTERS: dict[str, Callable[[str | None, RunAs | None], Lister]] = {
     "file": lambda x509proxy, run_as: LocalLister(),
     "ftp": lambda x509proxy, run_as: FtpLister(),
-    "gsiftp": lambda x509proxy, run_as: GsiftpLister(x509proxy=x509proxy, run_as=run_as),
+    "gsiftp": lambda x509proxy, run_as: RemoteLister(x509proxy=x509proxy, run_as=run_as),
 }
 LOCAL_SCHEMES = frozenset({"file"})
 

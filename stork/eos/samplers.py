@@ -6,8 +6,10 @@
   scratch file's size is polled (FTP ``SIZE`` on one control connection, or ``stat`` for a
   local file): the first byte gives the set-up time (control and data channels), and the
   rate is taken over the later part of the time data flowed (`steady_rate`).
-  Where the size cannot be polled (gsiftp needs GSI), the rate comes from the ``-vb``
-  performance markers after the first one, or bytes over wall time.
+  Where the size cannot be polled cheaply (gsiftp and the other remote ends are looked at
+  through gfal2, one child process per look), the rate comes from the ``-vb`` performance
+  markers after the first one, or bytes over wall time. Scratch files at any remote end are
+  removed through the metadata layer for remote ends, as the job's owner with its proxy.
 * `InPlaceSampler`: the same samples for a transfer job, written into the real destination
   as byte ranges of the transfer (``-partial-offset O -partial-length L``, one range after
   the other from the start of the file), so their bytes need not be sent again. A sample
@@ -41,6 +43,7 @@ from stork.identity import RunAs, unlink_as
 from stork.process import TIMEOUT, Child
 from stork.transfer import verify
 from stork.transfer.base import Range, summarize_error
+from stork.transfer.remote import RemoteEnds
 from stork.urls import parse_url
 
 _SAMPLE_TIME = "sample time"  # the stop reason of a sample stopped after `seconds`
@@ -195,6 +198,8 @@ class GridFtpSampler(Sampler):
         self.run_as = run_as  # the requesting job's owner, when the daemon is root
         self.env = ({"X509_USER_PROXY": x509proxy}  # added to the daemon's environment
                     if x509proxy and x509proxy != "default" else None)
+        # scratch files and sizes at remote ends, as the owner with the job's proxy
+        self.ends = RemoteEnds(x509proxy=x509proxy, run_as=run_as)
 
     def command(self, streams: int, target: str, offset: int = 0,
                 length: int | None = None) -> list[str]:
@@ -216,7 +221,7 @@ class GridFtpSampler(Sampler):
         return self._sample(streams, run, self.sample_bytes)
 
     def _remove(self, url: str) -> None:
-        verify.remove(url, unlink=lambda path: unlink_as(self.run_as, path))
+        verify.remove(url, unlink=lambda path: unlink_as(self.run_as, path), ends=self.ends)
 
     def _run(self, streams: int, argv: list[str], target: str, baseline: int = 0) -> _Run:
         """Run one sample writing to `target` (at offset `baseline`); SamplingError when the
@@ -248,7 +253,7 @@ class GridFtpSampler(Sampler):
             said = summarize_error(ended.stderr_tail) or f"exit status {ended.code}"
             raise SamplingError(f"sample with {streams} streams failed: {said}")
         try:
-            size = verify.size_of(target)
+            size = verify.size_of(target, self.ends)
         except verify.VerifyError:  # the size is a measurement aid: fall back below
             size = None
         moved = max(size - baseline, 0) if size is not None else None
@@ -347,7 +352,7 @@ class InPlaceSampler(GridFtpSampler):
         self._cleared = True
         self._remove(self.dest_url)
         try:
-            verify.size_of(self.dest_url)
+            verify.size_of(self.dest_url, self.ends)
         except verify.VerifyError:
             return True  # gone
         self._to_scratch("the existing destination could not be removed first", keep=False)

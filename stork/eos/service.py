@@ -58,6 +58,7 @@ from stork.sched import Task, TaskMatrix
 from stork.store.base import HistoryEntry, JobStore
 from stork.transfer import verify
 from stork.transfer.base import Range
+from stork.transfer.remote import RemoteEnds
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ class EosService:
         if not request.transfer:
             return request
         try:
-            size = verify.size_of(request.src_url)
+            size = verify.size_of(request.src_url, _ends(request))
         except verify.VerifyError:
             size = None
         return dataclasses.replace(request, size_bytes=size) if size else request
@@ -437,7 +438,7 @@ class EosService:
         size = request.size_bytes
         if size is None:
             try:
-                size = verify.size_of(request.src_url)
+                size = verify.size_of(request.src_url, _ends(request))
             except verify.VerifyError:
                 size = None
         result = EstimateResult(
@@ -493,3 +494,8 @@ class EosService:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _ends(request: EstimateRequest) -> RemoteEnds:
+    """The source as the request's owner sees it, with the job's proxy."""
+    return RemoteEnds(x509proxy=request.x509proxy, run_as=request.run_as)

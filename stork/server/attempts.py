@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 
 from stork.config import LiveSettings, Settings
 from stork.errors import (
+    ChecksumMismatch,
+    CredentialInvalid,
+    DestinationMismatch,
     IdentityError,
     NoTransferModule,
     PermanentTransferError,
@@ -49,7 +52,9 @@ from stork.store.base import HostLimit, JobStore
 from stork.transfer import verify
 from stork.transfer.base import Progress, Range, TransferModule, TransferRequest
 from stork.transfer.gridftp import GridFtpModule
+from stork.transfer.proxy import ProxyFacts, check_proxy, expiry_warning, uses_proxy
 from stork.transfer.registry import Registry
+from stork.transfer.remote import X509_SCHEMES, RemoteEnds, common_checksum
 from stork.translog import TransferRecord
 from stork.urls import parse_url
 from stork.userlog import executing, note
@@ -87,6 +92,12 @@ class Plan:
     optimized: bool = False  # the stream count is the EOS's choice
     # bytes the EOS's samples already wrote into the destination (`request.ranges` is the rest)
     bytes_in_destination: int = 0
+    proxy: ProxyFacts | None = None  # the job's x509proxy, checked when the attempt was planned
+
+    @property
+    def ends(self) -> RemoteEnds:
+        """Remote ends as the job's owner sees them, with the job's proxy."""
+        return RemoteEnds(x509proxy=self.request.x509proxy, run_as=self.run_as)
 
     @property
     def src_url(self) -> str:
@@ -130,9 +141,17 @@ def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
         run_as = RunAs.for_owner(job.owner_uid)
     except IdentityError as exc:
         raise NotLaunchable(PermanentTransferError(str(exc)), 126, src, dest) from None
+    proxy = None
+    schemes = {url.partition("://")[0].lower() for url in (src, dest)}
+    if job.spec.x509proxy is not None and uses_proxy(job.spec.x509proxy) \
+            and schemes & X509_SCHEMES:
+        try:  # before any byte moves: a proxy that cannot work fails the job at once
+            proxy = check_proxy(job.spec.x509proxy, owner_uid=job.owner_uid, run_as=run_as)
+        except CredentialInvalid as exc:
+            raise NotLaunchable(exc, 126, src, dest) from None
     request = TransferRequest(src, dest, job.spec.options, settings.default_streams,
                               job.spec.verify_checksum, job.spec.x509proxy)
-    return Plan(job, attempt_no, module, request, run_as)
+    return Plan(job, attempt_no, module, request, run_as, proxy=proxy)
 
 
 @dataclass
@@ -231,7 +250,30 @@ class Attempts:
                       f"{', '.join(f'{o}+{n}' for o, n in plan.request.ranges)})")
         log.info("job %d attempt %d%s: %s", job.id, started.attempts, chose, " ".join(argv))
         process.start()
+        if plan.proxy is not None:
+            self._flag_proxy(plan, started, now)
         return True
+
+    def _flag_proxy(self, plan: Plan, job: Job, now: float) -> None:
+        """Flag on the job (ad and stork_status) a proxy that will expire before the
+        transfer's estimated end: its size at the EOS's predicted rate, else at
+        STORK_LINK_MBPS (the fastest it could go)."""
+        assert plan.proxy is not None
+        size = job.bytes_total if job.spec.is_dataset else job.spec.size_bytes
+        if size is None and not job.spec.is_dataset:
+            try:
+                size = verify.size_of(plan.src_url, plan.ends)
+            except verify.VerifyError:
+                size = None
+        rate = float(job.result.get("predicted_throughput_mbps") or self.settings.link_mbps)
+        warning = expiry_warning(plan.proxy, now, size, rate)
+        if warning is None:
+            return
+        log.warning("job %d: %s", job.id, warning["x509proxy_warning"])
+        try:
+            self.store.update_result(job.id, warning)
+        except Exception:
+            log.exception("job %d: cannot flag the proxy's expiry", job.id)
 
     def refuse(self, job: Job, problem: NotLaunchable) -> None:
         """Count an attempt that cannot start as one that failed permanently."""
@@ -325,13 +367,11 @@ class Attempts:
         if result.exit_code != 0:
             failure = plan.module.judge(result.exit_code, result.stderr_tail)
             return dataclasses.replace(facts, failure=failure)
-        problem = verify_destination(plan)
+        problem, size = verify_destination(plan)
+        if isinstance(problem, ChecksumMismatch):
+            return dataclasses.replace(facts, checksum_error=str(problem))
         if problem is not None:
-            return dataclasses.replace(facts, verify_error=problem)
-        try:
-            size = verify.size_of(plan.dest_url)
-        except verify.VerifyError:
-            size = None
+            return dataclasses.replace(facts, verify_error=str(problem))
         return dataclasses.replace(facts, dest_size=size)
 
     def _apply(self, job: Job, attempt_no: int, verdict: Verdict, now: float, src_url: str,
@@ -470,31 +510,52 @@ class Attempts:
         return jobs
 
 
-def verify_destination(plan: Plan) -> str | None:
-    """None when the destination is right; otherwise what is wrong."""
+def verify_destination(plan: Plan) -> tuple[TransferError | None, int | None]:
+    """(what is wrong with the destination or None, the destination's size). Both ends are
+    looked at as the job's owner with the job's proxy (`Plan.ends`): sizes; the ad's
+    `checksum` (the expected value, FTS3-style) at the destination; with `verify_checksum`
+    the strongest checksum type both ends answer. A checksum that differs is
+    `ChecksumMismatch`; anything else `DestinationMismatch`."""
+    ends = plan.ends
+    src, dest = plan.src_url, plan.dest_url
     try:
-        src_size, dest_size = verify.size_of(plan.src_url), verify.size_of(plan.dest_url)
-        if src_size is not None and dest_size is not None and src_size != dest_size:
-            return f"destination size {dest_size} differs from source size {src_size}"
+        sizes = verify.sizes_of([src, dest], ends)
+        if sizes[src] is not None and sizes[dest] is not None and sizes[src] != sizes[dest]:
+            return (DestinationMismatch(f"destination size {sizes[dest]} differs from source "
+                                        f"size {sizes[src]}"), sizes[dest])
+        expected = plan.job.spec.checksum
+        if expected:
+            kind, _, value = expected.partition(":")
+            have = verify.checksum_of(dest, kind, ends)
+            if have != value:
+                return (ChecksumMismatch(f"destination {kind} {have} is not the expected "
+                                         f"{value} (checksum = \"{expected}\")"), sizes[dest])
         if plan.request.verify_checksum:
-            src_sum, dest_sum = verify.md5_of(plan.src_url), verify.md5_of(plan.dest_url)
-            if src_sum is None or dest_sum is None:
+            common = common_checksum(parse_url(src).scheme, parse_url(dest).scheme)
+            if common is None:
                 if not plan.module.verifies_checksum:
-                    return "verify_checksum is set but the checksums cannot be computed"
-            elif src_sum != dest_sum:
-                return f"destination MD5 {dest_sum} differs from source MD5 {src_sum}"
+                    return (DestinationMismatch("verify_checksum is set but no checksum type "
+                                                "is answered by both ends"), sizes[dest])
+            else:
+                src_sum, dest_sum = verify.checksum_of(src, common, ends), \
+                    verify.checksum_of(dest, common, ends)
+                if src_sum != dest_sum:
+                    return (ChecksumMismatch(f"destination {common} {dest_sum} differs from "
+                                             f"source {common} {src_sum}"), sizes[dest])
     except verify.VerifyError as exc:
-        return str(exc)
-    return None
+        return DestinationMismatch(str(exc)), None
+    return None, sizes[dest]
 
 
 def remove_partial(job: Job, dest_url: str) -> None:
-    """Delete a partial destination with the rights of the job's owner."""
+    """Delete a partial or bad destination with the rights of the job's owner (a remote
+    one with the job's proxy)."""
     try:
         run_as = RunAs.for_owner(job.owner_uid)
     except IdentityError:
         return
-    verify.remove(dest_url, unlink=lambda path: unlink_as(run_as, path))
+    verify.remove(dest_url, unlink=lambda path: unlink_as(run_as, path),
+                  ends=RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as))
 
 
 def kill_leftover(pid: int) -> None:
@@ -505,6 +566,7 @@ def kill_leftover(pid: int) -> None:
             cmdline = handle.read()
     except OSError:
         return
-    if b"globus-url-copy" in cmdline or b"stork.transfer" in cmdline:
+    if b"globus-url-copy" in cmdline or b"stork.transfer" in cmdline \
+            or b"gfalhelper" in cmdline:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)

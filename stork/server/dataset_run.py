@@ -13,7 +13,8 @@ The attempt (a *pass*) runs on its own thread:
    globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`).
 4. After each run every file of the batch is checked: a destination of the source's size
    is done (sizes from the listing; destinations stat'ed, or listed once per directory on
-   FTP servers); when sizes cannot be had, the tool's exit status speaks for the batch. A
+   FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy);
+   when sizes cannot be had, the tool's exit status speaks for the batch. A
    file that is not done is sent again *alone* at once, with its own command line: its own
    error decides (`GridFtpModule.judge`), and the job's retry rules apply to the file
    (retried in a later pass after STORK_RETRY_DELAY, or FAILED). Its partial destination is
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote
 
 from stork.config import Settings
-from stork.dataset import DatasetError, DatasetUnreachable, FtpLister
+from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
 from stork.errors import (
@@ -60,6 +61,7 @@ from stork.transfer import verify
 from stork.transfer.base import TransferRequest
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
 from stork.transfer.localfacts import local_facts
+from stork.transfer.remote import RemoteEnds
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -104,31 +106,36 @@ def round_trip_s(urls: list[str]) -> float:
     return max(times, default=1e-4)  # 1e-4: both ends on this machine
 
 
-def dest_sizes(urls: list[str], run_as: RunAs | None) -> dict[str, int | None]:
+def dest_sizes(urls: list[str], run_as: RunAs | None,
+               x509proxy: str | None = None) -> dict[str, int | None]:
     """Sizes of destination files (None: not there); URLs whose size cannot be had cheaply
-    (gsiftp, http) are left out. Local files are looked at as the job's owner (`run_as`),
-    FTP directories listed once each (MLSD)."""
+    (http) are left out. Local files are looked at as the job's owner (`run_as`), FTP
+    directories listed once each (MLSD), GridFTP ones once each through gfal2 as the owner
+    with the job's proxy."""
     sizes: dict[str, int | None] = {}
-    by_dir: dict[str, list[str]] = {}
+    by_dir: dict[tuple[str, str], list[str]] = {}
     local = [url for url in urls if parse_url(url).scheme == "file"]
     for url, (size, _) in zip(local, local_facts([parse_url(u).path for u in local], run_as),
                               strict=True):
         sizes[url] = size
     for url in urls:
-        if parse_url(url).scheme == "ftp":
-            by_dir.setdefault(url.rsplit("/", 1)[0] + "/", []).append(url)
-    lister = FtpLister()
+        scheme = parse_url(url).scheme
+        if scheme in ("ftp", "gsiftp"):
+            by_dir.setdefault((scheme, url.rsplit("/", 1)[0] + "/"), []).append(url)
+    listers: dict[str, Lister] = {
+        "ftp": FtpLister(), "gsiftp": RemoteLister(x509proxy=x509proxy, run_as=run_as)}
     try:
-        for directory, members in by_dir.items():
+        for (scheme, directory), members in by_dir.items():
             try:
                 found = {directory + e.name: e.size_bytes
-                         for e in lister.list_dir(directory) if not e.is_dir}
+                         for e in listers[scheme].list_dir(directory) if not e.is_dir}
             except DatasetError:
                 found = {}
             for url in members:
                 sizes[url] = found.get(_unquoted(url, directory))
     finally:
-        lister.close()
+        for lister in listers.values():
+            lister.close()
     return sizes
 
 
@@ -151,6 +158,8 @@ class DatasetRun:
         self.settings = settings
         self.module = module
         self.run_as = run_as
+        # remote ends as the job's owner with its proxy (sizes, checksums, clean-up)
+        self.ends = RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as)
         self._on_exit = on_exit
         self.clock = clock
         self._sharing = sharing or (lambda src, dest: 0)
@@ -413,7 +422,7 @@ class DatasetRun:
                urls: dict[int, tuple[str, str]], clean_exit: bool, streams: int
                ) -> list[FileResult]:
         """Each file of a batch: done, or sent again alone (its own error decides)."""
-        sizes = dest_sizes([urls[i][1] for i in batch], self.run_as)
+        sizes = dest_sizes([urls[i][1] for i in batch], self.run_as, self.job.spec.x509proxy)
         results: list[FileResult] = []
         for i in batch:
             src, dest = urls[i]
@@ -463,7 +472,8 @@ class DatasetRun:
 
     def _remove_partial(self, dest: str) -> None:
         try:
-            verify.remove(dest, unlink=lambda path: unlink_as(self.run_as, path))
+            verify.remove(dest, unlink=lambda path: unlink_as(self.run_as, path),
+                          ends=self.ends)
         except Exception:  # noqa: BLE001 - best effort: a leftover is retried or reported
             log.warning("job %d: cannot remove the partial file %s", self.job.id, dest)
 
@@ -490,7 +500,7 @@ class DatasetRun:
         if parse_url(url).scheme == "file":
             return local_facts([parse_url(url).path], self.run_as)[0][0]
         try:
-            return verify.size_of(url)
+            return verify.size_of(url, self.ends)
         except verify.VerifyError:
             return None
 
@@ -499,7 +509,7 @@ class DatasetRun:
         if parse_url(url).scheme == "file":
             return local_facts([parse_url(url).path], self.run_as, md5=True)[0]
         try:
-            return verify.size_of(url), verify.md5_of(url)
+            return verify.size_of(url, self.ends), verify.md5_of(url, self.ends)
         except verify.VerifyError:
             return None, None
 

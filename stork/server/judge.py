@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from stork.config import Settings
 from stork.errors import (
+    ChecksumMismatch,
     DestinationMismatch,
     RetryableTransferError,
     TransferError,
@@ -51,6 +52,7 @@ class AttemptOutcome:
     dest_url: str = ""  # "" when no tool ran (there is no partial file to remove)
     failure: TransferError | None = None  # the module's judgement of a non-zero exit
     verify_error: str | None = None  # after exit 0: what is wrong with the destination
+    checksum_error: str | None = None  # after exit 0: the destination's checksum is wrong
     dest_size: int | None = None  # after exit 0: the destination's size, when known
     streams: int | None = None  # parallel streams used (modules that take -p)
     # bytes already in the destination before the attempt (the EOS's in-place samples): the
@@ -144,9 +146,12 @@ def judge(job: Job, outcome: AttemptOutcome, settings: Settings, now: float) -> 
     if stop is StopReason.TIMEOUT:
         failure = TransferTimedOut(settings.max_delay_min)
     elif result.exit_code == 0 and outcome.failure is None:
-        if outcome.verify_error is None:
+        if outcome.checksum_error is not None:
+            failure = ChecksumMismatch(outcome.checksum_error)
+        elif outcome.verify_error is None:
             return _completed(outcome)
-        failure = DestinationMismatch(outcome.verify_error)
+        else:
+            failure = DestinationMismatch(outcome.verify_error)
     else:
         failure = outcome.failure or RetryableTransferError(
             result.stderr_tail or f"exit status {result.exit_code}", exit_code=result.exit_code)

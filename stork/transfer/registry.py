@@ -6,10 +6,13 @@ from collections.abc import Mapping
 
 from stork.transfer.base import TransferModule
 from stork.transfer.external import discover
+from stork.transfer.gfal import GfalModule
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.local import FileModule, HttpModule
 
 FTP_SCHEMES = ("ftp", "gsiftp")
+# XRootD and HTTPS/WebDAV: gfal2's copy, to and from each other, local disk and GridFTP
+GFAL_SCHEMES = ("root", "xroot", "davs", "dav", "https")
 
 
 class Registry:
@@ -27,7 +30,11 @@ class Registry:
                 modules[(a, b)] = gridftp
                 modules[(b, a)] = gridftp
         modules[("http", "file")] = HttpModule()
-        modules[("https", "file")] = HttpModule()
+        gfal = GfalModule()
+        for a in GFAL_SCHEMES:
+            for b in (*GFAL_SCHEMES, "file", "gsiftp"):
+                modules[(a, b)] = gfal
+                modules[(b, a)] = gfal
         modules.update(discover(module_dir))
         return cls(modules)
 

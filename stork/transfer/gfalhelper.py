@@ -1,0 +1,229 @@
+"""Remote ends through gfal2, the field's multi-protocol data-management library.
+
+This file runs under the system Python that holds Debian's gfal2 bindings (``python3-gfal2``,
+`GFAL_PYTHON`), not under Stork's own interpreter, so it imports nothing from Stork: it is
+started as a child process (``GFAL_PYTHON -I gfalhelper.py OP ...``) by `stork.transfer.remote`
+and by the gfal transfer module, with the rights of the job's owner and the job's proxy in
+``X509_USER_PROXY``. gfal2's plugins speak GridFTP (``gsiftp://``, ``ftp://``), XRootD
+(``root://``) and HTTP/WebDAV (``http(s)://``, ``dav(s)://``); ``file://`` too.
+
+Operations (one JSON object a line on stdout, for the metadata ones):
+
+    stat URL...          {"url", "size", "dir"} or {"url", "errno", "error"}
+    list URL             {"name", "size", "dir"} per entry, then {"end": true}
+                         (or {"url", "errno", "error"})
+    checksum TYPE URL... {"url", "type", "value"} or {"url", "errno", "error"}
+    rm URL...            {"url"} or {"url", "errno", "error"} (a missing file is no error)
+    mkdir URL            {"url"} or {"url", "errno", "error"} (parents made too)
+    copy [--streams N] [--timeout S] [--checksum TYPE[:VALUE]] SRC DEST
+                         -vb progress lines on stdout, gfal2's error on stderr, and the exit
+                         status of Stork's convention (`stork.transfer.failures`)
+
+``copy`` is gfal2's own copy (what ``gfal-copy`` and FTS3 run): third-party where both ends
+allow it (GridFTP to GridFTP, XRootD to XRootD, WebDAV COPY), streamed through this process
+otherwise; with ``--checksum`` gfal2 compares the ends' checksums of that type (and both
+with VALUE when given) after the copy.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import time
+from typing import Any
+
+# Stork's exit-status convention (kept equal to stork.transfer.failures by a test)
+EXIT_RETRYABLE = 1
+EXIT_PERMANENT = 2
+EXIT_NOT_FOUND = 3
+EXIT_ACCESS_DENIED = 4
+EXIT_DESTINATION_FULL = 5
+EXIT_BAD_URL = 6
+EXIT_CHECKSUM = 7  # the copy ended but the checksums differ (the destination is bad)
+
+_EXIT_BY_ERRNO = {
+    errno.ENOENT: EXIT_NOT_FOUND, errno.ENOTDIR: EXIT_NOT_FOUND,
+    errno.EACCES: EXIT_ACCESS_DENIED, errno.EPERM: EXIT_ACCESS_DENIED,
+    errno.EROFS: EXIT_ACCESS_DENIED,
+    errno.ENOSPC: EXIT_DESTINATION_FULL, errno.EDQUOT: EXIT_DESTINATION_FULL,
+    errno.EFBIG: EXIT_DESTINATION_FULL,
+    errno.EISDIR: EXIT_BAD_URL, errno.EPROTONOSUPPORT: EXIT_BAD_URL,
+    errno.EEXIST: EXIT_PERMANENT, errno.EINVAL: EXIT_PERMANENT,
+}
+_CHECKSUM_WORDS = ("checksum", "Checksum", "CHECKSUM")
+
+
+def _error(url: str, exc: Any) -> dict[str, Any]:
+    return {"url": url, "errno": int(getattr(exc, "code", 0) or 0),
+            "error": " ".join(str(getattr(exc, "message", exc)).split())}
+
+
+def _emit(record: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def _is_dir(mode: int) -> bool:
+    return (mode & 0o170000) == 0o040000
+
+
+def op_stat(ctx: Any, urls: list[str]) -> int:
+    for url in urls:
+        try:
+            st = ctx.stat(url)
+            _emit({"url": url, "size": int(st.st_size), "dir": _is_dir(st.st_mode)})
+        except Exception as exc:  # noqa: BLE001 - gfal2.GError, reported per URL
+            _emit(_error(url, exc))
+    return 0
+
+
+def op_list(ctx: Any, url: str) -> int:
+    try:
+        directory = ctx.opendir(url)
+        while True:
+            entry, st = directory.readpp()
+            if entry is None:
+                break
+            if entry.d_name in (".", ".."):
+                continue
+            _emit({"name": entry.d_name, "size": int(st.st_size), "dir": _is_dir(st.st_mode)})
+    except Exception as exc:  # noqa: BLE001
+        _emit(_error(url, exc))
+        return 0
+    _emit({"end": True})
+    return 0
+
+
+def op_checksum(ctx: Any, kind: str, urls: list[str]) -> int:
+    for url in urls:
+        try:
+            # as the server gave it: a base64 digest (WebDAV) must keep its case
+            _emit({"url": url, "type": kind, "value": str(ctx.checksum(url, kind)).strip()})
+        except Exception as exc:  # noqa: BLE001
+            _emit(_error(url, exc))
+    return 0
+
+
+def op_rm(ctx: Any, urls: list[str]) -> int:
+    for url in urls:
+        try:
+            ctx.unlink(url)
+            _emit({"url": url})
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "code", None) == errno.ENOENT:
+                _emit({"url": url})
+            else:
+                _emit(_error(url, exc))
+    return 0
+
+
+def op_mkdir(ctx: Any, url: str) -> int:
+    try:
+        ctx.mkdir_rec(url, 0o755)
+        _emit({"url": url})
+    except Exception as exc:  # noqa: BLE001
+        if getattr(exc, "code", None) == errno.EEXIST:
+            _emit({"url": url})
+        else:
+            _emit(_error(url, exc))
+    return 0
+
+
+def _progress(done: int, avg_mbyte_s: float, inst_mbyte_s: float) -> None:
+    # the globus-url-copy -vb line that stork.transfer.base.parse_progress reads
+    sys.stdout.write(f"{done:>15} bytes {avg_mbyte_s:>12.2f} MB/sec avg "
+                     f"{inst_mbyte_s:>12.2f} MB/sec inst\n")
+    sys.stdout.flush()
+
+
+def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
+    streams, timeout_s, checksum = 1, 0, ""
+    while args and args[0].startswith("--"):
+        flag, value, args = args[0], args[1], args[2:]
+        if flag == "--streams":
+            streams = int(value)
+        elif flag == "--timeout":
+            timeout_s = int(value)
+        elif flag == "--checksum":
+            checksum = value
+        else:
+            sys.stderr.write(f"unknown option {flag}\n")
+            return EXIT_PERMANENT
+    if len(args) != 2:
+        sys.stderr.write("usage: copy [--streams N] [--timeout S] [--checksum TYPE[:VALUE]] "
+                         "SRC DEST\n")
+        return EXIT_PERMANENT
+    src, dest = args
+    params = ctx.transfer_parameters()
+    params.overwrite = True
+    params.create_parent = True
+    params.nbstreams = streams
+    if timeout_s:
+        params.timeout = timeout_s
+    if checksum:
+        kind, _, value = checksum.partition(":")
+        mode = gfal2.checksum_mode.both if not value else gfal2.checksum_mode.target
+        params.set_checksum(mode, kind.upper(), value)
+    start = time.monotonic()
+
+    def monitor(_src: Any, _dst: Any, average: float, instant: float, transferred: int,
+                _elapsed: int) -> None:
+        _progress(int(transferred), average / 2**20, instant / 2**20)
+
+    params.monitor_callback = monitor
+    try:
+        ctx.filecopy(params, src, dest)
+    except Exception as exc:  # noqa: BLE001 - gfal2.GError: judged by its errno
+        record = _error(src, exc)
+        sys.stderr.write(f"gfal2 copy error: {record['errno']} "
+                         f"({errno.errorcode.get(record['errno'], '?')}): {record['error']}\n")
+        if checksum and any(w in record["error"] for w in _CHECKSUM_WORDS) \
+                and "mismatch" in record["error"].lower():
+            return EXIT_CHECKSUM
+        return _EXIT_BY_ERRNO.get(record["errno"], EXIT_RETRYABLE)
+    try:
+        size = int(ctx.stat(dest).st_size)
+    except Exception:  # noqa: BLE001 - the size is for the progress line only
+        size = 0
+    elapsed = max(time.monotonic() - start, 1e-6)
+    _progress(size, size / elapsed / 2**20, 0.0)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy ...\n")
+        return EXIT_PERMANENT
+    # Stork retries failed attempts itself (with backoff, and alt_protocols): the XRootD
+    # client's own reconnection (5 tries over 2 minutes each by default) would only hide an
+    # unreachable server; the environment may still set other values
+    os.environ.setdefault("XRD_CONNECTIONRETRY", "1")
+    os.environ.setdefault("XRD_CONNECTIONWINDOW", "30")
+    try:
+        import gfal2  # type: ignore[import-not-found]
+    except ImportError as exc:
+        sys.stderr.write(f"the gfal2 Python bindings are missing (Debian package python3-gfal2):"
+                         f" {exc}\n")
+        return EXIT_PERMANENT
+    ctx = gfal2.creat_context()
+    op, rest = argv[0], argv[1:]
+    if op == "stat":
+        return op_stat(ctx, rest)
+    if op == "list" and len(rest) == 1:
+        return op_list(ctx, rest[0])
+    if op == "checksum" and len(rest) >= 2:
+        return op_checksum(ctx, rest[0].upper(), rest[1:])
+    if op == "rm":
+        return op_rm(ctx, rest)
+    if op == "mkdir" and len(rest) == 1:
+        return op_mkdir(ctx, rest[0])
+    if op == "copy":
+        return op_copy(gfal2, ctx, rest)
+    sys.stderr.write(f"unknown operation {op!r}\n")
+    return EXIT_PERMANENT
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
