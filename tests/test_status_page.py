@@ -1,0 +1,223 @@
+"""The status page in a real browser: Debian's Chromium, headless, driven through Selenium
+and chromedriver, against a real stork_server moving real files over loopback GridFTP.
+
+A dataset's progress is caught between batches without timing anything: each batch is one
+globus-url-copy process, which the test stops (SIGSTOP) as soon as it appears; the batch
+before it was committed before it started, so the page must show more files done than at
+the previous stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import GridFtpServer, StorkServer, free_port, wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+TOKEN = "status-page-test-token-0123456789"
+FILES, FILE_BYTES = 20, 16 << 20  # "-cc 1": batches of 4 files (64 MiB), so 5 batches
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("Debian's chromium and chromium-driver are not installed; run `make setup`")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1500", "--disable-extensions"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def tcp_daemon(tmp_path: Path, **knobs: Any) -> tuple[StorkServer, str]:
+    token_file = tmp_path / "api.token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    port = free_port()
+    server = StorkServer(tmp_path / "daemon", {"STORK_API_ADDRESS": f"127.0.0.1:{port}",
+                                               "STORK_API_TOKEN_FILE": str(token_file), **knobs})
+    return server, f"http://127.0.0.1:{port}"
+
+
+def children(pid: int, name: str) -> list[int]:
+    """Processes whose parent is `pid` and whose command line names `name`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and name.encode() in cmdline:
+            found.append(int(entry))
+    return found
+
+
+class Freezer:
+    """Stops the daemon's globus-url-copy children one after another; lets them all go."""
+
+    def __init__(self, daemon_pid: int) -> None:
+        self.daemon_pid = daemon_pid
+        self.frozen: list[int] = []
+
+    def next_batch(self) -> int:
+        def fresh() -> int | None:
+            new = [p for p in children(self.daemon_pid, "globus-url-copy")
+                   if p not in self.frozen]
+            return new[0] if new else None
+
+        pid: int = wait_for(fresh, 60, 0.01, what="the next batch's globus-url-copy")
+        os.kill(pid, signal.SIGSTOP)
+        self.frozen.append(pid)
+        return pid
+
+    def release(self) -> None:
+        for pid in self.frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def refreshes(driver: Any) -> int:
+    return int(driver.find_element("id", "updated").get_attribute("data-count"))
+
+
+def after_refresh(driver: Any) -> None:
+    """Wait until the page has fetched the overview twice more (so it shows what is now)."""
+    seen = refreshes(driver)
+    wait_for(lambda: refreshes(driver) >= seen + 2, 20, what="two refreshes of the page")
+
+
+def fraction(driver: Any, job_id: int) -> float | None:
+    bars = driver.find_elements("css selector", f'#running tr[data-job="{job_id}"] .bar')
+    return float(bars[0].get_attribute("data-fraction")) if bars else None
+
+
+def row_ids(driver: Any, table: str) -> set[int]:
+    return {int(r.get_attribute("data-job"))
+            for r in driver.find_elements("css selector", f"#{table} tr[data-job]")}
+
+
+def test_page_follows_a_dataset_and_a_removed_job_leaves(
+        browser: Any, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = gridftp_root / f"status-{tmp_path.name}"
+    src.mkdir()
+    for i in range(FILES):
+        with open(src / f"f{i:02d}.dat", "wb") as handle:
+            handle.truncate(FILE_BYTES)  # sparse: the source costs no disk
+    out = tmp_path / "out"
+    server, base = tcp_daemon(tmp_path, STORK_MAX_NUM_JOBS=1)
+    freezer: Freezer | None = None
+    try:
+        server.start()
+        assert server.proc is not None
+        freezer = Freezer(server.proc.pid)
+        [dataset] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 1 -p 1";
+          src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
+        freezer.next_batch()
+        [waiting] = server.submit(f"""[ dap_type = transfer;
+          src_url = "{gridftp.url(src / 'f00.dat')}"; dest_url = "file://{tmp_path}/one.dat" ]""")
+
+        browser.get(f"{base}/?every=0.3#token={TOKEN}")
+        wait_for(lambda: fraction(browser, dataset) is not None, 20, what="the running dataset")
+        assert "token" not in browser.current_url  # the fragment is dropped at once
+        after_refresh(browser)
+        first = fraction(browser, dataset)
+        assert first is not None and first < 1
+        reason = browser.find_element("css selector", f'#waiting tr[data-job="{waiting}"] .reason')
+        assert "slots full" in reason.text
+
+        freezer.release()
+        freezer.next_batch()  # started only after the batch before it was committed
+        wait_for(lambda: (fraction(browser, dataset) or 0) > first, 20,
+                 what="the progress bar to advance")
+        done = server.job(dataset)["job"]["files_done"]
+        after_refresh(browser)
+        progress = browser.find_element("css selector", f'#running tr[data-job="{dataset}"] '
+                                                        ".progress").text
+        assert f"files {done}/{FILES}" in progress
+        if os.environ.get("STORK_STATUS_SCREENSHOT"):  # the picture in docs/ (README)
+            browser.save_screenshot(os.environ["STORK_STATUS_SCREENSHOT"])
+
+        assert server.api("DELETE", f"/v1/jobs/{waiting}").status_code == 200
+        wait_for(lambda: waiting not in row_ids(browser, "waiting"), 20,
+                 what="the removed job to leave the queue")
+        removed = browser.find_element("css selector", '#counts [data-state="REMOVED"] b')
+        assert removed.text == "1"
+
+        freezer.release()
+        server.wait_state(dataset, timeout_s=120)
+        assert server.job(dataset)["job"]["state"] == "COMPLETED"
+        wait_for(lambda: dataset not in row_ids(browser, "running"), 20,
+                 what="the finished dataset to leave the running transfers")
+        pairs = [p.get_attribute("data-pair") for p in
+                 browser.find_elements("css selector", "#linkchart polyline[data-pair]")]
+        assert pairs == ["127.0.0.1 -> localhost"]
+        assert browser.find_element("id", "banner").get_attribute("data-state") == "ok"
+    finally:
+        if freezer is not None:
+            freezer.release()
+        server.stop()
+        shutil.rmtree(src, ignore_errors=True)
+
+
+def test_bad_token_then_unreachable_daemon_are_said(browser: Any, tmp_path: Path) -> None:
+    server, base = tcp_daemon(tmp_path)
+    with server:
+        browser.get(f"{base}/?every=0.3#token=not-the-token-at-all")
+        banner = browser.find_element("id", "banner")
+        wait_for(lambda: banner.get_attribute("data-state") == "token", 20,
+                 what="the refused token to be said")
+        assert "token was refused" in banner.text
+        assert "STORK_API_TOKEN_FILE" in banner.text
+        assert browser.find_element("id", "tokenform").is_displayed()
+
+        browser.find_element("id", "token").send_keys(TOKEN)
+        browser.find_element("css selector", "#tokenform button").click()
+        wait_for(lambda: banner.get_attribute("data-state") == "ok", 20,
+                 what="the page to load with the right token")
+        chips = browser.find_elements("css selector", "#counts .chip")
+        assert {c.get_attribute("data-state") for c in chips} == {
+            "IDLE", "RUNNING", "COMPLETED", "FAILED", "REMOVED"}
+    # the daemon is gone: the page says so and keeps trying
+    wait_for(lambda: banner.get_attribute("data-state") == "unreachable", 20,
+             what="the page to say the daemon is unreachable")
+    assert "unreachable" in banner.text
+
+
+def test_page_html_needs_no_token_and_loads_nothing_from_elsewhere(tmp_path: Path) -> None:
+    server, base = tcp_daemon(tmp_path)
+    with server:
+        page = httpx.get(f"{base}/", timeout=10)
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        for marker in ("http://", "https://", "//cdn", "@import"):
+            assert marker not in page.text.replace("http://www.w3.org/2000/svg", "")
+        assert httpx.get(f"{base}/v1/overview", timeout=10).status_code == 403
+        overview = httpx.get(f"{base}/v1/overview", timeout=10,
+                             headers={"Authorization": f"Bearer {TOKEN}"})
+        assert overview.status_code == 200
+        assert set(overview.json()["counts"]) == {"IDLE", "RUNNING", "COMPLETED", "FAILED",
+                                                  "REMOVED"}
