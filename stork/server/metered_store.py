@@ -101,10 +101,12 @@ class MeteredStore(JobStore):
 
     def add_history(self, entry: HistoryEntry) -> None:
         self.timed("add_history", self.inner.add_history, entry)
-        if entry.kind == "optimization":
-            self.metrics.predicted(entry.src_host, entry.dest_host, entry.throughput_mbps)
+        if entry.kind == "optimization":  # the EOS keys its history by host:port
+            self.metrics.optimized(entry.src_host, entry.dest_host)
+            src, dest = host_only(entry.src_host), host_only(entry.dest_host)
+            self.metrics.predicted(src, dest, entry.throughput_mbps)
             if entry.samples:  # a run that sampled (an answer from history samples nothing)
-                self.metrics.sampling_run(entry.src_host, entry.dest_host, entry.duration_s)
+                self.metrics.sampling_run(src, dest, entry.duration_s)
 
     def update_result(self, job_id: int, values: dict[str, Any]) -> None:
         self.timed("update_result", self.inner.update_result, job_id, values)
@@ -115,6 +117,15 @@ class MeteredStore(JobStore):
             except JobNotFound:
                 return
             self.metrics.predicted(host_of(job.src_url), host_of(job.dest_url), predicted)
+
+
+def host_only(endpoint: str) -> str:
+    """`host` of an EOS history's `host:port` (`[v6]:port` too), as the transfer log names
+    machines: the metrics label a pair the same way whatever reported it."""
+    if endpoint.startswith("[") and "]" in endpoint:
+        return endpoint[1:endpoint.index("]")]
+    host, sep, port = endpoint.rpartition(":")
+    return host if sep and port.isdigit() and ":" not in host else endpoint
 
 
 def _predicted_mbps(values: dict[str, Any]) -> float | None:

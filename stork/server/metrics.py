@@ -32,6 +32,7 @@ QUEUE_WAIT_BUCKETS_S = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3
 TICK_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 STORE_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0)
 RECENT_FAILURES = 50  # failed attempts and files kept for the status page
+RECENT_PAIRS = 8  # endpoint pairs of the last optimizations, for the status page
 
 
 def node_name() -> str:
@@ -45,7 +46,7 @@ class Failure:
 
     time: float
     job_id: int
-    kind: str  # the stored failure_kind ("network", "not_found", ...), "unknown" if none
+    kind: str  # the stored failure_kind ("transient", "permanent", ...), "unknown" if none
     error: str
     what: str  # "attempt 2" or the file's index "file 17"
 
@@ -111,6 +112,7 @@ class Metrics:
                                 ["node", "operation"], buckets=STORE_BUCKETS_S, registry=r)
         self._lock = threading.Lock()
         self._failed: deque[Failure] = deque(maxlen=RECENT_FAILURES)
+        self._optimized: deque[tuple[str, str]] = deque(maxlen=RECENT_PAIRS)
 
     def watch_state(self, counts: Callable[[], Mapping[str, int]],
                     running: Callable[[], int]) -> None:
@@ -153,6 +155,19 @@ class Metrics:
     def sampling_run(self, src: str, dest: str, seconds: float) -> None:
         self._runs.labels(self.node, src, dest).inc()
         self._sampling_s.labels(self.node, src, dest).inc(max(seconds, 0.0))
+
+    def optimized(self, src_endpoint: str, dest_endpoint: str) -> None:
+        """An optimization of this pair (as the EOS's history names it) was stored."""
+        with self._lock:
+            pair = (src_endpoint, dest_endpoint)
+            if pair in self._optimized:
+                self._optimized.remove(pair)
+            self._optimized.append(pair)
+
+    def optimized_pairs(self) -> list[tuple[str, str]]:
+        """The pairs of the last optimizations since the daemon started, newest first."""
+        with self._lock:
+            return list(reversed(self._optimized))
 
     def tick(self, seconds: float) -> None:
         self._tick.labels(self.node).observe(seconds)

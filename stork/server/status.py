@@ -18,11 +18,11 @@ from stork import __version__
 from stork.eos.plot import Curve, fitted_curves
 from stork.errors import StorkError
 from stork.job import Job, JobState
-from stork.server.admission import host_of
 from stork.server.metrics import Metrics
 from stork.server.service import Service
 from stork.store.base import HistoryEntry, JobStore
 from stork.transfer import verify
+from stork.urls import parse_url
 
 QUEUE_SHOWN = 50  # waiting jobs listed (the counts cover them all)
 FAILURES_SHOWN = 20
@@ -68,7 +68,7 @@ class Overview:
             "waiting_total": len(waiting),
             "hours": hours,
             "links": _links(rows),
-            "optimizations": self._optimizations(rows, running, since),
+            "optimizations": self._optimizations([*running, *waiting[:QUEUE_SHOWN]], since),
             "matrix": self.service.matrix(),
             "failures": self._failures(),
         }
@@ -109,14 +109,14 @@ class Overview:
             self._sizes[job.id] = size
         return size
 
-    def _optimizations(self, rows: list[Any], running: list[Job],
-                       since: float) -> list[dict[str, Any]]:
-        """The newest optimizations of the pairs the chart shows and the running jobs touch."""
-        pairs: list[tuple[str, str]] = []
-        for src, dest in [(host_of(j.src_url), host_of(j.dest_url)) for j in running] + [
-                (r.src_host, r.dest_host) for r in rows]:
-            if (src, dest) not in pairs:
-                pairs.append((src, dest))
+    def _optimizations(self, jobs: list[Job], since: float) -> list[dict[str, Any]]:
+        """The newest optimizations of the pairs optimized lately and those the queue's jobs
+        touch (the EOS's history names machines host:port)."""
+        pairs = self.metrics.optimized_pairs() if self.metrics is not None else []
+        for job in jobs:
+            pair = (_endpoint(job.src_url), _endpoint(job.dest_url))
+            if pair not in pairs:
+                pairs.append(pair)
         found: list[HistoryEntry] = []
         for src, dest in pairs[:PAIRS_SEARCHED]:
             found += self.store.history(src, dest, symmetric=False, kind="optimization",
@@ -139,6 +139,13 @@ class Overview:
                              "error": job.last_error or "", "what": "job FAILED"})
         seen.sort(key=lambda f: f["time"], reverse=True)
         return seen[:FAILURES_SHOWN]
+
+
+def _endpoint(url: str) -> str:
+    try:
+        return parse_url(url).endpoint
+    except ValueError:
+        return url
 
 
 def _links(rows: list[Any]) -> list[dict[str, Any]]:
