@@ -9,10 +9,8 @@ the previous stop.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,28 +18,19 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser import Freezer, chromium, missing_browser
 from tests.support import GridFtpServer, StorkServer, free_port, wait_for
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 TOKEN = "status-page-test-token-0123456789"
 FILES, FILE_BYTES = 20, 16 << 20  # "-cc 1": batches of 4 files (64 MiB), so 5 batches
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("Debian's chromium and chromium-driver are not installed; run `make setup`")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1500", "--disable-extensions"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(30)
+    why = missing_browser()
+    if why:
+        pytest.skip(why)
+    driver = chromium()
     try:
         yield driver
     finally:
@@ -56,48 +45,6 @@ def tcp_daemon(tmp_path: Path, **knobs: Any) -> tuple[StorkServer, str]:
     server = StorkServer(tmp_path / "daemon", {"STORK_API_ADDRESS": f"127.0.0.1:{port}",
                                                "STORK_API_TOKEN_FILE": str(token_file), **knobs})
     return server, f"http://127.0.0.1:{port}"
-
-
-def children(pid: int, name: str) -> list[int]:
-    """Processes whose parent is `pid` and whose command line names `name`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
-                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid and name.encode() in cmdline:
-            found.append(int(entry))
-    return found
-
-
-class Freezer:
-    """Stops the daemon's globus-url-copy children one after another; lets them all go."""
-
-    def __init__(self, daemon_pid: int) -> None:
-        self.daemon_pid = daemon_pid
-        self.frozen: list[int] = []
-
-    def next_batch(self) -> int:
-        def fresh() -> int | None:
-            new = [p for p in children(self.daemon_pid, "globus-url-copy")
-                   if p not in self.frozen]
-            return new[0] if new else None
-
-        pid: int = wait_for(fresh, 60, 0.01, what="the next batch's globus-url-copy")
-        os.kill(pid, signal.SIGSTOP)
-        self.frozen.append(pid)
-        return pid
-
-    def release(self) -> None:
-        for pid in self.frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 def refreshes(driver: Any) -> int:

@@ -23,13 +23,15 @@ class Curve:
 
 
 def fitted_curves(samples: Sequence[Sequence[float]], chosen_model: str,
-                  optimal_streams: int, points: int = 400) -> tuple[np.ndarray, list[Curve]]:
+                  optimal_streams: int, points: int = 400,
+                  log_spaced: bool = False) -> tuple[np.ndarray, list[Curve]]:
     """The stream counts of the figure and the models fitted to `samples` ([streams,
-    Mbit/s, ...] rows) over them: the `--plot` figure and the status page both draw these."""
+    Mbit/s, ...] rows) over them: the `--plot` figure and the status page both draw these
+    (the page with fewer points, evenly spaced on its log axis)."""
     data = np.asarray([row[:2] for row in samples], dtype=float).reshape(-1, 2)
     n, th = data[:, 0], data[:, 1]
     top = max(int(n.max()) * 2 if len(n) else 0, optimal_streams * 2, 8)
-    grid = np.linspace(1, top, points)
+    grid = np.geomspace(1, top, points) if log_spaced else np.linspace(1, top, points)
     curves: list[Curve] = []
     if len(set(n.tolist())) >= 3:
         for fit, style in ((fit_second_order, "-"), (fit_dynamic_order, "--")):

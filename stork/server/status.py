@@ -163,7 +163,8 @@ def _optimization(entry: HistoryEntry) -> dict[str, Any]:
     grid: list[float] = []
     curves: list[Curve] = []
     if samples:
-        xs, curves = fitted_curves(samples, entry.model, entry.streams, CURVE_POINTS)
+        xs, curves = fitted_curves(samples, entry.model, entry.streams, CURVE_POINTS,
+                                    log_spaced=True)
         grid = [round(float(x), 3) for x in xs]
     return {"time": entry.time, "src": entry.src_host, "dest": entry.dest_host,
             "arguments": entry.arguments, "streams": entry.streams,
