@@ -11,6 +11,7 @@ stopped.
 from __future__ import annotations
 
 import argparse
+import secrets
 import shutil
 import sys
 import tempfile
@@ -22,7 +23,7 @@ sys.path.insert(0, str(REPO))
 from tests.browser import Freezer, chromium, missing_browser  # noqa: E402
 from tests.support import GridFtpServer, StorkServer, free_port, make_file, wait_for  # noqa: E402
 
-TOKEN = "status-page-screenshot-token-0123"
+TOKEN = secrets.token_hex(16)  # this run's daemon only
 
 
 def main() -> int:
