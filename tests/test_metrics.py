@@ -111,3 +111,27 @@ def test_recent_failures_newest_first_and_bounded() -> None:
     assert value(text, "stork_failures_total", kind="transient", node="n1") == 30
     assert value(text, "stork_failures_total", kind="unknown", node="n1") == 30
     assert value(text, "stork_attempts_ended_total", event="completed") == 1
+
+
+def test_metered_store_forwards_and_times_every_call(tmp_path: Path) -> None:
+    from stork.job import JobState
+    from stork.server.metered_store import MeteredStore, metered
+    from stork.store import JobStore, open_store
+
+    metrics = Metrics(node="n1")
+    inner = open_store(str(tmp_path / "stork.db"))
+    store = metered(inner, metrics)
+    try:
+        assert isinstance(store, JobStore) and not MeteredStore.__abstractmethods__
+        assert all(name in MeteredStore.__dict__ for name in JobStore.__abstractmethods__)
+        assert store.count_by_state() == dict.fromkeys((s.value for s in JobState), 0)
+        assert store.list_jobs() == [] and store.transfers() == []
+        heard: list[object] = []
+        store.add_listener(heard.append)
+        assert inner._listeners == (heard.append,)
+        text = metrics.exposition()
+        for operation in ("count_by_state", "list_jobs", "transfers"):
+            assert value(text, "stork_store_seconds_count", operation=operation) == 1
+    finally:
+        store.close()
+    assert value(metrics.exposition(), "stork_store_seconds_count", operation="close") == 1

@@ -40,6 +40,8 @@ class MeteredStore(JobStore):
 
     def __getattr__(self, name: str) -> Any:
         """Anything else a store offers (not part of the interface) comes from the real one."""
+        if name == "inner":  # not set yet: no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     # -- the same listeners and health as the real store --------------------------------------

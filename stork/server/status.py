@@ -16,7 +16,7 @@ from typing import Any
 
 from stork import __version__
 from stork.eos.plot import Curve, fitted_curves
-from stork.errors import StorkError
+from stork.errors import JobNotFound, StorkError
 from stork.job import Job, JobState
 from stork.server.metrics import Metrics
 from stork.server.service import Service
@@ -54,26 +54,41 @@ class Overview:
 
     def build(self, hours: float = DEFAULT_HOURS) -> dict[str, Any]:
         now = time.time()
+        counts = self.store.count_by_state()
         running = self.store.list_jobs([JobState.RUNNING])
-        waiting = self.store.list_jobs([JobState.IDLE])
+        waiting = self._first_waiting()
         since = now - hours * 3600
         rows = self.store.transfers(since=since, limit=CHART_ROWS)
         return {
             "node": self.metrics.node if self.metrics is not None else "",
             "time": now,
             "server": {**self.service.ping(), "version": __version__},
-            "counts": self.store.count_by_state(),
+            "counts": counts,
             "running": [self._running(job) for job in running],
-            "waiting": [self._waiting(job) for job in waiting[:QUEUE_SHOWN]],
-            "waiting_total": len(waiting),
+            "waiting": [self._waiting(job) for job in waiting],
+            "waiting_total": counts.get(JobState.IDLE.value, 0),
             "hours": hours,
             "links": _links(rows),
-            "optimizations": self._optimizations([*running, *waiting[:QUEUE_SHOWN]], since),
+            "optimizations": self._optimizations([*running, *waiting], since),
             "matrix": self.service.matrix(),
             "failures": self._failures(),
         }
 
     # -- parts --------------------------------------------------------------------------------
+
+    def _first_waiting(self) -> list[Job]:
+        """The first QUEUE_SHOWN waiting transfers in id order, read one by one: a queue of
+        100,000 jobs is not read whole at every refresh."""
+        ids = sorted(job_id for job_id, _ in self.store.waiting_transfers())[:QUEUE_SHOWN]
+        jobs = []
+        for job_id in ids:
+            try:
+                job = self.store.get(job_id)
+            except JobNotFound:
+                continue  # removed meanwhile
+            if job.state is JobState.IDLE:
+                jobs.append(job)
+        return jobs
 
     def _running(self, job: Job) -> dict[str, Any]:
         dataset = job.files_total > 0
