@@ -9,6 +9,9 @@ stork_server with its TCP API, three ways, in alternating rounds:
 - alone: nobody looks;
 - watched: a scraper asks GET /metrics every 5 s and one status page (headless Chromium)
   refreshes every 2 s (its default);
+- watched, no browser: the same requests, the page's GET /v1/overview made by a plain HTTP
+  client (the daemon's side alone: on this 2-core machine the browser's own rendering
+  competes with the daemon for the CPU, where an operator's browser runs elsewhere);
 - 10x: the scraper every 0.5 s and the page every 0.5 s.
 
 Also the daemon's CPU seconds per job (utime + stime from /proc) and the latency of the
@@ -33,7 +36,10 @@ from bench.bench_core import STAMPER, ad, module
 from tests.browser import chromium, missing_browser
 from tests.support import StorkServer, free_port, wait_for
 
-MODES = {"alone": (None, None), "watched": (5.0, 2.0), "10x": (0.5, 0.5)}
+# mode -> (seconds between scrapes, between page refreshes, the page in a real browser)
+MODES: dict[str, tuple[float | None, float | None, bool]] = {
+    "alone": (None, None, False), "watched": (5.0, 2.0, True),
+    "watched, no browser": (5.0, 2.0, False), "10x": (0.5, 0.5, True)}
 
 
 def cpu_s(pid: int) -> float:
@@ -63,8 +69,8 @@ class Scraper(threading.Thread):
 
 
 def one_run(work: Path, mode: str, jobs: int) -> dict[str, float]:
-    scrape_s, page_s = MODES[mode]
-    run_dir = work / f"{mode}-{time.monotonic_ns()}"
+    scrape_s, page_s, in_browser = MODES[mode]
+    run_dir = work / f"{mode.replace(' ', '-').replace(',', '')}-{time.monotonic_ns()}"
     modules = run_dir / "modules"
     stamps = run_dir / "stamps.txt"
     module(modules, "bench-file", STAMPER.format(out=stamps))
@@ -78,6 +84,7 @@ def one_run(work: Path, mode: str, jobs: int) -> dict[str, float]:
         "STORK_DISPATCH_INTERVAL": "1", "STORK_API_ADDRESS": f"127.0.0.1:{port}",
         "STORK_API_TOKEN_FILE": str(token_file)}).start()
     scraper = None
+    pager = None
     driver = None
     refreshes = 0
     try:
@@ -85,6 +92,10 @@ def one_run(work: Path, mode: str, jobs: int) -> dict[str, float]:
         if scrape_s is not None and page_s is not None:
             scraper = Scraper(f"http://127.0.0.1:{port}/metrics", token, scrape_s)
             scraper.start()
+        if page_s is not None and not in_browser:
+            pager = Scraper(f"http://127.0.0.1:{port}/v1/overview", token, page_s)
+            pager.start()
+        if page_s is not None and in_browser:
             driver = chromium(1400, 1200)
             driver.get(f"http://127.0.0.1:{port}/?every={page_s}#token={token}")
             wait_for(lambda: driver.find_element("id", "banner").get_attribute("data-state")
@@ -99,9 +110,12 @@ def one_run(work: Path, mode: str, jobs: int) -> dict[str, float]:
         cpu1 = cpu_s(server.proc.pid)
         if driver is not None:
             refreshes += int(driver.find_element("id", "updated").get_attribute("data-count"))
+        if pager is not None:
+            refreshes = len(pager.latencies_ms)
     finally:
-        if scraper is not None:
-            scraper.stop.set()
+        for thread in (scraper, pager):
+            if thread is not None:
+                thread.stop.set()
         if driver is not None:
             driver.quit()
         server.stop()
@@ -138,9 +152,10 @@ def main() -> int:
           "(median latency) | page refreshes |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for mode, runs in results.items():
-        scrape_s, page_s = MODES[mode]
+        scrape_s, page_s, in_browser = MODES[mode]
         who = ("nobody" if scrape_s is None else
-               f"/metrics every {scrape_s:g} s + page every {page_s:g} s")
+               f"/metrics every {scrape_s:g} s + page every {page_s:g} s"
+               + ("" if in_browser else " (plain HTTP, no browser)"))
         med = statistics.median(r["median"] for r in runs)
         p95 = statistics.median(r["p95"] for r in runs)
         worst = max(r["max"] for r in runs)
