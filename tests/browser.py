@@ -36,8 +36,9 @@ def chromium(width: int = 1400, height: int = 1500) -> Any:
     return driver
 
 
-def children(pid: int, name: str) -> list[int]:
-    """Processes whose parent is `pid` and whose command line names `name`."""
+def children(pid: int, name: str, without: str = "") -> list[int]:
+    """Processes whose parent is `pid` and whose command line names `name` (and not
+    `without`, when given)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -49,14 +50,17 @@ def children(pid: int, name: str) -> list[int]:
                 cmdline = handle.read()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == pid and name.encode() in cmdline:
+        args = cmdline.split(b"\0")
+        if ppid == pid and name.encode() in cmdline and not (without and without.encode()
+                                                              in args):
             found.append(int(entry))
     return found
 
 
 class Freezer:
     """Stops the daemon's globus-url-copy children one after another (each is one batch of
-    a dataset); `release` lets them all go on."""
+    a dataset; the remote dataset's listing, `globus-url-copy -list`, is left alone);
+    `release` lets them all go on."""
 
     def __init__(self, daemon_pid: int) -> None:
         self.daemon_pid = daemon_pid
@@ -64,7 +68,7 @@ class Freezer:
 
     def next_batch(self) -> int:
         def fresh() -> int | None:
-            new = [p for p in children(self.daemon_pid, "globus-url-copy")
+            new = [p for p in children(self.daemon_pid, "globus-url-copy", without="-list")
                    if p not in self.frozen]
             return new[0] if new else None
 

@@ -33,13 +33,16 @@ def test_metrics_of_real_transfers_and_the_token_rule(
         # a slow nominal link makes the 4 MiB file worth a few quick samples
         "STORK_LINK_MBPS": "2", "EOS_SAMPLE_TIME": "1"})
     with server:
-        ok, missing, tuned = server.submit(f"""
+        # first, before any transfer of the pair teaches the EOS its real (fast) rate
+        [tuned] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+          src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/c" ]""")
+        server.wait_state(tuned)
+        assert server.job(tuned)["job"]["result"]["optimization_source"] == "sampled"
+        ok, missing = server.submit(f"""
           [ dap_type = transfer; src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/a" ]
           [ dap_type = transfer; src_url = "{gridftp.url(gridftp_root / 'no-such-file')}";
-            dest_url = "file://{tmp_path}/b" ]
-          [ dap_type = transfer; src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/c";
-            optimization = "YES" ]""")
-        for job in (ok, missing, tuned):
+            dest_url = "file://{tmp_path}/b" ]""")
+        for job in (ok, missing):
             server.wait_state(job)
         assert server.job(missing)["job"]["failure_kind"] == FailureKind.PERMANENT.value
 
@@ -135,3 +138,16 @@ def test_metered_store_forwards_and_times_every_call(tmp_path: Path) -> None:
     finally:
         store.close()
     assert value(metrics.exposition(), "stork_store_seconds_count", operation="close") == 1
+
+
+def test_unknown_paths_without_the_token_are_refused_not_described(tmp_path: Path) -> None:
+    token_file = tmp_path / "api.token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    port = free_port()
+    with StorkServer(tmp_path / "daemon", {"STORK_API_ADDRESS": f"127.0.0.1:{port}",
+                                           "STORK_API_TOKEN_FILE": str(token_file)}):
+        for path in ("/no-such-thing", "/metrics", "/v1/ping"):
+            answer = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=10)
+            assert answer.status_code == 403 and "STORK_API_TOKEN_FILE" in answer.json()["error"]
+        assert httpx.post(f"http://127.0.0.1:{port}/", timeout=10).status_code == 403

@@ -47,8 +47,14 @@ def tcp_daemon(tmp_path: Path, **knobs: Any) -> tuple[StorkServer, str]:
     return server, f"http://127.0.0.1:{port}"
 
 
+def read(driver: Any, script: str) -> Any:
+    """Read the page in one JavaScript call: it redraws every 0.3 s, so an element found
+    by one WebDriver call may be gone by the next."""
+    return driver.execute_script(script)
+
+
 def refreshes(driver: Any) -> int:
-    return int(driver.find_element("id", "updated").get_attribute("data-count"))
+    return int(read(driver, "return document.getElementById('updated').dataset.count"))
 
 
 def after_refresh(driver: Any) -> None:
@@ -57,14 +63,20 @@ def after_refresh(driver: Any) -> None:
     wait_for(lambda: refreshes(driver) >= seen + 2, 20, what="two refreshes of the page")
 
 
+def text_of(driver: Any, selector: str) -> str | None:
+    return read(driver, f"const e = document.querySelector('{selector}'); "
+                        "return e ? e.textContent : null")
+
+
 def fraction(driver: Any, job_id: int) -> float | None:
-    bars = driver.find_elements("css selector", f'#running tr[data-job="{job_id}"] .bar')
-    return float(bars[0].get_attribute("data-fraction")) if bars else None
+    value = read(driver, f"const e = document.querySelector('#running tr[data-job=\"{job_id}\"] "
+                         ".bar'); return e ? e.dataset.fraction : null")
+    return None if value is None else float(value)
 
 
 def row_ids(driver: Any, table: str) -> set[int]:
-    return {int(r.get_attribute("data-job"))
-            for r in driver.find_elements("css selector", f"#{table} tr[data-job]")}
+    return {int(i) for i in read(driver, f"return [...document.querySelectorAll("
+                                         f"'#{table} tr[data-job]')].map(r => r.dataset.job)")}
 
 
 def test_page_follows_a_dataset_and_a_removed_job_leaves(
@@ -93,8 +105,8 @@ def test_page_follows_a_dataset_and_a_removed_job_leaves(
         after_refresh(browser)
         first = fraction(browser, dataset)
         assert first is not None and first < 1
-        reason = browser.find_element("css selector", f'#waiting tr[data-job="{waiting}"] .reason')
-        assert "slots full" in reason.text
+        assert "slots full" in (text_of(browser, f'#waiting tr[data-job="{waiting}"] .reason')
+                                or "")
 
         freezer.release()
         freezer.next_batch()  # started only after the batch before it was committed
@@ -102,8 +114,7 @@ def test_page_follows_a_dataset_and_a_removed_job_leaves(
                  what="the progress bar to advance")
         done = server.job(dataset)["job"]["files_done"]
         after_refresh(browser)
-        progress = browser.find_element("css selector", f'#running tr[data-job="{dataset}"] '
-                                                        ".progress").text
+        progress = text_of(browser, f'#running tr[data-job="{dataset}"] .progress') or ""
         assert f"files {done}/{FILES}" in progress
         if os.environ.get("STORK_STATUS_SCREENSHOT"):  # the picture in docs/ (README)
             browser.save_screenshot(os.environ["STORK_STATUS_SCREENSHOT"])
@@ -111,16 +122,15 @@ def test_page_follows_a_dataset_and_a_removed_job_leaves(
         assert server.api("DELETE", f"/v1/jobs/{waiting}").status_code == 200
         wait_for(lambda: waiting not in row_ids(browser, "waiting"), 20,
                  what="the removed job to leave the queue")
-        removed = browser.find_element("css selector", '#counts [data-state="REMOVED"] b')
-        assert removed.text == "1"
+        assert text_of(browser, '#counts [data-state="REMOVED"] b') == "1"
 
         freezer.release()
         server.wait_state(dataset, timeout_s=120)
         assert server.job(dataset)["job"]["state"] == "COMPLETED"
         wait_for(lambda: dataset not in row_ids(browser, "running"), 20,
                  what="the finished dataset to leave the running transfers")
-        pairs = [p.get_attribute("data-pair") for p in
-                 browser.find_elements("css selector", "#linkchart polyline[data-pair]")]
+        pairs = read(browser, "return [...document.querySelectorAll("
+                              "'#linkchart polyline[data-pair]')].map(p => p.dataset.pair)")
         assert pairs == ["127.0.0.1 -> localhost"]
         assert browser.find_element("id", "banner").get_attribute("data-state") == "ok"
     finally:
@@ -145,9 +155,9 @@ def test_bad_token_then_unreachable_daemon_are_said(browser: Any, tmp_path: Path
         browser.find_element("css selector", "#tokenform button").click()
         wait_for(lambda: banner.get_attribute("data-state") == "ok", 20,
                  what="the page to load with the right token")
-        chips = browser.find_elements("css selector", "#counts .chip")
-        assert {c.get_attribute("data-state") for c in chips} == {
-            "IDLE", "RUNNING", "COMPLETED", "FAILED", "REMOVED"}
+        states = read(browser, "return [...document.querySelectorAll('#counts .chip')]"
+                               ".map(c => c.dataset.state)")
+        assert set(states) == {"IDLE", "RUNNING", "COMPLETED", "FAILED", "REMOVED"}
     # the daemon is gone: the page says so and keeps trying
     wait_for(lambda: banner.get_attribute("data-state") == "unreachable", 20,
              what="the page to say the daemon is unreachable")
