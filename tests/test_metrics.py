@@ -78,6 +78,21 @@ def test_metrics_of_real_transfers_and_the_token_rule(
                     for labels, _ in samples(text, family)]
         assert labelled and all(labels["node"] == node for labels in labelled)
 
+        # what the status page draws from the same transfers
+        overview = httpx.get(f"{base}/v1/overview", headers={"Authorization": f"Bearer {TOKEN}"},
+                             timeout=30).json()
+        [optimization] = overview["optimizations"]
+        result = server.job(tuned)["job"]["result"]
+        assert optimization["streams"] == result["optimized_streams"]
+        assert len(optimization["samples"]) >= 1
+        assert all(len(c["throughput_mbps"]) == len(optimization["grid"])
+                   for c in optimization["curves"])
+        [link] = overview["links"]
+        assert link["pair"] == "127.0.0.1 -> localhost" and len(link["points"]) == 2
+        assert [(f["job_id"], f["kind"]) for f in overview["failures"]] == [
+            (missing, "permanent")]
+        assert overview["counts"]["COMPLETED"] == 2 and overview["node"] == node
+
         # the knob is live: SIGHUP opens /metrics alone to loopback clients
         server.write_config(STORK_METRICS_OPEN="true")
         server.signal(signal.SIGHUP)
