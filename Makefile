@@ -6,7 +6,8 @@ DEBS := globus-gass-copy-progs globus-gridftp-server-progs iperf3 iproute2 iputi
 	globus-simple-ca globus-proxy-utils faketime openssl python3-gfal2 gfal2-util-scripts \
 	gfal2-plugin-gridftp gfal2-plugin-xrootd gfal2-plugin-http gfal2-plugin-file \
 	xrootd-server xrootd-server-plugins xrootd-client xrootd-plugins \
-	postgresql
+	postgresql \
+	chromium chromium-driver
 STAMP := $(VENV)/.installed
 
 .PHONY: setup deps demo lint test test-all bench clean

@@ -202,6 +202,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_API_WAIT_TIMEOUT", "api_wait_timeout_s", "60", _parse_float_min(1), LIVE,
          "Longest a long-poll request waits, in seconds, before answering \"no change yet\" "
          "(the client asks again)."),
+    Knob("STORK_METRICS_OPEN", "metrics_open", "false", _parse_bool, LIVE,
+         "Serve GET /metrics on the TCP API without the token to clients on a loopback "
+         "address (a Prometheus on this host); every other request still needs the token."),
     Knob("STORK_PID_FILE", "pid_file", "$(STORK_STATE_DIR)/stork_server.pid", _parse_path, RESTART,
          "Pid file of the detached daemon."),
     Knob("STORK_LOG", "log", "$(STORK_STATE_DIR)/stork_server.log", _parse_path, RESTART,
@@ -346,6 +349,7 @@ class Settings:
     api_max_inflight: int
     api_max_waiters: int
     api_wait_timeout_s: float
+    metrics_open: bool
     pid_file: str
     log: str
     log_level: str

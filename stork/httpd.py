@@ -48,7 +48,17 @@ from stork.urls import HostPort
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
-Answer = tuple[int, Body]
+
+
+@dataclass(frozen=True)
+class Raw:
+    """An answer that is not JSON: the Prometheus text format, the status page."""
+
+    body: bytes
+    content_type: str  # the whole Content-Type header, charset included
+
+
+Answer = tuple[int, Body | Raw]
 
 # exception class -> HTTP status; the first match wins, so subclasses come first
 _STATUS: tuple[tuple[type[BaseException], HTTPStatus], ...] = (
@@ -106,6 +116,9 @@ class Route:
     path: str  # literal parts and {name} parts (digits only)
     handler: Handler
     body: bool = False
+    # on TCP, whether a caller without the token may have it, given its IP address (the
+    # route then runs as the remote caller); None: never
+    open_to: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -287,13 +300,22 @@ class HttpServer:
             if status == HTTPStatus.INTERNAL_SERVER_ERROR:
                 log.error("api: %s %s failed", raw.method, raw.path, exc_info=exc)
         headers = {"Retry-After": str(RETRY_AFTER_S)} if retry else None
+        if isinstance(body, Raw):
+            return web.Response(body=body.body, status=status,
+                                headers={"Content-Type": body.content_type,
+                                         "Cache-Control": "no-store"})
         if isinstance(body, bytes):  # encoded on the pool
             return web.Response(body=body, status=status, headers=headers,
                                 content_type="application/json")
         return web.json_response(body, status=status, headers=headers)
 
-    async def _answer(self, raw: web.BaseRequest) -> tuple[int, Body | bytes, bool]:
-        caller = self._caller(raw)
+    async def _answer(self, raw: web.BaseRequest) -> tuple[int, Body | Raw | bytes, bool]:
+        try:
+            caller = self._caller(raw)
+        except PermissionDenied:
+            if not self._open_without_token(raw):
+                raise
+            caller = Caller.remote_caller()
         route, params = self._route(raw.method, raw.path)
         limits = self._limits()
         loop = asyncio.get_running_loop()
@@ -348,6 +370,14 @@ class HttpServer:
                 if not waiters:
                     del self._watch[key]
 
+    def _open_without_token(self, raw: web.BaseRequest) -> bool:
+        """Whether the route asked for lets this TCP caller in without the token."""
+        for pattern, route in self._routes:
+            if route.method == raw.method and pattern.match(raw.path):
+                return (isinstance(route, Route) and route.open_to is not None
+                        and route.open_to(raw.remote or ""))
+        return False
+
     def _route(self, method: str, path: str) -> tuple[Route | WaitRoute, dict[str, str]]:
         for pattern, route in self._routes:
             match = pattern.match(path)
@@ -392,11 +422,11 @@ class HttpServer:
         return body
 
 
-def _encoded(handler: Handler, request: Request) -> tuple[int, bytes]:
+def _encoded(handler: Handler, request: Request) -> tuple[int, bytes | Raw]:
     """Run a handler and encode its answer, both on the pool: a listing of 100,000 jobs is
     tens of megabytes of JSON, which must not hold the event loop."""
     status, body = handler(request)
-    return status, json.dumps(body).encode()
+    return status, body if isinstance(body, Raw) else json.dumps(body).encode()
 
 
 def socket_in_use(path: str) -> bool:

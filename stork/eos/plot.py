@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from stork.eos.models import DynamicOrder, SecondOrder, fit_dynamic_order, fit_second_order
 from stork.eos.types import EstimateResult
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A model fitted to the samples, evaluated on the figure's stream counts."""
+
+    name: str  # the model's name ("second_order", "dynamic_order")
+    chosen: bool  # the model the estimate used
+    style: str  # matplotlib line style (the status page draws the same)
+    throughput_mbps: np.ndarray
+
+
+def fitted_curves(samples: Sequence[Sequence[float]], chosen_model: str,
+                  optimal_streams: int, points: int = 400,
+                  log_spaced: bool = False) -> tuple[np.ndarray, list[Curve]]:
+    """The stream counts of the figure and the models fitted to `samples` ([streams,
+    Mbit/s, ...] rows) over them: the `--plot` figure and the status page both draw these
+    (the page with fewer points, evenly spaced on its log axis)."""
+    data = np.asarray([row[:2] for row in samples], dtype=float).reshape(-1, 2)
+    n, th = data[:, 0], data[:, 1]
+    top = max(int(n.max()) * 2 if len(n) else 0, optimal_streams * 2, 8)
+    grid = np.geomspace(1, top, points) if log_spaced else np.linspace(1, top, points)
+    curves: list[Curve] = []
+    if len(set(n.tolist())) >= 3:
+        for fit, style in ((fit_second_order, "-"), (fit_dynamic_order, "--")):
+            try:
+                model: SecondOrder | DynamicOrder = fit(n, th)
+            except ValueError:
+                continue
+            curves.append(Curve(model.name, model.name == chosen_model, style,
+                                np.asarray(model.predict(grid), dtype=float)))
+    return grid, curves
 
 
 def plot_estimate(result: EstimateResult | Mapping[str, Any], path: str, title: str = "") -> None:
@@ -21,19 +54,13 @@ def plot_estimate(result: EstimateResult | Mapping[str, Any], path: str, title: 
 
     samples = np.asarray(estimate.samples, dtype=float)
     n, th = samples[:, 0], samples[:, 1]
-    top = max(int(n.max()) * 2, estimate.optimal_streams * 2, 8)
-    grid = np.linspace(1, top, 400)
+    grid, curves = fitted_curves(estimate.samples, estimate.model, estimate.optimal_streams)
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     ax.scatter(n, th, color="black", zorder=3, label="samples (measured)")
-    if len(set(n.tolist())) >= 3:
-        for fit, style in ((fit_second_order, "-"), (fit_dynamic_order, "--")):
-            try:
-                model: SecondOrder | DynamicOrder = fit(n, th)
-            except ValueError:
-                continue
-            chosen = " (chosen)" if model.name == estimate.model else ""
-            label = f"{model.name.replace('_', ' ')}{chosen}"
-            ax.plot(grid, model.predict(grid), style, label=label)
+    for curve in curves:
+        chosen = " (chosen)" if curve.chosen else ""
+        ax.plot(grid, curve.throughput_mbps, curve.style,
+                label=f"{curve.name.replace('_', ' ')}{chosen}")
     ax.axvline(estimate.optimal_streams, color="tab:red", linestyle=":",
                label=f"optimum: {estimate.optimal_streams} streams, "
                      f"{estimate.estimated_throughput_mbps:.0f} Mbit/s")

@@ -6,11 +6,14 @@ Endpoints are documented in docs/API.md. Each route only translates a `Request` 
 
 from __future__ import annotations
 
+import ipaddress
 from http import HTTPStatus
 
 from stork.config import LiveSettings, Settings
 from stork.errors import InvalidRequest
-from stork.httpd import Answer, HttpServer, Limits, Request, Route, WaitRoute, read_token
+from stork.httpd import Answer, HttpServer, Limits, Raw, Request, Route, WaitRoute, read_token
+from stork.server import status
+from stork.server.metrics import CONTENT_TYPE, Metrics
 from stork.server.service import Service
 from stork.urls import parse_hostport
 
@@ -19,6 +22,40 @@ def limits_for(settings: Settings) -> Limits:
     return Limits(max_inflight=settings.api_max_inflight, max_waiters=settings.api_max_waiters,
                   max_body_bytes=settings.max_submit_bytes,
                   wait_timeout_s=settings.api_wait_timeout_s)
+
+
+def is_loopback(address: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and IPv4 loopback written as IPv6."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
+
+
+def operator_routes(service: Service, live: LiveSettings,
+                    metrics: Metrics | None) -> list[Route | WaitRoute]:
+    """The status page, its data and the Prometheus metrics (all read-only). The page's HTML
+    holds no data and is served without the token; /metrics needs it unless
+    STORK_METRICS_OPEN lets loopback clients in."""
+    overview = status.Overview(service, metrics)
+    html = status.page()
+
+    def overview_route(request: Request) -> Answer:
+        return HTTPStatus.OK, overview.build(request.number("hours", status.DEFAULT_HOURS,
+                                                            minimum=0.01))
+
+    found: list[Route | WaitRoute] = [
+        Route("GET", "/", lambda r: (HTTPStatus.OK, Raw(html, "text/html; charset=utf-8")),
+              open_to=lambda address: True),
+        Route("GET", "/v1/overview", overview_route),
+    ]
+    if metrics is not None:
+        found.append(Route(
+            "GET", "/metrics", lambda r: (HTTPStatus.OK, Raw(metrics.exposition(), CONTENT_TYPE)),
+            open_to=lambda address: live.current.metrics_open and is_loopback(address)))
+    return found
 
 
 def routes(service: Service, server: HttpServer | None = None) -> list[Route | WaitRoute]:
@@ -91,13 +128,14 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
     ]
 
 
-def api_server(service: Service, live: LiveSettings) -> HttpServer:
+def api_server(service: Service, live: LiveSettings,
+               metrics: Metrics | None = None) -> HttpServer:
     """The daemon's API: the Unix socket, and TCP with its token when STORK_API_ADDRESS is set.
-    Its limits are live knobs, read from `live` at each request."""
+    Its limits are live knobs, read from `live` at each request. With `metrics`, /metrics."""
     settings = live.current
     tcp = parse_hostport(settings.api_address) if settings.api_address else None
     token = read_token(settings.api_token_file, "STORK_API_TOKEN_FILE") if tcp else ""
     server = HttpServer("stork_server", [], socket_path=settings.socket, tcp=tcp, token=token,
                         limits=lambda: limits_for(live.current))
-    server.set_routes(routes(service, server))
+    server.set_routes([*routes(service, server), *operator_routes(service, live, metrics)])
     return server

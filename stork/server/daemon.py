@@ -28,6 +28,8 @@ from stork.job import DapType, JobSpec, JobState
 from stork.server.api import api_server
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
+from stork.server.metered_store import metered
+from stork.server.metrics import Metrics
 from stork.server.node import NodeKeeper
 from stork.server.service import Service
 from stork.store import JobStore, open_store
@@ -52,6 +54,7 @@ class Daemon:
         self.eos: EosService | None = None
         self.estimations: EstimationRunner | None = None
         self.node: NodeKeeper | None = None
+        self.metrics: Metrics | None = None
 
     @property
     def settings(self) -> Settings:
@@ -79,11 +82,14 @@ class Daemon:
     def initialize(self) -> None:
         s = self.settings
         os.makedirs(s.state_dir, mode=0o755, exist_ok=True)
-        self.store = open_store(s.database, s.node_name, s.lease_s)
+        self.metrics = Metrics(node=s.node_name)
+        self.store = metered(open_store(s.database, s.node_name, s.lease_s), self.metrics)
         registry = Registry.default(s.module_dir, s.globus_url_copy)
         self.eos = EosService(self.live, self.store)
         self.dispatcher = Dispatcher(self.store, self.live, registry,
                                      estimator_for=self.estimator_for, eos=self.eos)
+        self.dispatcher.on_tick = self.metrics.tick
+        self.metrics.watch_state(self.store.count_by_state, self.dispatcher.running_count)
         self.estimations = EstimationRunner(self.store, self.estimator_for, s.eos_workers)
         requeued = self.dispatcher.recover()
         if requeued:
@@ -96,7 +102,8 @@ class Daemon:
         for job in self.store.list_jobs([JobState.IDLE]):
             if job.dap_type == DapType.ESTIMATION.value:
                 self.estimations.start(job.id)
-        self.api = api_server(Service(self.dispatcher, self.estimations, self.eos), self.live)
+        self.api = api_server(Service(self.dispatcher, self.estimations, self.eos), self.live,
+                              self.metrics)
         self.store.add_listener(self.api.notify)  # job changes wake long polls
         self.api.start()
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1,

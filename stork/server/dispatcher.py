@@ -59,6 +59,7 @@ class Dispatcher:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._host_load_read = float("-inf")
+        self.on_tick: Callable[[float], None] | None = None  # each tick's seconds (metrics)
 
     @property
     def settings(self) -> Settings:
@@ -110,6 +111,7 @@ class Dispatcher:
         while self._tick_again:
             if not self._tick_lock.acquire(blocking=False):
                 return
+            began = time.perf_counter()
             try:
                 self._tick_again = False
                 self._fill_slots()
@@ -119,6 +121,8 @@ class Dispatcher:
                 log.exception("dispatch tick failed")
             finally:
                 self._tick_lock.release()
+            if self.on_tick is not None:
+                self.on_tick(time.perf_counter() - began)
 
     def enqueue(self, job_ids: list[int], due: float = 0.0) -> None:
         """Make transfer jobs known to the dispatcher (runnable from `due` on)."""

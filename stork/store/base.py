@@ -285,6 +285,14 @@ class JobStore(ABC):
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
         """Jobs in id order, optionally only those in `states`."""
 
+    def count_by_state(self) -> dict[str, int]:
+        """How many jobs are in each state (every state, 0 included): for metrics and the
+        status page. A store may answer it without reading the jobs."""
+        counts = dict.fromkeys((s.value for s in JobState), 0)
+        for job in self.list_jobs():
+            counts[job.state.value] += 1
+        return counts
+
     @abstractmethod
     def runnable(self, now: float, limit: int) -> list[Job]:
         """IDLE transfer jobs whose retry time has come, oldest first (estimation jobs are

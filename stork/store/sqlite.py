@@ -402,6 +402,12 @@ class SqliteStore(JobStore):
         jobs.sort(key=attrgetter("id"))
         return jobs
 
+    def count_by_state(self) -> dict[str, int]:
+        counts = dict.fromkeys((s.value for s in JobState), 0)
+        counts.update((str(r[0]), int(r[1]))
+                      for r in self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+        return counts
+
     def runnable(self, now: float, limit: int) -> list[Job]:
         return self._read_jobs("WHERE state = ? AND next_attempt_at <= ? AND dap_type = ? "
                                "ORDER BY next_attempt_at, id LIMIT ?",
