@@ -92,7 +92,7 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
 
 # The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
-OPTIMIZER_NAMES = ("harp", "eos")
+OPTIMIZER_NAMES = ("harp", "eos", "dw", "dw-interval")
 
 
 def _parse_size_knob(text: str) -> int:
@@ -255,6 +255,12 @@ KNOBS: tuple[Knob, ...] = (
          "one-stream throughput."),
     Knob("EOS_TOLERANCE", "eos_tolerance", "0.03", _parse_fraction, LIVE,
          "The fewest streams whose throughput is within this share of the best are chosen."),
+    Knob("DW_DEPTH", "dw_depth", "3", _parse_int_min(1), LIVE,
+         "d-w probing (optimization = \"dw\" or \"dw-interval\"): measurements of each "
+         "probed level, averaged."),
+    Knob("DW_WIDTH", "dw_width", "2", _parse_int_min(2), LIVE,
+         "d-w probing: levels per sliding window (\"dw\"), or the stride between probed "
+         "levels (\"dw-interval\")."),
     Knob("EOS_SAMPLE_SIZE", "eos_sample_size", "64M", _parse_size_knob, LIVE,
          "Bytes per GridFTP sample when the job gives no -s."),
     Knob("EOS_SAMPLING_BUDGET", "eos_sampling_budget", "0.1", _parse_float_min(0), LIVE,
@@ -352,6 +358,8 @@ class Settings:
     eos_max_samples: int
     eos_slope_threshold: float
     eos_tolerance: float
+    dw_depth: int
+    dw_width: int
     eos_sample_size: int
     eos_sampling_budget: float
     eos_sample_time_s: float

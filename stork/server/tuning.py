@@ -47,7 +47,8 @@ class Tuning:
     def start(cls, run: DatasetRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
               queue: list[int]) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
-        optimizer = optimizers.get(run.job.spec.optimizer or run.settings.eos_optimizer)
+        optimizer = optimizers.get(run.job.spec.optimizer or run.settings.eos_optimizer,
+                                   run.settings)
         known = [size for i in chunk.indexes if (size := rows[i].size_bytes) is not None]
         mean = sum(known) / len(known) if known else 0.0
         first = rows[chunk.indexes[0]]
