@@ -20,6 +20,7 @@ by what went wrong:
     +-- SchedError
     +-- DatasetError: DatasetUnreachable (a listing that another try may get through)
     +-- TransferLogError (a file that is not a transfer log table)
+    +-- AnalyticsError (a table the rate regressions cannot fit)
 
 Every error names what was wrong and where; messages are built from typed arguments
 where that helps, so callers do not format them by hand.
@@ -322,4 +323,16 @@ class TransferLogError(StorkError):
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
+        self.reason = reason
+
+
+# -- transfer-rate analytics ----------------------------------------------------------------
+
+class AnalyticsError(StorkError):
+    """A table the regression analytics cannot fit: too few rows, a missing column, a bad
+    prediction point. `where` names the table (a file, or the transfer log)."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
         self.reason = reason

@@ -8,6 +8,8 @@
     stork_history export [-o FILE] [-src HOST] [-dest HOST] [-since UNIX_TIME]
                                       write the transfer log in the same format (stdout
                                       without -o)
+    stork_history analytics [FILE.csv...] [--predict RTT_MS,FLOWS] [--plot DIR] ...
+                                      regression models of the rate (stork/cli/analytics.py)
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         return _import(args_in)
     if words and words[0] == "export":
         return _export(args_in)
+    if words and words[0] == "analytics":
+        from stork.cli.analytics import main as analytics
+
+        return analytics(args_in)
     return _pair(args_in)
 
 
