@@ -107,7 +107,7 @@ def test_an_invalid_ad_queues_nothing_from_its_file(stork: StorkServer, tmp_path
     assert r.status_code == 400
     assert r.json()["problems"] == [(
         "mixed.dap:2: ad 2: attribute 'optimization': must be \"YES\" or \"NO\", or name an "
-        "optimizer of datasets (harp, eos); got 3")]
+        "optimizer of datasets (harp, eos, dw, dw-interval); got 3")]
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
 
 

@@ -332,7 +332,8 @@ def test_dataset_description_size_class() -> None:
 
 def test_registry() -> None:
     assert isinstance(get("HARP"), HarpOptimizer) and "harp" in OPTIMIZERS
-    with pytest.raises(ConfigError, match="unknown optimizer 'nope': known are eos, harp"):
+    with pytest.raises(ConfigError,
+                       match="unknown optimizer 'nope': known are dw, dw-interval, eos, harp"):
         get("nope")
 
 
