@@ -16,7 +16,7 @@ a measurement is a curve of its own (no medians):
 `--data FILE[:NOTE]` replays any table in the parallelism-sweeps column format instead.
 
 d-w probing (`dw d=D w=W`: Algorithm 1; `dw-interval`: the variant of the paper's [11];
-stork/optimizers/dw.py) measures each level D times: the k-th measurement of a count is the
+stork/eos/probing.py) measures each level D times: the k-th measurement of a count is the
 file's k-th repeat from the sampled one on (cycling; a file measured once gives the same value
 again). Besides the share it reports the paper's figures: flow selection (the chosen count is
 the judging curve's best), the curves within 5% of the best (the target: 96%), and the probing
@@ -53,7 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stork.eos.models import estimate
 from stork.eos.sampling import Measure, Sample, decide, doubling, guided
-from stork.optimizers.dw import interval_search, window_search
+from stork.eos.probing import interval_search, window_search
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO.parent / "shared" / "data" / "transfer-logs"
@@ -208,7 +208,7 @@ def _doubling(threshold: float) -> Strategy:
 
 
 def _dw(depth: int, width: int, interval: bool = False) -> Strategy:
-    """d-w probing (stork.optimizers.dw): each level `depth` times; a repeated measurement
+    """d-w probing (stork.eos.probing): each level `depth` times; a repeated measurement
     of a level is the file's next repeat (see `replay`)."""
     search = interval_search if interval else window_search
 

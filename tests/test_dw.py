@@ -11,6 +11,9 @@ import pytest
 from stork import optimizers
 from stork.config import load
 from stork.dataset.chunks import Params
+from stork.eos.sampling import Sample
+from stork.eos.service import EosService
+from stork.eos.types import EstimateRequest
 from stork.errors import ConfigError, SamplingError
 from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
 from stork.optimizers.dw import (
@@ -173,3 +176,31 @@ def test_the_optimizer_probes_streams_then_concurrency_with_real_parameters() ->
     assert cc_stage[0] == Params(64, 4, 1) and {p.p for p in cc_stage} == {4}
     assert len(decision.probes) == len(ran)
     assert "d=2, w=2" in decision.reason
+
+
+def test_the_eos_samples_a_single_files_stream_count_with_dw(tmp_path) -> None:
+    """EOS_SAMPLING = dw: the stream count of a transfer or estimation, from samples placed
+    by d-w probing over 1, 2, 4, 8, 16 (EOS_MAX_STREAMS 16), the choice d-w's own."""
+    curve = {1: 100.0, 2: 180.0, 4: 250.0, 8: 220.0, 16: 150.0}
+    measured: list[int] = []
+
+    class Curve:
+        name = "fake-curve"
+
+        def measure(self, n: int) -> Sample:  # a stand-in network (the logic is under test)
+            measured.append(n)
+            return Sample(n, curve[n])
+
+    settings = load(None, env={"HOME": str(tmp_path), "_STORK_EOS_SAMPLING": "dw",
+                               "_STORK_DW_DEPTH": "2", "_STORK_EOS_MAX_STREAMS": "16",
+                               "_STORK_EOS_SAMPLING_BUDGET": "0"})
+    eos = EosService(settings, None, sampler_factory=lambda r: Curve())
+    try:
+        result = eos.estimate(EstimateRequest("ftp://10.9.9.1:2811/a", "ftp://10.9.9.2:2811/b"))
+    finally:
+        eos.shutdown()
+    # windows {8,16} {4,8} better with fewer; {2,4} and {1,2} worse: chosen in {2,4}
+    assert measured == [16, 16, 8, 8, 4, 4, 2, 2, 1, 1]
+    assert result.optimal_streams == 4 and result.model == "dw"
+    assert result.estimated_throughput_mbps == 250.0
+    assert "d-w probing (d=2, w=2)" in result.reason
