@@ -14,15 +14,18 @@ a measurement is a curve of its own (no medians):
 - synthetic: each loni file's mean curve, three repeats with lognormal noise (sigma 0.1, 0.2,
   0.3) and random dips (a count that is bad on that file in every repeat, and one-off dips).
 `--data FILE[:NOTE]` replays any table in the parallelism-sweeps column format instead.
+Those tables are not part of the repository and are read where they lie.
 
 d-w probing (`dw d=D w=W`: Algorithm 1; `dw-interval`: the variant of the paper's [11];
 stork/eos/probing.py) measures each level D times: the k-th measurement of a count is the
 file's k-th repeat from the sampled one on (cycling; a file measured once gives the same value
-again). Besides the share it reports the paper's figures: flow selection (the chosen count is
-the judging curve's best), the curves within 5% of the best (the target: 96%), and the probing
-overhead against a full sweep that measures every level D times (`levels x d`) and against the
-paper's, which measured every configuration 10 times (`levels x 10`; the target: 25%).
-Those tables are not part of the repository and are read where they lie.
+again). It is judged, in `same`, on the mean of the repeats it drew on and, in `cross`, on the
+mean of the file's repeats it never saw (a file with D repeats or fewer is left out: the curve
+count is then given beside the name). Besides the share it reports the paper's figures: flow
+selection (the chosen count is the judging curve's best), the curves within 5% of the best (the
+target: 96%), and the probing overhead against a full sweep that measures every level D times
+(`levels x d`) and against the paper's, which measured every configuration 10 times (`levels x
+10`; the target: 25%).
 
 Judging: `same` takes the samples and the outcome from one repeat; `cross` takes the samples
 from one repeat and judges the chosen count on the mean of the file's other repeats (what a
@@ -52,8 +55,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stork.eos.models import estimate
-from stork.eos.sampling import Measure, Sample, decide, doubling, guided
 from stork.eos.probing import interval_search, window_search
+from stork.eos.sampling import Measure, Sample, decide, doubling, guided
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO.parent / "shared" / "data" / "transfer-logs"
@@ -253,8 +256,11 @@ class Row:
     levels: int = 1  # levels of the full sweep
     exact: int = 0  # curves where the chosen count is the judging curve's best
     missed: list[str] | None = None  # curves below 1 - WITHIN (a few, for the report)
+    unjudged: int = 0  # cross-repeat cases where the strategy measured every repeat
 
     def summary(self) -> dict[str, float | int | list[str]]:
+        if not self.shares:  # cross-repeat, and every file measured in full
+            return {"curves": 0, "unjudged": self.unjudged}
         within = sum(s >= 1 - WITHIN - 1e-12 for s in self.shares) / len(self.shares)
         overhead = statistics.mean(self.samples) / (self.levels * self.depth)
         paper = statistics.mean(self.samples) / (self.levels * PAPER_SWEEP_REPEATS)
@@ -267,7 +273,7 @@ class Row:
                 "flow_selection": round(self.exact / len(self.shares), 4),
                 "overhead_same_depth": round(overhead, 4),
                 "overhead_paper_sweep": round(paper, 4),
-                "missed_examples": (self.missed or [])[:5]}
+                "missed_examples": (self.missed or [])[:5], "unjudged": self.unjudged}
 
 
 def _needed(curve: Curve) -> int:
@@ -305,7 +311,8 @@ def replay(data: DataSet, mode: str, history: bool,
         row = Row([], [], depth=DEPTH.get(label, 1), levels=len(data.levels), missed=[])
         runs: dict[tuple[str, ...], list[tuple[tuple[str, ...], list[Sample]]]] = \
             defaultdict(list)
-        for f, curve, judge, r in cases:
+        for f, curve, judged, r in cases:
+            judge = judged
             taken: dict[int, int] = defaultdict(int)
 
             def measure(n: int, c: Curve = curve, f: File = f, r: int = r,
@@ -320,6 +327,14 @@ def replay(data: DataSet, mode: str, history: bool,
             earlier = ([run for key, run in runs[f.path] if mode == "same" or key != f.key]
                        if history else None)
             samples, chosen = strategy(measure, sorted(curve), earlier)
+            if row.depth > 1:  # judged on what it drew on (same) or never saw (cross)
+                used = {(r + k) % len(f.repeats) for k in range(row.depth)}
+                pool = [f.repeats[i] for i in range(len(f.repeats))
+                        if (i in used) == (mode == "same")]
+                if not pool:  # every repeat was measured: nothing left to judge on
+                    row.unjudged += 1
+                    continue
+                judge = {n: statistics.mean(o[n] for o in pool) for n in curve}
             top = max(judge.values())
             row.shares.append(judge[chosen] / top)
             row.exact += judge[chosen] >= top - 1e-9
@@ -366,6 +381,11 @@ def print_table(data: DataSet, mode: str, history: bool, result: dict[str, objec
     assert isinstance(strategies, dict) and isinstance(fixed, dict)
     for label, s in strategies.items():
         name = f"**{label}** (default)" if s["default"] else label
+        if s["curves"] != result["curves"]:
+            name += f" ({s['curves']} curves)"
+        if not s["curves"]:
+            print(f"| {name} | no file has more repeats than it measures |" + " |" * 9)
+            continue
         print(f"| {name} | {s['mean_share']:.4f} | {s['p10']:.4f} | {s['within_5pct']:.4f} | "
               f"{s['flow_selection']:.4f} | {s['below_best_fixed']} | {s['mean_samples']:.2f} | "
               f"{s['overhead_same_depth']:.3f} | {s['overhead_paper_sweep']:.3f} | "
@@ -376,7 +396,7 @@ def print_table(data: DataSet, mode: str, history: bool, result: dict[str, objec
               f"{s['within_5pct']:.4f} | {s['flow_selection']:.4f} | "
               f"{s['below_best_fixed']} | 0 | | | {s['more_streams_than_needed']} |")
     for label, s in strategies.items():
-        if not label.startswith("dw"):
+        if not label.startswith("dw") or not s["curves"]:
             continue
         hit = s["within_5pct"] >= TARGET_CURVES
         cheap = s["overhead_paper_sweep"] <= TARGET_OVERHEAD
