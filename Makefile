@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-DEBS := globus-gass-copy-progs globus-gridftp-server-progs iperf3 iproute2 iputils-ping
+DEBS := globus-gass-copy-progs globus-gridftp-server-progs iperf3 iproute2 iputils-ping postgresql
 STAMP := $(VENV)/.installed
 
 .PHONY: setup deps demo lint test test-all bench clean

@@ -28,6 +28,13 @@ names, so they count as other datasets).
 Targets (issue 14): mean share >= 0.95 with at most 3 probes; above the best fixed setting
 on every route; streams at most 2 x the fewest within 5% of the best; analysis under 1 s
 with 100,000 history rows.
+
+ASM (issue 15, `--optimizer asm`): its offline analysis runs once per fold on the fold's
+history (timed apart from the online part), HARP runs on the same folds with the same random
+repeats, and `--curve` adds the share of the best cell against the number of samples allowed
+(1 to 5; the paper's Figure 6) for both. Targets: mean share >= 0.95 with at most 3 samples
+on average, ahead of HARP on the same folds, the analysis of 100,000 rows under 60 s and the
+cluster lookup under 1 ms.
 """
 
 from __future__ import annotations
@@ -45,8 +52,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stork.asm.analysis import Aggregate, Model, build_model
 from stork.dataset.chunks import Params, default_params
 from stork.optimizers import OPTIMIZERS, DatasetDescription, Limits, Optimizer, ProbeResult
+from stork.optimizers.asm import AsmOptimizer, AsmSettings
 from stork.optimizers.harp import HarpOptimizer, HarpSettings
 from stork.translog import TransferRecord, read_grid_csv
 
@@ -74,6 +83,16 @@ VARIANTS: dict[str, Callable[[], Optimizer]] = {
     "harp-paper": lambda: HarpOptimizer(HarpSettings(
         threshold=0.99, first_probe="heuristic", max_probes=1)),
 }
+
+# ASM and its variants: the offline analysis runs once per fold (`asm_model`)
+ASM_VARIANTS: dict[str, AsmSettings] = {
+    "asm": AsmSettings(),
+    "asm-1probe": AsmSettings(max_probes=1),
+    "asm-atmax": AsmSettings(sample_at="maximum"),
+}
+TARGET_ASM_SECONDS = 60.0  # the offline analysis of `--scale-rows` rows
+TARGET_LOOKUP_S = 1e-3
+CURVE = (1, 2, 3, 4, 5)  # samples allowed, for --curve
 
 Cell = tuple[int, int, int]
 DatasetKey = tuple[str, str, float, int]  # source, destination host, file size, file count
@@ -215,7 +234,22 @@ def replay(optimizer: Optimizer, history: Sequence[TransferRecord], t: TestSet,
                decision.predicted_mbps, t.medians[cell], seconds, decision.reason)
 
 
-def make_optimizer(name: str) -> Optimizer:
+def asm_model(history: Sequence[TransferRecord]) -> tuple[Model, float]:
+    """ASM's offline analysis of `history` and the seconds it took."""
+    started = time.perf_counter()
+    agg = Aggregate()
+    agg.add(history)
+    model = build_model(agg)
+    return model, time.perf_counter() - started
+
+
+def make_optimizer(name: str, model: Model | None = None) -> Optimizer:
+    if name in ASM_VARIANTS:
+        return AsmOptimizer(ASM_VARIANTS[name], model)
+    if name.startswith("harp-") and name[5:].isdigit():  # harp-N: at most N probes
+        return HarpOptimizer(HarpSettings(max_probes=int(name[5:])))
+    if name.startswith("asm-") and name[4:].isdigit():
+        return AsmOptimizer(AsmSettings(max_probes=int(name[4:])), model)
     if name in VARIANTS:
         return VARIANTS[name]()
     return OPTIMIZERS[name]()
@@ -264,7 +298,8 @@ def evaluate(history: Sequence[TransferRecord], tests: Sequence[TestSet], name: 
     for t in tests:
         held_out = [r for key, rs in by_key.items() if key != t.key for r in rs]
         fixed = best_fixed([h for h in history_sets if h.key != t.key])
-        runs = tuple(replay(make_optimizer(name), held_out, t,
+        model = asm_model(held_out)[0] if name.startswith("asm") else None
+        runs = tuple(replay(make_optimizer(name, model), held_out, t,
                             None if median else random.Random(f"{seed}:{t.name}"))
                      for seed in seeds)
         cells = {"1,1,1": (1, 1, 1), "best fixed": fixed, "preset": preset(t),
@@ -310,7 +345,12 @@ def summarize(results: Sequence[DatasetResult], name: str,
         f"streams <= {TARGET_STREAMS:g} x the fewest within 5% on every dataset":
             max(ratios) <= TARGET_STREAMS,
     }
-    if timed:
+    if timed and "analysis_s" in timed:
+        targets[f"offline analysis < {TARGET_ASM_SECONDS:g} s with {timed['rows']:,} rows"] = (
+            timed["analysis_s"] < TARGET_ASM_SECONDS)
+        targets[f"cluster lookup < {TARGET_LOOKUP_S * 1e3:g} ms"] = (
+            timed["lookup_s_max"] < TARGET_LOOKUP_S)
+    elif timed:
         targets[f"analysis < {TARGET_SECONDS:g} s with {timed['rows']:,} history rows"] = (
             timed["seconds_max"] < TARGET_SECONDS)
     return Summary(
@@ -338,11 +378,58 @@ def scaled_history(history: Sequence[TransferRecord], rows: int) -> list[Transfe
 
 def timing(history: Sequence[TransferRecord], tests: Sequence[TestSet], name: str,
            rows: int) -> dict[str, float]:
-    """The optimizer's time on every test dataset with `rows` rows of history."""
+    """The optimizer's time on every test dataset with `rows` rows of history (for ASM: the
+    offline analysis once, the cluster lookups and the online part apart)."""
     big = scaled_history(history, rows)
-    times = [replay(make_optimizer(name), big, t, random.Random(0)).seconds for t in tests]
+    if not name.startswith("asm"):
+        times = [replay(make_optimizer(name), big, t, random.Random(0)).seconds for t in tests]
+        return {"rows": len(big), "seconds_max": max(times),
+                "seconds_median": statistics.median(times)}
+    model, analysis_s = asm_model(big)
+    lookups = []
+    for t in tests:
+        d = t.description()
+        started = time.perf_counter()
+        for _ in range(100):
+            model.lookup(d)
+        lookups.append((time.perf_counter() - started) / 100)
+    times = [replay(make_optimizer(name, model), big, t, random.Random(0)).seconds
+             for t in tests]
     return {"rows": len(big), "seconds_max": max(times),
-            "seconds_median": statistics.median(times)}
+            "seconds_median": statistics.median(times), "analysis_s": analysis_s,
+            "lookup_s_max": max(lookups), "clusters": len(model.clusters)}
+
+
+def curve(history: Sequence[TransferRecord], tests: Sequence[TestSet], seeds: Sequence[int],
+          median: bool) -> dict[str, dict[int, tuple[float, float]]]:
+    """Mean share of the best cell and mean samples used with at most n samples, n in CURVE,
+    for ASM and HARP on the same folds and repeats (the paper's Figure 6)."""
+    out: dict[str, dict[int, tuple[float, float]]] = {}
+    for family in ("asm", "harp"):
+        out[family] = {}
+        for n in CURVE:
+            results = evaluate(history, tests, f"{family}-{n}", seeds, median)
+            out[family][n] = (statistics.fmean(r.share for r in results),
+                              statistics.fmean(r.probes for r in results))
+    return out
+
+
+def versus(name: str, results: Sequence[DatasetResult], other: str,
+           others: Sequence[DatasetResult]) -> tuple[str, bool]:
+    """Per route and overall, `name` beside `other` on the same folds; whether `name` is
+    ahead overall."""
+    out = [f"| same folds, same repeats | {name} | {other} |", "|---|---|---|"]
+    routes = sorted({r.route for r in results})
+    for route in routes:
+        a = statistics.fmean(r.share for r in results if r.route == route)
+        b = statistics.fmean(r.share for r in others if r.route == route)
+        out.append(f"| {route} | {a:.3f} | {b:.3f} |")
+    a = statistics.fmean(r.share for r in results)
+    b = statistics.fmean(r.share for r in others)
+    out.append(f"| all {len(results)} datasets | {a:.3f} | {b:.3f} |")
+    out.append(f"| samples, mean | {statistics.fmean(r.probes for r in results):.2f} | "
+               f"{statistics.fmean(r.probes for r in others):.2f} |")
+    return "\n".join(out), a > b
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -386,7 +473,13 @@ def table(name: str, median: bool, seeds: Sequence[int], results: Sequence[Datas
                  f"fewest within 5%: max {summary.streams_ratio_max:.2f}, within 2x on "
                  f"{summary.streams_within_2x}/{summary.datasets}; worst single share "
                  f"{summary.share_min:.3f}; analysis max {summary.seconds_max * 1e3:.0f} ms")]
-    if timed:
+    if timed and "analysis_s" in timed:
+        out.append(f"offline analysis of {timed['rows']:,} rows: {timed['analysis_s']:.1f} s "
+                   f"({timed['clusters']:.0f} clusters); cluster lookup max "
+                   f"{timed['lookup_s_max'] * 1e6:.0f} us; online part with that model: "
+                   f"median {timed['seconds_median'] * 1e3:.0f} ms, max "
+                   f"{timed['seconds_max'] * 1e3:.0f} ms")
+    elif timed:
         out.append(f"analysis with {timed['rows']:,} history rows: median "
                    f"{timed['seconds_median'] * 1e3:.0f} ms, max "
                    f"{timed['seconds_max'] * 1e3:.0f} ms")
@@ -405,7 +498,8 @@ def main() -> int:
     every = sorted(GRIDS.glob("*.csv"))
     p.add_argument("--history", nargs="+", type=Path, default=every, metavar="FILE")
     p.add_argument("--test", nargs="+", type=Path, default=every, metavar="FILE")
-    p.add_argument("--optimizer", default="harp", choices=sorted([*OPTIMIZERS, *VARIANTS]))
+    p.add_argument("--optimizer", default="harp",
+                   choices=sorted({*OPTIMIZERS, *VARIANTS, *ASM_VARIANTS}))
     p.add_argument("--median", action="store_true",
                    help="answer probes with the cell's median instead of a random repeat")
     p.add_argument("--seeds", type=int, default=5,
@@ -413,6 +507,10 @@ def main() -> int:
     p.add_argument("--scale-rows", type=int, default=100_000,
                    help="history rows for the timing run (0: no timing run)")
     p.add_argument("--json", action="store_true", help="machine-readable results")
+    p.add_argument("--against", default="harp", metavar="NAME",
+                   help="with an asm optimizer: run this one on the same folds beside it")
+    p.add_argument("--curve", action="store_true",
+                   help="share against the number of samples allowed, ASM and HARP")
     args = p.parse_args()
 
     history, notes = load(args.history)
@@ -422,13 +520,31 @@ def main() -> int:
     results = evaluate(history, tests, args.optimizer, seeds, args.median)
     timed = timing(history, tests, args.optimizer, args.scale_rows) if args.scale_rows else None
     summary = summarize(results, args.optimizer, timed)
+    beside = ""
+    if args.optimizer.startswith("asm") and args.against:
+        others = evaluate(history, tests, args.against, seeds, args.median)
+        beside, ahead = versus(args.optimizer, results, args.against, others)
+        summary.targets[f"ahead of {args.against} on the same folds"] = ahead
+    curves = curve(history, tests, seeds, args.median) if args.curve else None
     notes = sorted(set(notes + test_notes))
     if args.json:
-        json.dump(as_json(args.optimizer, args.median, seeds, results, summary, timed, notes),
-                  sys.stdout, indent=1)
+        data = as_json(args.optimizer, args.median, seeds, results, summary, timed, notes)
+        data["curve"] = curves
+        json.dump(data, sys.stdout, indent=1)
         print()
     else:
         print(table(args.optimizer, args.median, seeds, results, summary, timed))
+        if beside:
+            print()
+            print(beside)
+        if curves:
+            print()
+            print("| samples allowed | " + " | ".join(
+                f"{f}: share (samples used)" for f in curves) + " |")
+            print("|---|" + "---|" * len(curves))
+            for n in CURVE:
+                print(f"| {n} | " + " | ".join(
+                    f"{curves[f][n][0]:.3f} ({curves[f][n][1]:.2f})" for f in curves) + " |")
         for note in notes:
             print(f"note: {note}")
     return 0

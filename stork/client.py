@@ -250,6 +250,9 @@ class Client:
     def matrix(self) -> dict[str, Any]:
         return self._call("GET", "/v1/matrix")
 
+    def nodes(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/nodes")
+
     def remove(self, job_id: int) -> dict[str, Any]:
         job: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}")["job"]
         return job

@@ -64,6 +64,15 @@ def _parse_path(text: str) -> str:
     return text
 
 
+def _parse_database(text: str) -> str:
+    """An absolute SQLite file path, or a postgresql:// URL (the shared store)."""
+    if text.startswith(("postgresql://", "postgres://")):
+        return text
+    if "://" in text:
+        raise ValueError(f"expected an absolute path or a postgresql:// URL, got {text!r}")
+    return _parse_path(text)
+
+
 def _parse_address(text: str) -> str:
     """HOST:PORT (``:PORT`` for loopback) -> the normalized string; empty stays empty."""
     if not text:
@@ -92,7 +101,7 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
 
 # The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
-OPTIMIZER_NAMES = ("harp", "eos", "dw", "dw-interval")
+OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval")
 
 
 def _parse_size_knob(text: str) -> int:
@@ -167,8 +176,15 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("STORK_STATE_DIR", "state_dir", "$ENV(HOME)/.stork", _parse_path, RESTART,
          "Directory for the job database, spool files and the pid file."),
-    Knob("STORK_DATABASE", "database", "$(STORK_STATE_DIR)/stork.db", _parse_path, RESTART,
-         "SQLite database file holding the job queue."),
+    Knob("STORK_DATABASE", "database", "$(STORK_STATE_DIR)/stork.db", _parse_database, RESTART,
+         "SQLite database file holding the job queue, or postgresql://USER@HOST/DB (libpq URL) "
+         "for a queue several stork_servers share (docs/SCALE-OUT.md)."),
+    Knob("STORK_NODE_NAME", "node_name", "", _parse_str, RESTART,
+         "This stork_server's name among the nodes sharing a PostgreSQL queue (unique per "
+         "node); empty for the host name."),
+    Knob("STORK_LEASE_TIME", "lease_s", "30", _parse_float_min(2), RESTART,
+         "Seconds a node's claim on a running job lasts without renewal (renewed every "
+         "quarter of it); a dead node's jobs run elsewhere after it. PostgreSQL only."),
     Knob("STORK_SOCKET", "socket", "$(STORK_STATE_DIR)/stork.sock", _parse_path, RESTART,
          "Unix socket on which the daemon serves its HTTP/JSON API."),
     Knob("STORK_API_ADDRESS", "api_address", "", _parse_address, RESTART,
@@ -311,6 +327,11 @@ KNOBS: tuple[Knob, ...] = (
          "Parallel task selection: 4 (first fit) or 5 (mutually orthogonal tasks first)."),
     Knob("STORK_PROGRESS_INTERVAL", "progress_interval_s", "1", _parse_float_min(0), LIVE,
          "Least seconds between progress updates written to the queue for one job."),
+    # live: the daemon reschedules its jobs on SIGHUP
+    Knob("ASM_ANALYSIS_INTERVAL", "asm_analysis_interval_s", "86400", _parse_float_min(1), LIVE,
+         "Seconds between the offline analyses of the transfer log for optimization = "
+         "\"asm\" (each reads only the rows added since the last; the first runs at start "
+         "when there is no model yet)."),
 )
 
 _BY_NAME = {k.name: k for k in KNOBS}
@@ -325,6 +346,8 @@ class Settings:
     source: str  # the config file read, or "<defaults>"
     state_dir: str
     database: str
+    node_name: str
+    lease_s: float
     socket: str
     api_address: str
     api_token_file: str
@@ -378,6 +401,7 @@ class Settings:
     eos_beta: float
     eos_penalty_limit: float
     eos_selection: str
+    asm_analysis_interval_s: float
 
 
 assert {f.name for f in fields(Settings)} == {k.field for k in KNOBS} | {"source"}

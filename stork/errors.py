@@ -20,6 +20,7 @@ by what went wrong:
     +-- SchedError
     +-- DatasetError: DatasetUnreachable (a listing that another try may get through)
     +-- TransferLogError (a file that is not a transfer log table)
+    +-- AsmError (the adaptive sampling module: its state, its analysis)
     +-- AnalyticsError (a table the rate regressions cannot fit)
 
 Every error names what was wrong and where; messages are built from typed arguments
@@ -114,6 +115,17 @@ class StoreUnavailable(StoreError):
 
 
 # -- the API ----------------------------------------------------------------------------------
+
+class HostLimitReached(StoreError):
+    """A shared store refused to start an attempt: one of its hosts already carries the
+    cluster-wide limit of running transfers (other nodes run them); try again later."""
+
+    def __init__(self, job_id: int, host: str, running: int) -> None:
+        super().__init__(f"job {job_id}: host {host} runs {running} transfer(s) across the "
+                         "cluster, its limit")
+        self.job_id = job_id
+        self.host = host
+
 
 class PermissionDenied(StorkError):
     """The caller may not act on this job."""
@@ -323,6 +335,16 @@ class TransferLogError(StorkError):
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
+        self.reason = reason
+
+
+class AsmError(StorkError):
+    """The adaptive sampling module cannot work: its state file is unreadable, or its offline
+    analysis has nothing to offer (`stork.asm`). `where` names the file or the step."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
         self.reason = reason
 
 

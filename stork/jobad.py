@@ -169,6 +169,7 @@ def attempt_record(attempt: Attempt) -> dict[str, Any]:
         "outcome": attempt.outcome,
         "error": attempt.error,
         "bytes_done": attempt.bytes_done,
+        "node": attempt.node,
     }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import pgcluster
 from tests.support import GridFtpServer, StorkServer, missing_tools
 
 
@@ -25,6 +26,17 @@ def gridftp(gridftp_root: Path) -> Iterator[GridFtpServer]:
         pytest.skip(f"GridFTP tools not installed ({', '.join(missing)}); run `make setup`")
     with GridFtpServer(gridftp_root) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[pgcluster.PostgresCluster]:
+    """A private PostgreSQL cluster for the session (initdb in a temporary directory, a Unix
+    socket there, run as an unprivileged user); `new_database()` gives each test its own."""
+    why = pgcluster.missing()
+    if why is not None:
+        pytest.skip(why)
+    with pgcluster.PostgresCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

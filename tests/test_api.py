@@ -14,6 +14,7 @@ import htcondor2
 import httpx
 import pytest
 
+from stork.config import OPTIMIZER_NAMES
 from tests.support import StorkServer, free_port, install_slow_module, make_file, wait_for
 
 NOBODY = 65534
@@ -107,7 +108,7 @@ def test_an_invalid_ad_queues_nothing_from_its_file(stork: StorkServer, tmp_path
     assert r.status_code == 400
     assert r.json()["problems"] == [(
         "mixed.dap:2: ad 2: attribute 'optimization': must be \"YES\" or \"NO\", or name an "
-        "optimizer of datasets (harp, eos, dw, dw-interval); got 3")]
+        f"optimizer of datasets ({', '.join(OPTIMIZER_NAMES)}); got 3")]
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
 
 

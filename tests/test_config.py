@@ -132,7 +132,8 @@ def test_new_api_and_eos_knobs(tmp_path: Path) -> None:
 
 # -- live and restart-only knobs, SIGHUP ---------------------------------------------------
 
-RESTART_ONLY = {"STORK_STATE_DIR", "STORK_DATABASE", "STORK_SOCKET", "STORK_API_ADDRESS",
+RESTART_ONLY = {"STORK_STATE_DIR", "STORK_DATABASE", "STORK_NODE_NAME", "STORK_LEASE_TIME",
+                "STORK_SOCKET", "STORK_API_ADDRESS",
                 "STORK_API_TOKEN_FILE", "STORK_PID_FILE", "STORK_LOG", "STORK_LOG_LEVEL",
                 "EOS_SAMPLE_USER", "EOS_WORKERS", "EOS_API_ADDRESS", "EOS_API_TOKEN_FILE",
                 "EOS_ALPHA", "EOS_BETA"}

@@ -267,6 +267,24 @@ def test_an_optimized_dataset_probes_with_its_own_files_and_sends_each_once(
     assert sum(r["file_count"] for r in rows) == 120
 
 
+def test_chunks_of_two_size_classes_are_tuned_side_by_side_and_sent_once(
+        stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = gridftp_root / "ds-mixed"
+    made = make_tree(src, 80, 300)
+    made |= {f"big/{k}": v for k, v in make_tree(src / "big", 6, 4 << 20).items()}
+    out = tmp_path / "out"
+    [job_id] = stork.submit(f"""[ dap_type = transfer; optimization = "harp";
+      recursive = true; src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
+    job = stork.wait_state(job_id, timeout_s=180)
+    assert job["state"] == "COMPLETED", job
+    assert_same(made, out)
+    tuned = {k: v for k, v in job["result"].items() if k.startswith("optimizer_")}
+    # which classes depends on the RTT measured on loopback (small, and medium or large)
+    assert len(job["result"]["dataset_chunks"]) == 2 and len(tuned) == 2, job["result"]
+    assert all(info["optimizer"] == "harp" and info["probes"] for info in tuned.values())
+    assert all(f["attempts"] == 1 for f in files_of(stork, job_id))
+
+
 def test_optimizer_names_read_without_scikit_learn_match_the_registry() -> None:
     from stork.config import OPTIMIZER_NAMES
     from stork.optimizers import OPTIMIZERS

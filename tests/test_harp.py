@@ -309,6 +309,21 @@ def test_share_concurrency_follows_algorithm_1() -> None:
     assert share_concurrency([]) == []
 
 
+def test_chunks_tuned_together_share_and_hand_back_their_channels() -> None:
+    from stork.server.tuning import SharedConcurrency
+
+    shared = SharedConcurrency()
+    shared.update("small", 1e9, 16, 100.0)
+    assert shared.cc("small", 16) == 16  # alone: what its optimizer chose
+    shared.update("large", 1e9, 4, 300.0)
+    assert (shared.cc("small", 16), shared.cc("large", 4)) == (12, 4)
+    shared.update("large", 1e6, 4, 300.0)  # nearly done: its weight, and share, shrink
+    assert (shared.cc("small", 16), shared.cc("large", 4)) == (15, 1)
+    shared.leave("large")
+    assert shared.cc("small", 16) == 16
+    assert shared.cc("unknown", 3) == 3
+
+
 # -- the interface -----------------------------------------------------------------------------
 
 def test_limits_nearest_and_streams() -> None:
@@ -333,7 +348,7 @@ def test_dataset_description_size_class() -> None:
 def test_registry() -> None:
     assert isinstance(get("HARP"), HarpOptimizer) and "harp" in OPTIMIZERS
     with pytest.raises(ConfigError,
-                       match="unknown optimizer 'nope': known are dw, dw-interval, eos, harp"):
+                       match="unknown optimizer 'nope': known are asm, dw, dw-interval, eos, harp"):
         get("nope")
 
 

@@ -1,7 +1,8 @@
 """The `JobStore` contract: every store must pass this suite.
 
-A new store (PostgreSQL, ...) adds a factory to `FACTORIES` and nothing else. SQLite-only
-behaviour (WAL, schema version, file mode) is tested in test_store.py.
+A new store adds a factory to `FACTORIES` and nothing else. SQLite-only behaviour (WAL,
+schema version, file mode) is tested in test_store.py; PostgreSQL's sharing (leases, nodes,
+host limits) in test_store_postgres.py.
 """
 
 from __future__ import annotations
@@ -28,14 +29,21 @@ ESTIMATE = JobSpec(DapType.ESTIMATION, "ftp://h/x", "ftp://g/y", ad_text="[ ]")
 DONE = Transition(JobState.COMPLETED, "completed", "completed", exit_code=0, bytes_done=7)
 TIMEOUT_S = 10.0
 
-FACTORIES: dict[str, Callable[[Path], JobStore]] = {
-    "sqlite": lambda tmp: SqliteStore(str(tmp / "q.db")),
+def _postgres(request: pytest.FixtureRequest, tmp: Path) -> JobStore:
+    from stork.store.postgres import PostgresStore
+
+    return PostgresStore(request.getfixturevalue("postgres").new_database())
+
+
+FACTORIES: dict[str, Callable[[pytest.FixtureRequest, Path], JobStore]] = {
+    "sqlite": lambda request, tmp: SqliteStore(str(tmp / "q.db")),
+    "postgresql": _postgres,  # a database of its own in the session's private cluster
 }
 
 
 @pytest.fixture(params=sorted(FACTORIES))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    made = FACTORIES[request.param](tmp_path)
+    made = FACTORIES[request.param](request, tmp_path)
     yield made
     made.close()
 
@@ -600,3 +608,18 @@ def test_the_transfer_log_is_added_to_and_read_newest_first(store: JobStore) -> 
     assert [r.time for r in store.transfers("a", "b")] == [4.0, 3.0, 1.0]
     assert [r.time for r in store.transfers(dest_host="b", since=2.0, limit=2)] == [4.0, 3.0]
     assert store.transfers("a", "b", since=3.5)[0].origin == "BTData.csv"
+
+
+def test_transfers_after_reads_in_the_order_added_whatever_the_start_times(
+        store: JobStore) -> None:
+    rows = [record(5.0), record(1.0, "c", "b"), record(3.0)]
+    store.add_transfers(rows)
+    read = store.transfers_after()
+    assert [r for _, r in read] == rows  # added order, not start time
+    ids = [i for i, _ in read]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert [r for _, r in store.transfers_after(ids[0])] == rows[1:]
+    assert [r for _, r in store.transfers_after(ids[0], limit=1)] == rows[1:2]
+    assert store.transfers_after(ids[-1]) == []
+    store.add_transfers([record(0.5)])  # older start, added later: still read after
+    assert [r.time for _, r in store.transfers_after(ids[-1])] == [0.5]

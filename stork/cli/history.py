@@ -8,6 +8,13 @@
     stork_history export [-o FILE] [-src HOST] [-dest HOST] [-since UNIX_TIME]
                                       write the transfer log in the same format (stdout
                                       without -o)
+    stork_history analyze [--report [DIR]] [-csv FILE...]
+                                      ASM's offline analysis now (stork.asm): the rows added
+                                      since its last run, into its state in the daemon's
+                                      state directory (root or the daemon's user); with
+                                      -csv, of those tables alone (no state); --report
+                                      prints clusters, surfaces, maxima and bands and draws
+                                      one PNG per cluster into DIR (default: .)
     stork_history analytics [FILE.csv...] [--predict RTT_MS,FLOWS] [--plot DIR] ...
                                       regression models of the rate (stork/cli/analytics.py)
 """
@@ -30,7 +37,8 @@ from stork.cli.common import (
     when,
 )
 from stork.client import Client
-from stork.translog import TransferRecord, write_grid_csv
+from stork.store import open_store
+from stork.translog import TransferRecord, read_grid_csv, write_grid_csv
 
 SHOWN_SKIPPED = 20  # skipped rows listed one by one; the rest are counted
 
@@ -42,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         return _import(args_in)
     if words and words[0] == "export":
         return _export(args_in)
+    if words and words[0] == "analyze":
+        return _analyze(args_in)
     if words and words[0] == "analytics":
         from stork.cli.analytics import main as analytics
 
@@ -138,6 +148,53 @@ def _export(argv: list[str]) -> int:
             print(f"{written} row(s) written to {args.output}", file=sys.stderr)
         else:
             write_grid_csv(records, sys.stdout)
+        return EXIT_OK
+
+    return run(body)
+
+
+def _analyze(argv: list[str]) -> int:
+    p = parser("stork_history analyze", "Run ASM's offline analysis of the transfer log now "
+                                        "(additive: only the rows added since its last run).")
+    p.add_argument("command", choices=["analyze"], help=argparse.SUPPRESS)
+    p.add_argument("-report", "--report", nargs="?", const=".", default=None, metavar="DIR",
+                   help="print the clusters, surfaces, maxima and bands; one PNG per cluster "
+                        "into DIR (default: the current directory)")
+    p.add_argument("-csv", nargs="+", default=None, metavar="FILE.csv",
+                   help="analyse these tables (HARP grid format) alone, without the daemon's "
+                        "transfer log or state")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        from stork.asm import report, state
+        from stork.asm.analysis import Aggregate, build_model
+        from stork.server.tuning import tuning_limits
+
+        settings = load_settings(args.config)
+        if args.csv:
+            agg = Aggregate()
+            for name in args.csv:
+                rows, skipped = read_grid_csv(name)
+                print(f"{name}: {agg.add(rows)} row(s) used, {len(skipped)} skipped")
+            model = build_model(agg)
+        else:
+            if not Path(settings.database).exists():
+                error(f"{settings.database}: no transfer log there (STORK_DATABASE, from "
+                      f"{settings.source}); nothing was analysed")
+                return EXIT_INVALID
+            store = open_store(settings.database)
+            try:
+                run_ = state.analyze(store, state.directory(settings.state_dir))
+            finally:
+                store.close()
+            model = run_.model
+            print(f"{run_.rows_read} new transfer log row(s) read ({run_.rows_added} used, "
+                  f"{run_.rows_total} in all), {run_.clusters} cluster(s), "
+                  f"{run_.seconds:.1f} s; state in {state.directory(settings.state_dir)}")
+        if args.report is not None:
+            print(report.text(model, tuning_limits()))
+            for path in report.plot(model, tuning_limits(), Path(args.report)):
+                print(f"wrote {path}")
         return EXIT_OK
 
     return run(body)

@@ -124,6 +124,19 @@ def matrix_text(title: str, m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def nodes_text(info: dict[str, Any]) -> str:
+    """The nodes sharing the queue: name, pid, heartbeat age, running attempts, start."""
+    lines = [f"{'NODE':<24} {'PID':>8} {'HEARTBEAT':>10} {'RUNNING':>8}  STARTED"]
+    for n in info["nodes"]:
+        mark = "*" if n["name"] == info["node"] else " "
+        started = time.strftime("%m/%d %H:%M:%S", time.localtime(n["started_at"]))
+        lines.append(f"{mark}{n['name']:<23} {n['pid']:>8} {n['heartbeat_age_s']:>8.1f} s "
+                     f"{n['running']:>8}  {started}")
+    kind = "shared queue" if info["shared"] else "single-node queue (SQLite)"
+    lines.append(f"{len(info['nodes'])} node(s) on a {kind}; * is the one answering")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("stork_q", "Show the Stork job queue.")
     add_name(p)
@@ -133,11 +146,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-matrix", action="store_true",
                    help="print the task matrices by host pair, the last selection with its "
                         "confusion score, and each host's penalty")
+    p.add_argument("-nodes", action="store_true",
+                   help="list the stork_servers sharing the queue, with heartbeat age and "
+                        "running attempts")
     p.add_argument("ids", nargs="*", type=int, help="only these job ids")
     args = p.parse_args(argv)
 
     def body() -> int:
         client = Client.from_settings(load_settings(args.config), args.name)
+        if args.nodes:
+            try:
+                print(nodes_text(client.nodes()))
+            finally:
+                client.close()
+            return EXIT_OK
         if args.matrix:
             try:
                 info = client.matrix()

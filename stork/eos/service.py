@@ -28,6 +28,7 @@ the ranges they completed, and the daemon then sends only the rest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -315,7 +316,10 @@ class EosService:
     def _run(self, task: Task) -> None:
         request, budget, _ = self._waiting[task]
         try:
-            outcome: Optimization | BaseException = self._optimize(request, budget)
+            # nodes sharing a store never sample one pair at once (a no-op for one node)
+            with (self.store.pair_lock(*request.hosts()) if self.store is not None
+                  else contextlib.nullcontext()):
+                outcome: Optimization | BaseException = self._optimize(request, budget)
         except Exception as exc:  # noqa: BLE001 - every waiter gets the sampler's error
             outcome = exc
         with self._lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from stork.errors import ConfigError
+from stork.optimizers.asm import AsmOptimizer
 from stork.optimizers.base import (
     DatasetDescription,
     Decision,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 OPTIMIZERS: dict[str, type[Optimizer]] = {
     HarpOptimizer.name: HarpOptimizer,
     StreamsOptimizer.name: StreamsOptimizer,
+    AsmOptimizer.name: AsmOptimizer,
     DwOptimizer.name: DwOptimizer,
     DwIntervalOptimizer.name: DwIntervalOptimizer,
 }

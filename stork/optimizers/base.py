@@ -46,17 +46,19 @@ class DatasetDescription:
     rtt_s: float | None = None
     bandwidth_bps: float | None = None  # the path's bottleneck rate
     buffer_bytes: int | None = None  # TCP buffer
+    known_load: int = 0  # other transfers the daemon itself runs on the same link now
 
     @classmethod
     def of(cls, avg_file_bytes: float, file_count: int, *, rtt_s: float | None = None,
            bandwidth_bps: float | None = None, buffer_bytes: int | None = None,
-           src_host: str = "", dest_host: str = "") -> DatasetDescription:
+           src_host: str = "", dest_host: str = "", known_load: int = 0
+           ) -> DatasetDescription:
         """A description whose size class is computed against the path's BDP (medium when
         the BDP is not known, as `stork.dataset.chunks` does for unknown sizes)."""
         bdp = bdp_bytes(rtt_s, bandwidth_bps)
         cls_ = size_class(round(avg_file_bytes), bdp) if bdp else SizeClass.MEDIUM
         return cls(avg_file_bytes, file_count, round(avg_file_bytes * file_count), cls_,
-                   src_host, dest_host, rtt_s, bandwidth_bps, buffer_bytes)
+                   src_host, dest_host, rtt_s, bandwidth_bps, buffer_bytes, known_load)
 
     @property
     def bdp_bytes(self) -> float | None:

@@ -9,7 +9,7 @@ column, with the same result (a row exists for a pair exactly when a head has th
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 from stork.errors import SchedError
 from stork.sched.relations import Task, check_weights, conf
@@ -44,13 +44,15 @@ class TaskMatrix:
 
     # -- Algorithms 4 and 5 ----------------------------------------------------------------------
 
-    def select(self, n: int, penalty_limit: float, algorithm: int = 5) -> list[Task]:
+    def select(self, n: int, penalty_limit: float, algorithm: int = 5,
+               elsewhere: Mapping[Hashable, float] | None = None) -> list[Task]:
         """Choose heads to start now, mark them running, and return them in order.
 
         `n` bounds the running heads in total (those still running count); a head is taken
         only while both its hosts' penalties, running heads included, stay within the limit
         with it added. Algorithm 5 first takes heads orthogonal to every running
-        or chosen task, then fills up as Algorithm 4 does.
+        or chosen task, then fills up as Algorithm 4 does. `elsewhere` adds the penalties of
+        tasks running outside this matrix (other nodes' transfers) to the hosts' own.
         """
         check_weights(self.alpha, self.beta, penalty_limit)
         if algorithm not in (4, 5):
@@ -63,6 +65,8 @@ class TaskMatrix:
             self.last_selection = []
             return chosen
         penalty = dict(self._load)
+        for host, load in (elsewhere or {}).items():
+            penalty[host] = penalty.get(host, 0.0) + load
         waiting = [row[0] for pair, row in self._rows.items() if pair not in self._running]
 
         unfit: set[frozenset[Hashable]] = set()  # penalties only grow while selecting

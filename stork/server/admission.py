@@ -17,7 +17,7 @@ behind a dispatch tick.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stork.config import LiveSettings, Settings
@@ -78,6 +78,7 @@ class Admission:
         self._due: dict[int, float] = {}  # known jobs not yet in the matrix -> when runnable
         self._last_resync = float("-inf")
         self._view = View()
+        self._elsewhere: dict[Hashable, float] = {}  # host -> penalty of other nodes' transfers
 
     @property
     def settings(self) -> Settings:
@@ -144,7 +145,8 @@ class Admission:
         hold their place until `release`."""
         s = self.settings
         with self._lock:
-            chosen = self.matrix.select(s.max_num_jobs, s.eos_penalty_limit, int(s.eos_selection))
+            chosen = self.matrix.select(s.max_num_jobs, s.eos_penalty_limit, int(s.eos_selection),
+                                        self._elsewhere)
             if chosen:
                 self._publish()
         return [_job_id(task) for task in chosen]
@@ -162,6 +164,15 @@ class Admission:
                 self.matrix.discard(task)
             self._publish()
 
+    def note_elsewhere(self, running: Mapping[str, int]) -> None:
+        """Transfers other nodes sharing the store run per host: they count toward the host
+        penalties here (the store holds the limit exactly when an attempt starts; this keeps
+        the selection from choosing what it would refuse)."""
+        alpha = self.matrix.alpha
+        with self._lock:
+            self._elsewhere = {host: count * alpha for host, count in running.items()}
+            self._publish()
+
     def forget(self, job_id: int) -> None:
         """A removed job that was only waiting for its due time."""
         with self._lock:
@@ -169,8 +180,10 @@ class Admission:
 
     def _publish(self) -> None:
         """Publish a new View (call with the lock held)."""
-        self._view = View(self.matrix.penalties(),
-                          frozenset(_job_id(t) for t in self.matrix.running()))
+        penalties: dict[object, float] = dict(self.matrix.penalties())
+        for host, load in self._elsewhere.items():
+            penalties[host] = penalties.get(host, 0.0) + load
+        self._view = View(penalties, frozenset(_job_id(t) for t in self.matrix.running()))
 
     # -- looking ------------------------------------------------------------------------------
 

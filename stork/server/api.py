@@ -76,6 +76,7 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
         Route("GET", "/v1/jobs", list_jobs),
         Route("GET", "/v1/history", history),
         Route("GET", "/v1/matrix", lambda r: (HTTPStatus.OK, service.matrix())),
+        Route("GET", "/v1/nodes", lambda r: (HTTPStatus.OK, service.nodes())),
         Route("POST", "/v1/estimate",
               lambda r: (HTTPStatus.OK, service.estimate(r.body, r.caller)), body=True),
         Route("GET", "/v1/jobs/{id}",

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stork.config import LiveSettings, Settings
 from stork.errors import (
@@ -45,7 +45,7 @@ from stork.server.judge import (
     urls_for_attempt,
 )
 from stork.server.runner import AttemptProcess, AttemptResult, StopReason
-from stork.store.base import JobStore
+from stork.store.base import HostLimit, JobStore
 from stork.transfer import verify
 from stork.transfer.base import Progress, Range, TransferModule, TransferRequest
 from stork.transfer.gridftp import GridFtpModule
@@ -141,6 +141,17 @@ class _Running:
     process: AttemptProcess | DatasetRun
     job: Job  # as the store started the attempt
     last_progress_write: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    lost: bool = False  # the lease is lost: the end is not ours to record
+
+
+def host_limit(plan: Plan, settings: Settings) -> HostLimit | None:
+    """The cluster-wide limit a shared store holds the attempt to: the task matrix's host
+    penalty (EOS_PENALTY_LIMIT / EOS_ALPHA transfers per host), counted over every node."""
+    if settings.eos_alpha <= 0:
+        return None
+    most = int(settings.eos_penalty_limit / settings.eos_alpha + 1e-9)
+    return HostLimit(host_of(plan.src_url), host_of(plan.dest_url), most)
 
 
 class Attempts:
@@ -197,9 +208,10 @@ class Attempts:
                 return False
             self._running[job.id] = _Running(plan, process, job)
         now = self.clock()
+        limit = host_limit(plan, self.settings) if self.store.shared else None
         try:
             started = self.store.start_attempt(job.id, now, plan.src_url, plan.dest_url,
-                                               plan.module.name)
+                                               plan.module.name, limit)
         except BaseException:
             self._forget(job.id)
             raise
@@ -207,6 +219,9 @@ class Attempts:
             self._forget(job.id)
             return False
         self._running[job.id].job = started
+        if self.store.shared:  # the ad names the node of each attempt: attempt_nodes[N - 1]
+            nodes = [*started.result.get("attempt_nodes", ()), self.store.node]
+            self.store.update_result(job.id, {"attempt_nodes": nodes[-started.attempts:]})
         if not (job.spec.is_dataset and started.attempts > 1):  # DAGMan: one execute event
             events.record(started, now, [executing()])
         chose = f" (EOS chose {plan.streams} streams)" if plan.optimized else ""
@@ -255,7 +270,8 @@ class Attempts:
             return
         retry_at: float | None = None
         try:
-            retry_at = self._finish(running, result)
+            if not self._lost(running):
+                retry_at = self._finish(running, result)
         except Exception:
             log.exception("job %d: cannot record the end of attempt %d", job_id,
                           running.plan.attempt_no)
@@ -269,7 +285,8 @@ class Attempts:
             return
         retry_at: float | None = None
         try:
-            retry_at = self._finish_dataset(running, outcome)
+            if not self._lost(running):
+                retry_at = self._finish_dataset(running, outcome)
         except Exception:
             log.exception("job %d: cannot record the end of pass %d", job_id,
                           running.plan.attempt_no)
@@ -365,6 +382,35 @@ class Attempts:
             others = [r for i, r in self._running.items() if i != job_id]
         return sum(1 for r in others
                    if {host_of(r.plan.src_url), host_of(r.plan.dest_url)} & hosts)
+
+    # -- leases (a shared store) ----------------------------------------------------------------
+
+    def leased(self) -> dict[int, float]:
+        """Job id -> when (monotonic) its attempt started, for the lease renewal."""
+        with self._lock:
+            return {i: r.started for i, r in self._running.items()}
+
+    def lose(self, job_id: int, started_before: float) -> bool:
+        """The job's lease is lost (another node may run it now): stop its attempt, and
+        record nothing of its end, not even the removal of a partial destination, which may
+        be the other node's file by now. Only an attempt started before `started_before`
+        (a newer one has a lease of its own). False when there is none."""
+        with self._lock:
+            running = self._running.get(job_id)
+            if running is None or running.lost or running.started >= started_before:
+                return False
+            running.lost = True
+        log.warning("job %d: attempt %d lost its lease; stopping it without recording its "
+                    "end", job_id, running.plan.attempt_no)
+        running.process.kill(StopReason.LEASE_LOST)
+        return True
+
+    @staticmethod
+    def _lost(running: _Running) -> bool:
+        if running.lost:
+            log.warning("job %d: the end of attempt %d is not recorded: its lease was lost",
+                        running.job.id, running.plan.attempt_no)
+        return running.lost
 
     # -- stopping -----------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from types import FrameType
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -26,6 +28,7 @@ from stork.job import DapType, JobSpec, JobState
 from stork.server.api import api_server
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
+from stork.server.node import NodeKeeper
 from stork.server.service import Service
 from stork.store import JobStore, open_store
 from stork.transfer.registry import Registry
@@ -48,6 +51,7 @@ class Daemon:
         self.scheduler: BackgroundScheduler | None = None
         self.eos: EosService | None = None
         self.estimations: EstimationRunner | None = None
+        self.node: NodeKeeper | None = None
 
     @property
     def settings(self) -> Settings:
@@ -75,7 +79,7 @@ class Daemon:
     def initialize(self) -> None:
         s = self.settings
         os.makedirs(s.state_dir, mode=0o755, exist_ok=True)
-        self.store = open_store(s.database)
+        self.store = open_store(s.database, s.node_name, s.lease_s)
         registry = Registry.default(s.module_dir, s.globus_url_copy)
         self.eos = EosService(self.live, self.store)
         self.dispatcher = Dispatcher(self.store, self.live, registry,
@@ -85,6 +89,10 @@ class Daemon:
         if requeued:
             log.warning("requeued %d job(s) left running by a previous stork_server: %s",
                         len(requeued), ", ".join(str(j.id) for j in requeued))
+        if self.store.shared:  # nodes of one queue: leases, heartbeats, takeover
+            self.node = NodeKeeper(self.store, self.dispatcher, s.lease_s)
+            self.store.add_elsewhere_listener(self._changed_elsewhere)
+            self.node.start()
         for job in self.store.list_jobs([JobState.IDLE]):
             if job.dap_type == DapType.ESTIMATION.value:
                 self.estimations.start(job.id)
@@ -95,9 +103,16 @@ class Daemon:
                                                            "misfire_grace_time": None})
         self._schedule()
         self.scheduler.start()
-        log.info("stork_server %d serving on %s%s (config %s)", os.getpid(), s.socket,
-                 f" and {s.api_address}" if s.api_address else "", s.source)
+        log.info("stork_server %d serving on %s%s (config %s)%s", os.getpid(), s.socket,
+                 f" and {s.api_address}" if s.api_address else "", s.source,
+                 f"; node {self.store.node} of a shared queue" if self.store.shared else "")
         self.dispatcher.start()  # ticks at once, then on wake-ups and every interval
+
+    def _changed_elsewhere(self, job_ids: Sequence[int]) -> None:
+        """Jobs another node submitted, requeued or finished: the IDLE ones may run here."""
+        assert self.dispatcher is not None
+        self.dispatcher.enqueue(list(job_ids))
+        self.dispatcher.wake()
 
     def estimator_for(self, spec: JobSpec) -> Estimator:
         """The embedded EOS, or the remote eos_server the job's opt_server names."""
@@ -117,6 +132,18 @@ class Daemon:
                                id="hung", replace_existing=True)
         self.scheduler.add_job(self._cleanup, "interval", seconds=s.cleanup_interval_s,
                                id="cleanup", replace_existing=True)
+        self._schedule_asm()
+
+    def _schedule_asm(self) -> None:
+        """ASM's offline analysis on the scheduler's threads (never the dispatcher's); at once
+        when there is no model yet, then every ASM_ANALYSIS_INTERVAL."""
+        from stork.asm.job import ScheduledAnalysis
+
+        assert self.scheduler is not None and self.store is not None
+        job = ScheduledAnalysis(self.store, self.settings.state_dir)
+        first = {"next_run_time": datetime.now(UTC)} if job.needed_now() else {}
+        self.scheduler.add_job(job, "interval", seconds=self.settings.asm_analysis_interval_s,
+                               id="asm", replace_existing=True, **first)
 
     def _cleanup(self) -> None:
         days = self.settings.job_retention_days
@@ -175,6 +202,8 @@ class Daemon:
                 pool.shutdown()
         if self.api is not None:
             self.api.stop()
+        if self.node is not None:
+            self.node.stop()
         if self.store is not None:
             self.store.close()
         log.info("stork_server stopped")

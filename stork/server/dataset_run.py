@@ -64,7 +64,7 @@ from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
 if TYPE_CHECKING:
-    from stork.server.tuning import Tuning
+    from stork.server.tuning import SharedConcurrency, Tuning
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,7 @@ class DatasetRun:
         self.start_time = time.monotonic()
         self.pid: int | None = None
         self._lock = threading.Lock()
+        self._shared_cc: SharedConcurrency | None = None  # tuned chunks share concurrency
         self._children: set[Child] = set()
         self._stop: StopReason | None = None
         self._moved = 0
@@ -271,21 +272,32 @@ class DatasetRun:
 
     def _chunk(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
         """The chunk's files, batch after batch; with an optimizer, its probes (real files
-        of the chunk) come first, and it is asked again when a batch leaves its band."""
-        sizes = {i: rows[i].size_bytes for i in chunk.indexes}
+        of the chunk) come first, and it is asked again when a batch leaves its band;
+        chunks tuned together share the concurrency (`stork.server.tuning`)."""
         queue = list(chunk.indexes)
         params = chunk.params
         tuning = self._tuning(chunk, rows, queue)
-        if tuning is not None:
+        if tuning is None:
+            self._batches(chunk, rows, queue, params)
+            return
+        try:
             params = tuning.decide(params)
+            self._batches(chunk, rows, queue, params, tuning)
+        finally:
+            tuning.finish()
+
+    def _batches(self, chunk: Chunk, rows: dict[int, DatasetFileRow], queue: list[int],
+                 params: Params, tuning: Tuning | None = None) -> None:
+        sizes = {i: rows[i].size_bytes for i in chunk.indexes}
         while queue and not self.stopped():
-            batch = batches(queue, sizes, params.cc)[0]
+            run_params = params
+            if tuning is not None:
+                run_params = tuning.batch_params(params, sum(sizes[i] or 0 for i in queue))
+            batch = batches(queue, sizes, run_params.cc)[0]
             del queue[:len(batch)]
-            achieved = self.run_batch(batch, rows, params, chunk.size_class.value)
+            achieved = self.run_batch(batch, rows, run_params, chunk.size_class.value)
             if tuning is not None and achieved is not None:
                 params = tuning.after_batch(params, achieved)
-        if tuning is not None:
-            tuning.record()
 
     def _tuning(self, chunk: Chunk, rows: dict[int, DatasetFileRow],
                 queue: list[int]) -> Tuning | None:
@@ -293,9 +305,17 @@ class DatasetRun:
         here: the optimizers load scikit-learn, which only datasets that ask need."""
         if not self.job.spec.optimization:
             return None
-        from stork.server.tuning import Tuning
+        from stork.server.tuning import SharedConcurrency, Tuning
 
-        return Tuning.start(self, chunk, rows, queue)
+        with self._lock:
+            if self._shared_cc is None:
+                self._shared_cc = SharedConcurrency()
+        return Tuning.start(self, chunk, rows, queue, self._shared_cc)
+
+    def known_load(self, src_url: str, dest_url: str) -> int:
+        """Other transfers the daemon runs now on this link (other attempts on either host,
+        and this pass's other chunks): the `sharing` its transfer log rows record."""
+        return max(self._sharing(src_url, dest_url) + self._running_chunks - 1, 0)
 
     def run_batch(self, batch: list[int], rows: dict[int, DatasetFileRow], params: Params,
                    what: str) -> float | None:

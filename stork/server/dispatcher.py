@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from stork.config import LiveSettings, Settings
 from stork.eos.service import EosService
-from stork.errors import JobNotFound, PermissionDenied
+from stork.errors import HostLimitReached, JobNotFound, PermissionDenied, StoreUnavailable
 from stork.job import DapType, Job, JobState
 from stork.server import events
 from stork.server.admission import Admission
@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 SHUTTING_DOWN = "stork_server is shutting down"
 TICK_GAP_S = 0.01  # least time between two ticks of the dispatcher's thread
+HOST_LOAD_S = 0.5  # a shared store: how often other nodes' load per host is read
+HOST_BUSY_RETRY_S = 1.0  # a start refused by the cluster-wide host limit is tried again after
 
 
 class Dispatcher:
@@ -56,6 +58,7 @@ class Dispatcher:
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._host_load_read = float("-inf")
 
     @property
     def settings(self) -> Settings:
@@ -110,6 +113,8 @@ class Dispatcher:
             try:
                 self._tick_again = False
                 self._fill_slots()
+            except StoreUnavailable as exc:  # said once per outage by the store as well
+                log.debug("dispatch tick: %s", exc)
             except Exception:
                 log.exception("dispatch tick failed")
             finally:
@@ -138,11 +143,16 @@ class Dispatcher:
         outside the admission lock)."""
         if self.admission.resync_due(now):
             self.admission.note_waiting(self.store.waiting_transfers())
+        if self.store.shared and time.monotonic() - self._host_load_read >= HOST_LOAD_S:
+            self._host_load_read = time.monotonic()
+            self.admission.note_elsewhere(self.store.host_load())
         for job_id in self.admission.pop_due(now):
             try:
                 job = self.store.get(job_id)
             except JobNotFound:
                 continue
+            if job.state is JobState.REMOVED and job_id in self.attempts:  # on another node
+                self.attempts.kill(job_id, StopReason.REMOVED)
             if job.state is not JobState.IDLE or job.dap_type != DapType.TRANSFER.value:
                 continue
             if job.next_attempt_at > now:
@@ -168,14 +178,26 @@ class Dispatcher:
             return
         if self.optimizations.wants(plan):
             self.optimizations.begin(plan, self._optimized)
-        elif not self.attempts.launch(plan):
+        elif not self._launch(plan):
             self.admission.release(job_id)
+
+    def _launch(self, plan: Plan) -> bool:
+        """Start the attempt; a start the cluster-wide host limit refused (a shared store:
+        other nodes fill the host) is tried again after HOST_BUSY_RETRY_S."""
+        try:
+            return self.attempts.launch(plan)
+        except HostLimitReached as busy:
+            log.debug("%s; trying again in %g s", busy, HOST_BUSY_RETRY_S)
+            self.admission.release(plan.job.id)
+            self.admission.enqueue([plan.job.id], self.clock() + HOST_BUSY_RETRY_S)
+            self._host_load_read = float("-inf")  # read the others' load again at once
+            return True  # its place is released and its retry enqueued already
 
     def _optimized(self, plan: Plan, removed: bool) -> None:
         """The EOS answered (on the optimization's thread): launch, unless the job left."""
         job_id = plan.job.id
         try:
-            launched = not removed and self.accepting and self.attempts.launch(plan)
+            launched = not removed and self.accepting and self._launch(plan)
         except Exception:
             log.exception("job %d: cannot start its attempt", job_id)
             launched = False
@@ -240,6 +262,10 @@ class Dispatcher:
 
     def kill_all(self, reason: StopReason = StopReason.SHUTDOWN) -> None:
         self.attempts.kill_all(reason)
+
+    def lose(self, job_ids: list[int], started_before: float) -> list[int]:
+        """Leases this node lost: stop those attempts without recording anything."""
+        return [i for i in job_ids if self.attempts.lose(i, started_before)]
 
     def recover(self) -> list[Job]:
         """At start-up: requeue jobs a dead daemon left RUNNING, killing any leftover child."""

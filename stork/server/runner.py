@@ -31,6 +31,7 @@ class StopReason(enum.Enum):
     TIMEOUT = "timeout"  # ran past STORK_MAXDELAY_INMINUTES
     REMOVED = "removed"  # stork_rm
     SHUTDOWN = "shutdown"  # stork_server stopping
+    LEASE_LOST = "lease lost"  # a shared store: another node may run the job now
 
 
 @dataclass(frozen=True)

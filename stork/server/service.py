@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import os
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -43,7 +44,7 @@ from stork.jobad import (
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
 from stork.server.events import write_userlog
-from stork.store.base import JobStore
+from stork.store.base import JobStore, NodeInfo
 from stork.submit import parse_submit
 from stork.translog import parse_grid_text
 from stork.urls import parse_url
@@ -82,6 +83,7 @@ class Service:
         self.dispatcher = dispatcher
         self.estimations = estimations
         self.eos = eos
+        self.started_at = time.time()
 
     @property
     def store(self) -> JobStore:
@@ -276,6 +278,14 @@ class Service:
             raise InvalidRequest(str(exc)) from None
         added = self.store.add_transfers(records)
         return {"added": added, "skipped": [asdict(s) for s in skipped]}
+
+    def nodes(self) -> dict[str, Any]:
+        """The stork_servers sharing this queue (this one alone with SQLite)."""
+        store = self.store
+        nodes = store.nodes() if store.shared else [NodeInfo(
+            store.node, os.getpid(), self.started_at, 0.0, self.dispatcher.running_count())]
+        return {"shared": store.shared, "node": store.node,
+                "nodes": [asdict(n) for n in nodes]}
 
     def matrix(self) -> dict[str, Any]:
         """The transfer matrix and the EOS's, with their last selections."""

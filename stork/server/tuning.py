@@ -8,12 +8,22 @@ machinery (so a probed file is done and never sent again). Its decision runs the
 chunk; when a batch's throughput leaves the decision's band it is asked again (at most
 MAX_RETUNES times). What it did goes on the job's ad as `optimizer_<size class>`: the
 optimizer, the parameters, its reason, its probes, the predicted and the achieved
-throughput. An optimizer that fails leaves the chunk to the defaults and says why.
+throughput, how many times the parameters changed, and the known load (other transfers the
+daemon runs on the same link, `DatasetDescription.known_load`). An optimizer that fails
+leaves the chunk to the defaults and says why. "asm" gets the model of its scheduled offline
+analysis (`stork.asm.state`) and then no history rows (it needs none).
+
+Chunks of several size classes tuned in one pass run together and share the concurrency
+(HARP's multi-chunk scheduling, `SharedConcurrency`): before each batch a chunk takes its
+share of the largest concurrency any of them was given, by weight = bytes left x TT / UT
+(`stork.optimizers.harp.share_concurrency`); a chunk that finishes leaves its channels to the
+others.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -22,6 +32,7 @@ from stork import optimizers
 from stork.dataset.chunks import Chunk, Params
 from stork.job import DatasetFileRow
 from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
+from stork.optimizers.harp import share_concurrency
 from stork.transfer.options import MAX_CONCURRENCY
 from stork.translog import TransferRecord
 from stork.urls import parse_url
@@ -38,6 +49,38 @@ MAX_TUNED_PIPELINING = 32  # pipelining depth,
 MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 
 
+class SharedConcurrency:
+    """The concurrency of the tuned chunks of one pass, which run together (one thread each):
+    each chunk says what it has left, the concurrency its optimizer chose and its unit
+    throughput (at cc = 1), and takes its share before each batch."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chunks: dict[str, tuple[float, int, float]] = {}
+
+    def update(self, name: str, bytes_left: float, cc: int, unit_mbps: float) -> None:
+        with self._lock:
+            self._chunks[name] = (max(bytes_left, 1.0), max(cc, 1), max(unit_mbps, 1e-9))
+
+    def leave(self, name: str) -> None:
+        with self._lock:
+            self._chunks.pop(name, None)
+
+    def cc(self, name: str, asked: int) -> int:
+        """`name`'s share now (what it asked, when it is alone or not registered)."""
+        with self._lock:
+            if name not in self._chunks or len(self._chunks) == 1:
+                return asked
+            names = list(self._chunks)
+            return share_concurrency([self._chunks[n] for n in names])[names.index(name)]
+
+
+def tuning_limits() -> Limits:
+    """What an optimizer may choose for a chunk."""
+    return Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS, max_pp=MAX_TUNED_PIPELINING,
+                  max_streams=MAX_TUNED_TOTAL_STREAMS)
+
+
 class Tuning:
     """One chunk's optimizer at work: its decision (from history and probes with real files
     of the chunk), a new decision when a batch's throughput leaves the predicted band (at
@@ -45,10 +88,16 @@ class Tuning:
 
     @classmethod
     def start(cls, run: DatasetRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
-              queue: list[int]) -> Tuning:
+              queue: list[int], shared: SharedConcurrency) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
-        optimizer = optimizers.get(run.job.spec.optimizer or run.settings.eos_optimizer,
-                                   run.settings)
+        name = run.job.spec.optimizer or run.settings.eos_optimizer
+        optimizer = optimizers.get(name, run.settings)
+        needs_history = True
+        if optimizer.name == "asm":  # with the model its scheduled analysis persisted
+            from stork.asm.state import asm_optimizer
+
+            asm = asm_optimizer(run.settings.state_dir)
+            optimizer, needs_history = asm, asm.model is None
         known = [size for i in chunk.indexes if (size := rows[i].size_bytes) is not None]
         mean = sum(known) / len(known) if known else 0.0
         first = rows[chunk.indexes[0]]
@@ -57,7 +106,8 @@ class Tuning:
             bandwidth_bps=run.settings.link_mbps * 1e6,
             buffer_bytes=run.job.spec.options.tcp_buffer_bytes,
             src_host=parse_url(first.src_url).host or "localhost",
-            dest_host=parse_url(first.dest_url).host or "localhost")
+            dest_host=parse_url(first.dest_url).host or "localhost",
+            known_load=run.known_load(first.src_url, first.dest_url))
 
         def probe(params: Params, size_bytes: int) -> ProbeResult:
             """Real files of the chunk, not sent before, about `size_bytes` of them."""
@@ -74,24 +124,27 @@ class Tuning:
             return ProbeResult(params, achieved or 0.0, total, time.monotonic() - began,
                                len(take))
 
-        history = list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
-        return cls(run, chunk, optimizer, history, dataset, probe)
+        history = (list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
+                   if needs_history else [])
+        return cls(run, chunk, optimizer, history, dataset, probe, shared)
 
     def __init__(self, run: DatasetRun, chunk: Chunk, optimizer: optimizers.Optimizer,
                  history: list[TransferRecord], dataset: DatasetDescription,
-                 probe: Callable[[Params, int], ProbeResult]) -> None:
+                 probe: Callable[[Params, int], ProbeResult],
+                 shared: SharedConcurrency | None = None) -> None:
         self.run = run
         self.chunk = chunk
         self.optimizer = optimizer
         self.history = history
         self.dataset = dataset
         self.probe = probe
-        self.limits = Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS,
-                             max_pp=MAX_TUNED_PIPELINING, max_streams=MAX_TUNED_TOTAL_STREAMS)
+        self.limits = tuning_limits()
         self.decisions: list[optimizers.Decision] = []
         self.failure: str | None = None
         self.achieved: list[float] = []
         self.retunes = 0
+        self.shared = shared or SharedConcurrency()
+        self.shared_cc: list[int] = []  # the concurrency each batch ran with, when shared
 
     def decide(self, fallback: Params) -> Params:
         try:
@@ -108,6 +161,29 @@ class Tuning:
                  self.optimizer.name, decision.params.label(), self.chunk.size_class.value,
                  decision.reason)
         return decision.params
+
+    def batch_params(self, params: Params, bytes_left: float) -> Params:
+        """The parameters of the next batch: the decision's, with this chunk's share of the
+        concurrency of the tuned chunks running beside it."""
+        name = self.chunk.size_class.value
+        self.shared.update(name, bytes_left, params.cc, self._unit_mbps(params))
+        cc = self.shared.cc(name, params.cc)
+        if cc != params.cc or self.shared_cc:
+            self.shared_cc.append(cc)
+        return Params(cc, params.p, params.pp)
+
+    def _unit_mbps(self, params: Params) -> float:
+        """Throughput at cc = 1: the decision's model, else the last batch per channel."""
+        if self.decisions and self.decisions[-1].unit_mbps:
+            return self.decisions[-1].unit_mbps
+        if self.decisions and self.decisions[-1].predicted_mbps:
+            return self.decisions[-1].predicted_mbps / max(params.cc, 1)
+        return self.achieved[-1] / max(params.cc, 1) if self.achieved else 1.0
+
+    def finish(self) -> None:
+        """The chunk is done: its channels go to the chunks still running."""
+        self.shared.leave(self.chunk.size_class.value)
+        self.record()
 
     def after_batch(self, params: Params, achieved_mbps: float) -> Params:
         self.achieved.append(achieved_mbps)
@@ -130,9 +206,16 @@ class Tuning:
                 else round(last.predicted_mbps, 3),
                 "probes": [f"{p.params.label()}: {p.throughput_mbps:.1f} Mbit/s over "
                            f"{p.files} files" for d in self.decisions for p in d.probes],
-                "retunes": self.retunes})
+                "retunes": self.retunes,
+                # each change of parameters costs new processes and a new slow start
+                "param_changes": sum(a.params != b.params for a, b in
+                                     zip(self.decisions, self.decisions[1:], strict=False))})
+            if self.dataset.known_load:
+                info["known_load"] = self.dataset.known_load
         if self.achieved:
             info["achieved_mbps"] = round(sum(self.achieved) / len(self.achieved), 3)
         if self.failure:
             info["failure"] = self.failure
+        if self.shared_cc:
+            info["shared_cc"] = self.shared_cc
         self.run.store.update_result(self.run.job.id, {key: info})

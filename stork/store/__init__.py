@@ -8,6 +8,11 @@ from stork.store.sqlite import SqliteStore
 __all__ = ["Attempt", "JobStore", "Outage", "SqliteStore", "Transition", "open_store"]
 
 
-def open_store(database: str) -> JobStore:
-    """The store for a database setting (a path: SQLite)."""
-    return SqliteStore(database)
+def open_store(database: str, node: str = "", lease_s: float = 30.0) -> JobStore:
+    """The store for a database setting: a postgresql:// URL (the shared store, for nodes
+    named `node` holding leases of `lease_s`), else a SQLite file path."""
+    if database.startswith(("postgresql://", "postgres://")):
+        from stork.store.postgres import PostgresStore  # psycopg only when used
+
+        return PostgresStore(database, node=node, lease_s=lease_s)
+    return SqliteStore(database, node=node)

@@ -26,10 +26,13 @@ When the store cannot be written (disk full, I/O error, database locked) the con
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +56,28 @@ class Attempt:
     outcome: str | None = None  # completed, failed, interrupted, timeout
     error: str | None = None
     bytes_done: int = 0
+    node: str | None = None  # the node that ran it (shared stores; None in SQLite)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One stork_server sharing the store, as `stork_q -nodes` shows it."""
+
+    name: str
+    pid: int
+    started_at: float  # unix seconds
+    heartbeat_age_s: float  # since its last heartbeat, by the database's clock
+    running: int  # attempts it holds the lease of now
+
+
+@dataclass(frozen=True)
+class HostLimit:
+    """The cluster-wide host limit a shared store enforces when an attempt starts: no host
+    carries more than `max_running` running transfers across all nodes."""
+
+    src_host: str
+    dest_host: str
+    max_running: int
 
 
 @dataclass(frozen=True)
@@ -124,8 +149,12 @@ class JobStore(ABC):
     """Implementations call `super().__init__()` and `_notify(ids)` after each committed
     state change (outside any lock of theirs)."""
 
-    def __init__(self) -> None:
+    shared = False  # several stork_servers may use the store at once (leases, nodes)
+
+    def __init__(self, node: str = "") -> None:
+        self.node = node or socket.gethostname()  # STORK_NODE_NAME
         self._listeners: tuple[Listener, ...] = ()
+        self._elsewhere: tuple[Listener, ...] = ()
         self._listeners_lock = threading.Lock()
 
     # -- change notification (the same for every store) ---------------------------------------
@@ -147,11 +176,19 @@ class JobStore(ABC):
         with self._listeners_lock:
             self._listeners = tuple(c for c in self._listeners if c != callback)
 
-    def _notify(self, job_ids: Sequence[int]) -> None:
+    def add_elsewhere_listener(self, callback: Listener) -> None:
+        """Call `callback(job_ids)` for jobs another node changed (shared stores only), after
+        the `add_listener` callbacks heard of them: a node learns of jobs submitted,
+        requeued or removed elsewhere. Same rules as `add_listener`."""
+        with self._listeners_lock:
+            self._elsewhere = (*self._elsewhere, callback)
+
+    def _notify(self, job_ids: Sequence[int], elsewhere: bool = False) -> None:
         if not job_ids:
             return
         ids = tuple(job_ids)
-        for callback in self._listeners:  # a snapshot: listeners may be added meanwhile
+        callbacks = self._listeners + (self._elsewhere if elsewhere else ())
+        for callback in callbacks:  # a snapshot: listeners may be added meanwhile
             try:
                 callback(ids)
             except Exception:
@@ -170,6 +207,37 @@ class JobStore(ABC):
     def available(self) -> bool:
         """True unless writes are failing now (see `outage`)."""
         return self.outage is None
+
+    # -- nodes and leases (shared stores; a store of one node keeps these defaults) -----------
+
+    def heartbeat(self) -> None:
+        """Tell the other nodes this one is alive."""
+        return None
+
+    def renew_leases(self, job_ids: Sequence[int]) -> set[int]:
+        """Extend this node's leases on the jobs whose attempts it runs; returns those it
+        still holds (a job missing from the answer was removed, or its lease was lost and
+        another node may run it: its attempt must stop without writing anything)."""
+        return set(job_ids)
+
+    def requeue_expired(self, now: float, reason: str) -> list[Job]:
+        """RUNNING jobs whose lease expired (their node died or lost the database) back to
+        IDLE, as `requeue_running` does for this node's own after a crash."""
+        return []
+
+    def nodes(self) -> list[NodeInfo]:
+        """The nodes sharing the store, by name."""
+        return []
+
+    def host_load(self) -> dict[str, int]:
+        """Running transfers per host on the other nodes (what they add to this node's host
+        penalties)."""
+        return {}
+
+    def pair_lock(self, host_a: str, host_b: str) -> AbstractContextManager[object]:
+        """Held while the EOS samples the unordered pair (host_a, host_b): across nodes, one
+        sampling run per pair at a time (blocks until the pair is free)."""
+        return contextlib.nullcontext()
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -228,10 +296,16 @@ class JobStore(ABC):
 
     @abstractmethod
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
-                      module: str) -> Job | None:
+                      module: str, limit: HostLimit | None = None) -> Job | None:
         """IDLE -> RUNNING with attempts + 1, an attempts row and an execute event; None if
         no longer IDLE (of two racing callers exactly one gets the job). Retried until it
-        lands when the store cannot be written (blocks the caller meanwhile)."""
+        lands when the store cannot be written (blocks the caller meanwhile).
+
+        A shared store also gives this node the job's lease (renewed by `renew_leases`;
+        writes for the attempt are refused once it is lost) and, with `limit`, raises
+        `HostLimitReached` (nothing changes) when a host already runs `limit.max_running`
+        transfers across the cluster. A store of one node ignores `limit` (the
+        dispatcher's task matrix holds it)."""
 
     @abstractmethod
     def set_pid(self, job_id: int, attempt: int, pid: int | None) -> None:
@@ -303,6 +377,13 @@ class JobStore(ABC):
                   since: float = 0.0, limit: int | None = None) -> list[TransferRecord]:
         """Transfer log rows, newest first, optionally for one source and/or destination
         host and from `since` on."""
+
+    @abstractmethod
+    def transfers_after(self, row_id: int = 0, limit: int | None = None
+                        ) -> list[tuple[int, TransferRecord]]:
+        """Transfer log rows added after the row `row_id` (0: from the first), in the order
+        they were added, each with its row id: what an additive analysis has not read yet
+        (`stork.asm`; a row's time is when it started, not when it was added)."""
 
     @abstractmethod
     def close(self) -> None:

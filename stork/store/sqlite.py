@@ -20,7 +20,15 @@ from typing import Any
 from stork.dataset.expand import DatasetFile
 from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreUnavailable
 from stork.job import DapType, DatasetFileRow, Event, FileState, Job, JobSpec, JobState
-from stork.store.base import Attempt, FileResult, HistoryEntry, JobStore, Outage, Transition
+from stork.store.base import (
+    Attempt,
+    FileResult,
+    HistoryEntry,
+    HostLimit,
+    JobStore,
+    Outage,
+    Transition,
+)
 from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
 from stork.translog import TransferRecord
 
@@ -258,8 +266,8 @@ class _PendingSubmit:
 
 
 class SqliteStore(JobStore):
-    def __init__(self, path: str) -> None:
-        super().__init__()
+    def __init__(self, path: str, node: str = "") -> None:
+        super().__init__(node)
         self.path = path
         self._database = SqliteDatabase(path)
         self.directory = self._database.directory
@@ -405,7 +413,7 @@ class SqliteStore(JobStore):
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
-                      module: str) -> Job | None:
+                      module: str, limit: HostLimit | None = None) -> Job | None:
         def body(db: sqlite3.Connection) -> Job | None:
             cursor = db.execute(
                 "UPDATE jobs SET state = ?, attempts = attempts + 1, started_at = ?, "
@@ -686,6 +694,21 @@ class SqliteStore(JobStore):
                 (*params, -1 if limit is None else limit)).fetchall()
         return [TransferRecord(**{**dict(zip(_TRANSFER_FIELDS, row, strict=True)),
                                   "fast": bool(row[_TRANSFER_FIELDS.index("fast")])})
+                for row in rows]
+
+    def transfers_after(self, row_id: int = 0, limit: int | None = None
+                        ) -> list[tuple[int, TransferRecord]]:
+        with self._database.reader() as db:
+            cursor = db.cursor()
+            cursor.row_factory = None
+            rows = cursor.execute(
+                f"SELECT id, {', '.join(_TRANSFER_FIELDS)} FROM transfers "  # noqa: S608 - constant SQL; values are bound
+                "WHERE id > ? ORDER BY id LIMIT ?",
+                (row_id, -1 if limit is None else limit)).fetchall()
+        fast = _TRANSFER_FIELDS.index("fast")
+        return [(int(row[0]), TransferRecord(**{
+                    **dict(zip(_TRANSFER_FIELDS, row[1:], strict=True)),
+                    "fast": bool(row[1 + fast])}))
                 for row in rows]
 
     def close(self) -> None:
