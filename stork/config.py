@@ -101,7 +101,7 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
 
 # The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
-OPTIMIZER_NAMES = ("harp", "eos", "asm")
+OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval")
 
 
 def _parse_size_knob(text: str) -> int:
@@ -262,9 +262,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("EOS_OPTIMIZER", "eos_optimizer", "harp", _parse_choice(*OPTIMIZER_NAMES), LIVE,
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
          "may name one instead: optimization = \"harp\")."),
-    Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling"), LIVE,
+    Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling", "dw"),
+         LIVE,
          "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "
-         "than the fit's error) or doubling (Algorithm 2)."),
+         "than the fit's error), doubling (Algorithm 2) or dw (d-w probing from "
+         "EOS_MAX_STREAMS down, DW_DEPTH and DW_WIDTH)."),
     Knob("EOS_MAX_STREAMS", "eos_max_streams", "64", _parse_int_min(1), LIVE,
          "Largest stream count the EOS samples or recommends."),
     Knob("EOS_MAX_SAMPLES", "eos_max_samples", "4", _parse_int_min(3), LIVE,
@@ -274,6 +276,12 @@ KNOBS: tuple[Knob, ...] = (
          "one-stream throughput."),
     Knob("EOS_TOLERANCE", "eos_tolerance", "0.03", _parse_fraction, LIVE,
          "The fewest streams whose throughput is within this share of the best are chosen."),
+    Knob("DW_DEPTH", "dw_depth", "3", _parse_int_min(1), LIVE,
+         "d-w probing (optimization = \"dw\" or \"dw-interval\", EOS_SAMPLING = dw): "
+         "measurements of each probed level, averaged."),
+    Knob("DW_WIDTH", "dw_width", "2", _parse_int_min(2), LIVE,
+         "d-w probing: levels per sliding window (\"dw\"), or the stride between probed "
+         "levels (\"dw-interval\")."),
     Knob("EOS_SAMPLE_SIZE", "eos_sample_size", "64M", _parse_size_knob, LIVE,
          "Bytes per GridFTP sample when the job gives no -s."),
     Knob("EOS_SAMPLING_BUDGET", "eos_sampling_budget", "0.1", _parse_float_min(0), LIVE,
@@ -379,6 +387,8 @@ class Settings:
     eos_max_samples: int
     eos_slope_threshold: float
     eos_tolerance: float
+    dw_depth: int
+    dw_width: int
     eos_sample_size: int
     eos_sampling_budget: float
     eos_sample_time_s: float

@@ -22,6 +22,8 @@ by what went wrong:
     +-- SchedError
     +-- DatasetError: DatasetUnreachable (a listing that another try may get through)
     +-- TransferLogError (a file that is not a transfer log table)
+    +-- AsmError (the adaptive sampling module: its state, its analysis)
+    +-- AnalyticsError (a table the rate regressions cannot fit)
 
 Every error names what was wrong and where; messages are built from typed arguments
 where that helps, so callers do not format them by hand.
@@ -375,6 +377,18 @@ class TransferLogError(StorkError):
 class AsmError(StorkError):
     """The adaptive sampling module cannot work: its state file is unreadable, or its offline
     analysis has nothing to offer (`stork.asm`). `where` names the file or the step."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+# -- transfer-rate analytics ----------------------------------------------------------------
+
+class AnalyticsError(StorkError):
+    """A table the regression analytics cannot fit: too few rows, a missing column, a bad
+    prediction point. `where` names the table (a file, or the transfer log)."""
 
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: {reason}")

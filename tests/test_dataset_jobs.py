@@ -245,7 +245,7 @@ def test_two_sources_to_one_destination_in_a_url_list_is_refused(
     assert stork.api("GET", "/v1/jobs").json()["jobs"] == []
 
 
-@pytest.mark.parametrize("optimizer", ["harp", "eos"])
+@pytest.mark.parametrize("optimizer", ["harp", "eos", "dw"])
 def test_an_optimized_dataset_probes_with_its_own_files_and_sends_each_once(
         stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path,
         optimizer: str) -> None:

@@ -347,7 +347,8 @@ def test_dataset_description_size_class() -> None:
 
 def test_registry() -> None:
     assert isinstance(get("HARP"), HarpOptimizer) and "harp" in OPTIMIZERS
-    with pytest.raises(ConfigError, match="unknown optimizer 'nope': known are asm, eos, harp"):
+    with pytest.raises(ConfigError,
+                       match="unknown optimizer 'nope': known are asm, dw, dw-interval, eos, harp"):
         get("nope")
 
 

@@ -15,6 +15,8 @@
                                       -csv, of those tables alone (no state); --report
                                       prints clusters, surfaces, maxima and bands and draws
                                       one PNG per cluster into DIR (default: .)
+    stork_history analytics [FILE.csv...] [--predict RTT_MS,FLOWS] [--plot DIR] ...
+                                      regression models of the rate (stork/cli/analytics.py)
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         return _export(args_in)
     if words and words[0] == "analyze":
         return _analyze(args_in)
+    if words and words[0] == "analytics":
+        from stork.cli.analytics import main as analytics
+
+        return analytics(args_in)
     return _pair(args_in)
 
 

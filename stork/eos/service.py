@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stork.config import LiveSettings, Settings
+from stork.eos.probing import Probing, powers_of_two, window_search
 from stork.eos.samplers import InPlaceSampler, Sampler, in_place_refusal, make_sampler
 from stork.eos.sampling import (
     HISTORY_RUNS,
@@ -348,9 +349,12 @@ class EosService:
             measure = self._budgeted(measure, budget, taken)
         source, note = Source.SAMPLED, ""
         path = self._path_history(request) if request.use_history else None
+        probed: Probing | None = None
         try:
             if s.eos_sampling == "doubling":
                 samples = doubling(measure, s.eos_max_streams, s.eos_slope_threshold)
+            elif s.eos_sampling == "dw":
+                samples, probed = _dw_samples(measure, s)
             else:
                 samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples,
                                  history=path)
@@ -360,7 +364,12 @@ class EosService:
             if isinstance(sampler, InPlaceSampler):
                 sampler.abandon()  # the whole file will be sent: leave no holes behind
             raise
-        decision = decide(samples, s.eos_max_streams, s.eos_tolerance, history=path)
+        if probed is not None and source is Source.SAMPLED:  # d-w's own choice, not decide's
+            decision = Decision(probed.chosen, probed.mean_mbps, "dw",
+                                f"d-w probing (d={s.dw_depth}, w={s.dw_width}): "
+                                f"{probed.reason}", {})
+        else:
+            decision = decide(samples, s.eos_max_streams, s.eos_tolerance, history=path)
         elapsed = time.monotonic() - start
         if not note:
             note = f"{len(samples)} samples in {elapsed:.3g} s" + (
@@ -499,3 +508,16 @@ class EosService:
 def _ends(request: EstimateRequest) -> RemoteEnds:
     """The source as the request's owner sees it, with the job's proxy."""
     return RemoteEnds(x509proxy=request.x509proxy, run_as=request.run_as)
+
+
+def _dw_samples(measure: Measure, s: Settings) -> tuple[list[Sample], Probing]:
+    """EOS_SAMPLING = dw: d-w probing (`stork.eos.probing.window_search`, DW_DEPTH and
+    DW_WIDTH) over the powers of two up to EOS_MAX_STREAMS; every measurement is a sample."""
+    samples: list[Sample] = []
+
+    def once(n: int) -> float:
+        samples.append(measure(n))
+        return samples[-1].mbps
+
+    levels = powers_of_two(range(1, s.eos_max_streams + 1), s.eos_max_streams)
+    return samples, window_search(once, levels, s.dw_depth, s.dw_width)

@@ -4,6 +4,8 @@ name one)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stork.errors import ConfigError
 from stork.optimizers.asm import AsmOptimizer
 from stork.optimizers.base import (
@@ -14,23 +16,31 @@ from stork.optimizers.base import (
     Probe,
     ProbeResult,
 )
+from stork.optimizers.dw import DwIntervalOptimizer, DwOptimizer
 from stork.optimizers.harp import HarpOptimizer
 from stork.optimizers.streams import StreamsOptimizer
+
+if TYPE_CHECKING:
+    from stork.config import Settings
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {
     HarpOptimizer.name: HarpOptimizer,
     StreamsOptimizer.name: StreamsOptimizer,
     AsmOptimizer.name: AsmOptimizer,
+    DwOptimizer.name: DwOptimizer,
+    DwIntervalOptimizer.name: DwIntervalOptimizer,
 }
 
 
-def get(name: str) -> Optimizer:
-    """A new optimizer by its name; ConfigError naming the known ones otherwise."""
+def get(name: str, settings: Settings | None = None) -> Optimizer:
+    """A new optimizer by its name (with its knobs from `settings`, when given); ConfigError
+    naming the known ones otherwise."""
     try:
-        return OPTIMIZERS[name.lower()]()
+        kind = OPTIMIZERS[name.lower()]
     except KeyError:
         raise ConfigError(f"unknown optimizer {name!r}: known are "
                           f"{', '.join(sorted(OPTIMIZERS))}") from None
+    return kind() if settings is None else kind.from_settings(settings)
 
 
 __all__ = ["OPTIMIZERS", "DatasetDescription", "Decision", "Limits", "Optimizer", "Probe",

@@ -23,11 +23,14 @@ import abc
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from stork.dataset.chunks import Params, SizeClass, size_class
 from stork.errors import ConfigError
 from stork.translog import TransferRecord
+
+if TYPE_CHECKING:
+    from stork.config import Settings
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,11 @@ class Optimizer(abc.ABC):
     """A strategy that chooses (cc, p, pp) for a dataset from history and probes."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Optimizer:
+        """The optimizer with its knobs from the settings (those without knobs: the default)."""
+        return cls()
 
     @abc.abstractmethod
     def optimize(self, history: Sequence[TransferRecord], dataset: DatasetDescription,

@@ -91,7 +91,7 @@ class Tuning:
               queue: list[int], shared: SharedConcurrency) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
         name = run.job.spec.optimizer or run.settings.eos_optimizer
-        optimizer = optimizers.get(name)
+        optimizer = optimizers.get(name, run.settings)
         needs_history = True
         if optimizer.name == "asm":  # with the model its scheduled analysis persisted
             from stork.asm.state import asm_optimizer
