@@ -287,8 +287,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("EOS_SAMPLING_BUDGET", "eos_sampling_budget", "0.1", _parse_float_min(0), LIVE,
          "When a transfer's size is known, its sampling may take at most this share of its "
          "predicted time (the size at the best rate the history holds for the pair, else at "
-         "STORK_LINK_MBPS); when not even one sample fits, the EOS answers from the history "
-         "or with STORK_DEFAULT_STREAMS without sampling. 0: no bound."),
+         "STORK_LINK_MBPS; after samples, at the best rate they measured); when not even one "
+         "sample fits, the EOS answers from the history or with STORK_DEFAULT_STREAMS without "
+         "sampling (in-place samples of a file at least twice the sample always start). "
+         "0: no bound."),
     Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1), LIVE,
          "Seconds per iperf3 sample (the first second is discarded as slow start); a GridFTP "
          "sample still running after this long is stopped and judged on what it moved."),

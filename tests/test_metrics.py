@@ -37,7 +37,8 @@ def test_metrics_of_real_transfers_and_the_token_rule(
         [tuned] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
           src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/c" ]""")
         server.wait_state(tuned)
-        assert server.job(tuned)["job"]["result"]["optimization_source"] == "sampled"
+        # samples ran (the budget, rebased on the fast rate they measure, may stop them early)
+        assert server.job(tuned)["job"]["result"]["optimization_source"] in ("sampled", "budget")
         ok, missing = server.submit(f"""
           [ dap_type = transfer; src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/a" ]
           [ dap_type = transfer; src_url = "{gridftp.url(gridftp_root / 'no-such-file')}";

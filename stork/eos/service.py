@@ -12,8 +12,11 @@ The sampling budget: when the size of what is to be moved is known (an estimatio
 EOS_SAMPLING_BUDGET of the transfer's predicted time. Before any sample that time is the size
 at the best rate the history holds for the host pair (a finished transfer's achieved rate or
 an optimization's measured optimum, within EOS_HISTORY_TTL), else at STORK_LINK_MBPS, the
-path's nominal bandwidth: the fastest the transfer could go, so sampling never costs more than
-the budget's share of even the fastest transfer. One sample is expected to take
+path's nominal bandwidth: the fastest the transfer could go. Once samples have run it is the
+size at the best rate they measured (what the transfer will at least reach): a slow path
+allows more sampling, a fast one less. A transfer's samples that go into its destination
+(in place) and move at most half of the file are part of the transfer: the first one always
+runs, whatever the guess before it. One sample is expected to take
 EOS_SAMPLE_TIME, or for GridFTP the sample size at that rate if sooner; later ones as long as
 the longest so far. When not even one sample fits, the answer comes from the history (the
 pair's last optimization, else the stream count of its fastest transfer) or is
@@ -35,7 +38,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +90,9 @@ class Budget:
     basis: str  # where the rate comes from
     fraction: float  # EOS_SAMPLING_BUDGET
     first_sample_s: float  # what one sample is expected to take
+    # the samples go into the destination and move at most half of the file: the first one
+    # is part of the transfer, not a cost, and always runs
+    part_of_transfer: bool = False
 
     @property
     def predicted_s(self) -> float:
@@ -97,7 +103,17 @@ class Budget:
         return self.fraction * self.predicted_s
 
     def allows_one(self) -> bool:
-        return self.first_sample_s <= self.seconds
+        return self.part_of_transfer or self.first_sample_s <= self.seconds
+
+    def measured(self, samples: Sequence[Sample]) -> Budget:
+        """The budget once samples have measured the path: the transfer's predicted time is
+        the size at the best rate measured (the rate it will at least reach), not the guess
+        made before any sample (the link's nominal rate or the history's best)."""
+        best = max((x.mbps for x in samples), default=0.0)
+        if best <= 0:
+            return self
+        return dataclasses.replace(self, rate_mbps=best,
+                                   basis=f"the best of {len(samples)} sample(s) measured")
 
     def describe(self) -> str:
         return (f"predicted transfer {self.predicted_s:.3g} s ({self.size_bytes} bytes at "
@@ -214,7 +230,9 @@ class EosService:
         first = s.eos_sample_time_s
         if s.eos_sampler == "gridftp":
             first = min(first, self._sample_bytes(request) * 8 / 1e6 / rate)
-        return Budget(request.size_bytes, rate, basis, s.eos_sampling_budget, first)
+        part = (self._in_place_refusal(request) is None
+                and 2 * self._sample_bytes(request) <= request.size_bytes)
+        return Budget(request.size_bytes, rate, basis, s.eos_sampling_budget, first, part)
 
     def _predicted_rate(self, request: EstimateRequest) -> tuple[float, str]:
         """The rate a transfer is expected to reach before any sample, and whence."""
@@ -240,10 +258,11 @@ class EosService:
         def bounded(streams: int) -> Sample:
             expected = max(durations, default=budget.first_sample_s)
             spent = time.monotonic() - start
-            if taken and spent + expected > budget.seconds:
+            now = budget.measured(taken)
+            if taken and spent + expected > now.seconds:
                 raise BudgetSpent(f"sampling stopped by the budget after {len(taken)} "
                                   f"sample(s) in {spent:.3g} s: another (~{expected:.2g} s) "
-                                  f"would pass it; {budget.describe()}")
+                                  f"would pass it; {now.describe()}")
             began = time.monotonic()
             sample = measure(streams)
             durations.append(time.monotonic() - began)
