@@ -259,12 +259,16 @@ def ratio(a: JobTime, b: JobTime) -> tuple[str, float | None, str]:
     if a.seconds is not None and b.at_least is not None:
         r = a.seconds / b.at_least
         return f"<= {r:.2f}", r, "<="
+    if a.at_least is not None and b.at_least is not None:
+        return "-", 0.0, "both stopped"
     return "-", None, ""
 
 
 def verdict(value: float | None, way: str, limit: float) -> str:
     if value is None:
         return "not measured"
+    if way == "both stopped":
+        return "undecided (both stopped)"
     if way == ">=":
         return "MISS" if value > limit else "undecided"
     if way == "<=":
