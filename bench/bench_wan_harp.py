@@ -127,7 +127,8 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
                         "best": swept.best.label, "files": swept.files,
                         "mbps": cell.throughput_mbps, "rows": len(swept.rows)})
     for key in args.datasets:
-        dataset, source = sources[key]
+        dataset, src = sources[key]
+        _, source = ds.view(src, dataset, dataset.count)  # the files alone, no manifest
         history = [p for k, p in tables.items() if not (args.leave_out and k == key)]
         for case in CASES:
             if case == "best" and key not in best:
