@@ -28,6 +28,7 @@ the four side by side with harp / default, harp / eos and harp / best cell. Need
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import shutil
 import sys
@@ -63,21 +64,37 @@ def fresh_daemon(bed: Testbed, link: Link, history: list[Path]) -> StorkServer:
 
 
 def job(bed: Testbed, link: Link, history: list[Path], src: Path, part: Dataset,
-        extra: str) -> dict[str, Any]:
-    """One dataset job of the whole dataset; its summary, with the files checked."""
+        extra: str, cap_s: float) -> dict[str, Any]:
+    """One dataset job of the whole dataset (removed when still running after `cap_s`, if
+    given); its summary, with the files checked."""
     dest = bed.site_dir("b") / "in"
     shutil.rmtree(dest, ignore_errors=True)
     server = fresh_daemon(bed, link, history)
     try:
         [job_id] = server.submit(f'[ dap_type = transfer; src_url = "{bed.url("a", src)}/"; '
                                  f'dest_url = "{bed.url("b", dest)}/"; {extra}]\n')
-        [summary] = ds.finish(server, [job_id], 4 * default_timeout_s(part, link))
+        timeout = 4 * default_timeout_s(part, link)
+        [summary] = ds.finish(server, [job_id], min(timeout, cap_s) if cap_s else timeout)
     finally:
         server.stop()
     broken = problems(part, dest)
     shutil.rmtree(dest, ignore_errors=True)
     summary["broken"] = len(broken)
     return summary
+
+
+def best_recorded(table: Path) -> tuple[str, dict[str, Any]]:
+    """The fastest row of a sweep's table (written by an earlier run) as a job's arguments,
+    and the sweep's summary for the tables."""
+    with open(table, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    top = max(rows, key=lambda r: float(r["Throughput"]))
+    pp = int(top["Pipelining"])
+    label = (f"cc={top['Concurrency']} p={top['Parallelism']} pp={1 if pp > 1 else 0} "
+             f"fast={top['Fast']}")
+    return (f"-cc {top['Concurrency']} -p {top['Parallelism']} -pp {pp}",
+            {"case": "sweep", "best": label, "files": int(top["FileCount"]),
+             "mbps": float(top["Throughput"]), "rows": len(rows)})
 
 
 def extra_of(case: str, best: str) -> str:
@@ -105,9 +122,10 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
                 out: list[dict[str, Any]]) -> None:
     link = bed.topology.links[0]
     grid = parse_grid(args.grid.split())
-    history_dir = args.workdir / f"harp-history-{name}"
-    shutil.rmtree(history_dir, ignore_errors=True)
-    history_dir.mkdir(parents=True)
+    history_dir = args.history_from or args.workdir / f"harp-history-{name}"
+    if not args.history_from:
+        shutil.rmtree(history_dir, ignore_errors=True)
+        history_dir.mkdir(parents=True)
     tables: dict[str, Path] = {}
     sources: dict[str, tuple[Dataset, Path]] = {}
     best: dict[str, str] = {}
@@ -115,6 +133,11 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
         dataset = plan(ds.DATASETS[key].spec, args.seed)
         source = write(dataset, data / dataset.dirname)
         sources[key] = (dataset, source)
+        if args.history_from:
+            tables[key] = history_dir / f"{key}.csv"
+            best[key], record = best_recorded(tables[key])
+            out.append({"profile": name, "dataset": key, **record})
+            continue
         swept = ds.sweep(bed, link, key, *ds.view(source, dataset, ds.DATASETS[key].sweep), grid)
         tables[key] = history_dir / f"{key}.csv"
         log = GridLog(tables[key])
@@ -134,7 +157,8 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
             if case == "best" and key not in best:
                 continue
             began = time.monotonic()
-            summary = job(bed, link, history, source, dataset, extra_of(case, best.get(key, "")))
+            summary = job(bed, link, history, source, dataset, extra_of(case, best.get(key, "")),
+                          args.cap)
             seconds = (summary["finished_at"] or time.time()) - summary["submitted_at"]
             record = {"profile": name, "dataset": key, "case": case, "state": summary["state"],
                       "files": summary["files_done"], "total": dataset.count,
@@ -159,7 +183,8 @@ def share(record: dict[str, Any] | None) -> tuple[str, float | None]:
     mbps = record["bytes"] * 8 / 1e6 / seconds if seconds > 0 else 0.0
     whole = record["state"] == "COMPLETED" and not record["broken"] \
         and record["files"] == record["total"]
-    mark = "" if whole else f" ({record['state']}, {record['files']}/{record['total']} files)"
+    mark = "" if whole else (f" ({record['state']}, {record['files']}/{record['total']} "
+                             "files)")
     return f"{mbps / record['rate_mbps']:.3f} ({seconds:.1f} s){mark}", mbps
 
 
@@ -207,6 +232,12 @@ def main() -> int:
                         help=f"sweep grid, the history ({ds.DEFAULT_GRID})")
     parser.add_argument("--leave-out", action="store_true",
                         help="a dataset's jobs learn from the other datasets' sweeps only")
+    parser.add_argument("--history-from", type=Path, metavar="DIR",
+                        help="take the sweeps' tables (DATASET.csv) from an earlier run's "
+                             "WORKDIR/harp-history-PROFILE instead of sweeping again")
+    parser.add_argument("--cap", type=float, default=0.0,
+                        help="seconds after which a job is removed (its share is then of what "
+                             "it moved by then; 0: 4 x the grid's run timeout)")
     parser.add_argument("--seed", type=int, default=1, help="dataset sizes and bytes (1)")
     parser.add_argument("--out", type=Path, help="JSON lines: every job and sweep")
     args = parser.parse_args()
