@@ -74,6 +74,13 @@ def test_which_jobs_are_optimized() -> None:
         job(optimization=True), job(optimization=True, arguments="-p 3"),
         job("file:///a", "file:///b", optimization=True), job())]
     assert wants == [True, False, False, False]
+    # a dataset's chunks are tuned by its optimizer; the EOS of one file would be asked about
+    # the directory, fail, and leave an eos_error on the job
+    datasets = [job("gsiftp://a.example:2811/in/", "gsiftp://b.example:2811/out/", **spec)
+                for spec in ({"optimization": True}, {"optimization": True, "optimizer": "eos"},
+                             {"optimization": True, "optimizer": "harp"})]
+    assert [optimizations.wants(plan_attempt(j, REGISTRY, SETTINGS)) for j in datasets] \
+        == [False, False, False]
     no_eos = Optimizations(store=None, estimator_for=None)  # type: ignore[arg-type]  # wants() never reads the store
     assert not no_eos.wants(plan_attempt(job(optimization=True), REGISTRY, SETTINGS))
     assert optimizations.phase(3) is None and OPTIMIZING == "optimizing: EOS sampling"

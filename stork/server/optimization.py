@@ -99,10 +99,11 @@ class Optimizations:
         self._cancelled: set[int] = set()
 
     def wants(self, plan: Plan) -> bool:
-        """optimization = "YES" and no explicit -p, on a module that takes a stream count."""
+        """optimization = "YES" and no explicit -p, on a module that takes a stream count;
+        not a dataset, whose chunks the optimizers of `stork.server.tuning` decide."""
         spec = plan.job.spec
-        return (spec.optimization and spec.options.streams is None and plan.module.takes_streams
-                and self.estimator_for is not None)
+        return (spec.optimization and not spec.is_dataset and spec.options.streams is None
+                and plan.module.takes_streams and self.estimator_for is not None)
 
     def begin(self, plan: Plan, on_done: OnOptimized) -> None:
         """Ask the EOS on a thread of its own; `on_done(plan, removed)` runs on it after."""
