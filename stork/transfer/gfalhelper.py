@@ -18,6 +18,10 @@ Operations (one JSON object a line on stdout, for the metadata ones):
     copy [--streams N] [--timeout S] [--checksum TYPE[:VALUE]] SRC DEST
                          -vb progress lines on stdout, gfal2's error on stderr, and the exit
                          status of Stork's convention (`stork.transfer.failures`)
+    copylist [--streams N] [--timeout S] [--parallel CC]
+                         the ``SRC DEST`` pairs of stdin (one a line, as ``copy`` takes
+                         them), CC at a time: per pair, in the order they end,
+                         {"line", "size"} or {"line", "errno", "error", "exit"}; exit 0
 
 ``copy`` is gfal2's own copy (what ``gfal-copy`` and FTS3 run): third-party where both ends
 allow it (GridFTP to GridFTP, XRootD to XRootD, WebDAV COPY), streamed through this process
@@ -192,9 +196,68 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
     return 0
 
 
+def _copy_one(gfal2: Any, streams: int, timeout_s: int, line: int, src: str,
+              dest: str) -> dict[str, Any]:
+    """One pair of a list, with a context of its own (one per thread)."""
+    ctx = gfal2.creat_context()
+    params = ctx.transfer_parameters()
+    params.overwrite = True
+    params.create_parent = True
+    params.nbstreams = streams
+    if timeout_s:
+        params.timeout = timeout_s
+    try:
+        ctx.filecopy(params, src, dest)
+    except Exception as exc:  # noqa: BLE001 - gfal2.GError: reported for its pair
+        record = _error(src, exc)
+        return {"line": line, "errno": record["errno"], "error": record["error"],
+                "exit": _EXIT_BY_ERRNO.get(record["errno"], EXIT_RETRYABLE)}
+    try:
+        size = int(ctx.stat(dest).st_size)
+    except Exception as exc:  # noqa: BLE001 - copied, yet not there to be seen
+        record = _error(dest, exc)
+        return {"line": line, "errno": record["errno"],
+                "error": f"copied, but the destination cannot be stat'ed: {record['error']}",
+                "exit": EXIT_RETRYABLE}
+    return {"line": line, "size": size}
+
+
+def op_copylist(gfal2: Any, args: list[str], text: str) -> int:
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    streams, timeout_s, parallel = 1, 0, 1
+    while args and args[0].startswith("--") and len(args) >= 2:
+        flag, value, args = args[0], int(args[1]), args[2:]
+        if flag == "--streams":
+            streams = value
+        elif flag == "--timeout":
+            timeout_s = value
+        elif flag == "--parallel":
+            parallel = max(value, 1)
+        else:
+            sys.stderr.write(f"unknown option {flag}\n")
+            return EXIT_PERMANENT
+    if args:
+        sys.stderr.write("usage: copylist [--streams N] [--timeout S] [--parallel CC] "
+                         "< pairs\n")
+        return EXIT_PERMANENT
+    pairs = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        fields = raw.split()
+        if len(fields) != 2:
+            sys.stderr.write(f"line {number}: expected SRC DEST\n")
+            return EXIT_PERMANENT
+        pairs.append((number, fields[0], fields[1]))
+    with ThreadPoolExecutor(max_workers=min(parallel, max(len(pairs), 1))) as pool:
+        futures = [pool.submit(_copy_one, gfal2, streams, timeout_s, *pair) for pair in pairs]
+        for future in as_completed(futures):
+            _emit(future.result())
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy ...\n")
+        sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy|copylist ...\n")
         return EXIT_PERMANENT
     # Stork retries failed attempts itself (with backoff, and alt_protocols): the XRootD
     # client's own reconnection (5 tries over 2 minutes each by default) would only hide an
@@ -221,6 +284,8 @@ def main(argv: list[str]) -> int:
         return op_mkdir(ctx, rest[0])
     if op == "copy":
         return op_copy(gfal2, ctx, rest)
+    if op == "copylist":
+        return op_copylist(gfal2, rest, sys.stdin.read())
     sys.stderr.write(f"unknown operation {op!r}\n")
     return EXIT_PERMANENT
 
