@@ -5,16 +5,20 @@ job's owner, each batch copied by gfal2 ``cc`` files at a time, each file's end 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
+import subprocess
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from stork.dataset import DatasetError, expand, is_dataset
-from stork.transfer.remote import helper_available
+from stork.transfer.gfalhelper import EXIT_CHECKSUM
+from stork.transfer.remote import GFAL_PYTHON, HELPER, helper_available
 from tests.gsi import TestCa, XrootdServer
 from tests.support import StorkServer, removed_after, wait_for
 from tests.test_dataset_jobs import assert_same, files_of, make_tree
@@ -60,16 +64,18 @@ def test_datasets_to_from_and_between_xrootd_and_webdav_ends(
     logs.mkdir()
     # a file sent alone (after its batch) writes gfal2's progress lines to `output`; a
     # batch's per-file answers do not: empty outputs mean each file went once, in its batch
+    # (the test server computes 4 checksums at once, `xrootd.chksum max 4`, and refuses
+    # more: a file refused would be sent again alone; so two jobs verify, 2 files at once)
     ids = stork_x.submit(f"""
     [ dap_type = transfer; recursive = true; arguments = "-cc 4 -p 2";
       output = "{logs}/1.out";
       src_url = "{xrootd.url('root', export / 'ds')}/"; dest_url = "file://{work}/root/" ]
-    [ dap_type = transfer; arguments = "-cc 4"; output = "{logs}/2.out";
+    [ dap_type = transfer; arguments = "-cc 2"; output = "{logs}/2.out"; verify_checksum = true;
       src_url = "file://{local}/"; dest_url = "{xrootd.url('root', export / 'up')}/" ]
     [ dap_type = transfer; recursive = true; arguments = "-cc 10"; output = "{logs}/3.out";
       src_url = "{xrootd.url('root', export / 'ds')}/";
       dest_url = "{xrootd.url('root', export / 'tpc')}/" ]
-    [ dap_type = transfer; arguments = "-cc 4"; output = "{logs}/4.out";
+    [ dap_type = transfer; arguments = "-cc 2"; output = "{logs}/4.out"; verify_checksum = true;
       src_url = "{xrootd.url('davs', export / 'ds')}/*.dat"; dest_url = "file://{work}/davs/" ]
     """)
     wants = [(made, work / "root"), (local_made, export / "up"), (made, export / "tpc"),
@@ -84,6 +90,22 @@ def test_datasets_to_from_and_between_xrootd_and_webdav_ends(
         assert all(f["state"] == "DONE" and f["attempts"] == 1 for f in files), files
         assert_same(want, where)
         assert (logs / f"{number}.out").read_text() == ""
+
+
+def test_a_batch_compares_each_files_checksum_and_names_a_mismatch(
+        xrootd: XrootdServer, export: Path, test_ca: TestCa, tmp_path: Path) -> None:
+    made = make_tree(export / "sums", 2, 30_000)
+    good, bad = (xrootd.url("root", export / "sums" / name) for name in sorted(made))
+    want = f"{zlib.adler32(made['f00000.dat']) & 0xFFFFFFFF:08x}"
+    lines = (f"{good} file://{tmp_path}/good.dat adler32:{want}\n"
+             f"{bad} file://{tmp_path}/bad.dat adler32:{want}\n")
+    ran = subprocess.run([GFAL_PYTHON, "-I", HELPER, "copylist", "--parallel", "2"],
+                         input=lines, capture_output=True, text=True, check=True,
+                         env={**os.environ, "X509_CERT_DIR": str(test_ca.trust)})
+    answers = {a["line"]: a for a in map(json.loads, ran.stdout.splitlines())}
+    assert answers[1] == {"line": 1, "size": 30_000}
+    assert answers[2]["exit"] == EXIT_CHECKSUM, answers[2]
+    assert "checksum" in answers[2]["error"].lower()
 
 
 def test_one_missing_file_of_a_url_list_fails_alone_naming_it(

@@ -71,7 +71,7 @@ from stork.transfer.gfal import GfalModule
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
 from stork.transfer.localfacts import local_facts
 from stork.transfer.registry import GFAL_SCHEMES
-from stork.transfer.remote import RemoteEnds, RemoteStat
+from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -399,7 +399,8 @@ class DatasetRun:
         """The files of `batch` through gfal2's copy (`cc` at a time, `p` streams): those it
         answered as copied."""
         answers = bytearray()
-        pairs = "".join(f"{urls[i][0]} {urls[i][1]}\n" for i in batch).encode()
+        pairs = "".join(f"{urls[i][0]} {urls[i][1]} {self._checksum_type(*urls[i])}\n"
+                        for i in batch).encode()
         code, stderr = self._run_child(self.gfal.list_command(cc=params.cc, p=params.p),
                                        pairs, module=self.gfal, on_stdout=answers.extend)
         copied: set[int] = set()
@@ -417,6 +418,13 @@ class DatasetRun:
             log.warning("job %d: gfal2's copy of a batch ended with status %d: %s",
                         self.job.id, code, stderr)
         return copied
+
+    def _checksum_type(self, src: str, dest: str) -> str:
+        """The checksum gfal2 compares for a file with `verify_checksum` (the strongest
+        type both ends answer); "" for none."""
+        if not self.job.spec.verify_checksum:
+            return ""
+        return common_checksum(parse_url(src).scheme, parse_url(dest).scheme) or ""
 
     def _log_batch(self, batch: list[int], rows: dict[int, DatasetFileRow],
                    urls: dict[int, tuple[str, str]], results: list[FileResult], params: Params,
@@ -509,7 +517,10 @@ class DatasetRun:
         """Send one file by itself; its own exit decides."""
         request = self._request(src, dest, streams)
         module: TransferModule = self.gfal if through_gfal(src, dest) else self.module
-        code, stderr = self._run_child(module.command(request), module=module)
+        argv = module.command(request)
+        if module is self.gfal and (kind := self._checksum_type(src, dest)):
+            argv[-2:-2] = ["--checksum", kind]  # before SRC DEST
+        code, stderr = self._run_child(argv, module=module)
         if self.stopped():
             return FileResult(row.index, FileState.PENDING)
         if code == 0:
