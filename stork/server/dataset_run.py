@@ -36,6 +36,7 @@ from its files.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -128,7 +129,8 @@ def dest_sizes(urls: list[str], run_as: RunAs | None,
     """Sizes of destination files (None: not there); URLs whose size cannot be had cheaply
     (http) are left out. Local files are looked at as the job's owner (`run_as`), FTP
     directories listed once each (MLSD), GridFTP ones once each through gfal2 as the owner
-    with the job's proxy, XRootD and WebDAV files stat'ed through gfal2 in one child."""
+    with the job's proxy, XRootD and WebDAV files stat'ed through gfal2 in one child (left
+    out when the server cannot answer)."""
     sizes: dict[str, int | None] = {}
     by_dir: dict[tuple[str, str], list[str]] = {}
     local = [url for url in urls if parse_url(url).scheme == "file"]
@@ -140,14 +142,15 @@ def dest_sizes(urls: list[str], run_as: RunAs | None,
         if scheme in ("ftp", "gsiftp"):
             by_dir.setdefault((scheme, url.rsplit("/", 1)[0] + "/"), []).append(url)
     stat = [url for url in urls if parse_url(url).scheme in GFAL_SCHEMES]
-    if stat:
-        try:
-            answers = RemoteEnds(x509proxy=x509proxy, run_as=run_as).stat_many(stat)
-        except RemoteEndError:
-            answers = {}
-        for url in stat:
-            answer = answers.get(url)
-            sizes[url] = answer.size_bytes if isinstance(answer, RemoteStat) else None
+    try:  # a server that cannot answer leaves the sizes out: the copy's answers speak
+        answers = RemoteEnds(x509proxy=x509proxy, run_as=run_as).stat_many(stat)
+    except RemoteEndError:
+        answers = {}
+    for url, answer in answers.items():
+        if isinstance(answer, RemoteStat):
+            sizes[url] = answer.size_bytes
+        elif answer.errno == errno.ENOENT:
+            sizes[url] = None
     listers: dict[str, Lister] = {
         "ftp": FtpLister(), "gsiftp": RemoteLister(x509proxy=x509proxy, run_as=run_as)}
     try:
