@@ -14,8 +14,9 @@ values (source, destination, relative path, size in bytes when the listing gives
 
 Directories are listed by one `Lister` per scheme (`LISTERS`): ``file://`` on disk
 (`LocalLister`, os.scandir, symlinks followed, loops refused), ``ftp://`` through the server
-(`FtpLister`, anonymous, MLSD or else NLST + SIZE) and ``gsiftp://`` through the metadata
-layer for remote ends (`RemoteLister`: gfal2, with the job's proxy, names and sizes).
+(`FtpLister`, anonymous, MLSD or else NLST + SIZE), and ``gsiftp://``, ``root://``,
+``xroot://``, ``davs://``, ``dav://`` and ``https://`` through the metadata layer for remote
+ends (`RemoteLister`: gfal2, with the job's proxy, names and sizes).
 url_lists are parsed without I/O (`stork.dataset.urllist`).
 
 Whose rights: listing runs in the caller's process with the caller's rights, and this

@@ -30,14 +30,17 @@ MAX_FILES_KNOB = "STORK_MAX_FILES_PER_JOB"
 MAX_DEPTH = 256  # directory levels below the listed one; deeper is a loop on a server
 
 # scheme -> its lister, given the job's x509proxy and whose rights a listing tool runs with
-# (gsiftp goes through the metadata layer for remote ends, gfal2, as the owner with the
-# proxy; anonymous FTP reads nothing local)
+# (GridFTP, XRootD and WebDAV go through the metadata layer for remote ends, gfal2, as the
+# owner with the proxy; anonymous FTP reads nothing local)
 LISTERS: dict[str, Callable[[str | None, RunAs | None], Lister]] = {
     "file": lambda x509proxy, run_as: LocalLister(),
     "ftp": lambda x509proxy, run_as: FtpLister(),
-    "gsiftp": lambda x509proxy, run_as: RemoteLister(x509proxy=x509proxy, run_as=run_as),
+    **{scheme: lambda x509proxy, run_as: RemoteLister(x509proxy=x509proxy, run_as=run_as)
+       for scheme in ("gsiftp", "root", "xroot", "davs", "dav", "https")},
 }
 LOCAL_SCHEMES = frozenset({"file"})
+# in an HTTP URL ``?`` starts a query: only ``*`` and ``[`` make a glob there
+HTTP_SCHEMES = frozenset({"davs", "dav", "https"})
 
 Found: TypeAlias = tuple[str, str, int | None]  # relative path, the same percent-encoded, size
 # a directory to list: URL, relative path and the same percent-encoded, and the directories
@@ -92,7 +95,9 @@ def is_dataset(src_url: str | None, url_list: str | None = None) -> bool:
     if src_url.endswith("/"):
         return True
     last = src_url.rsplit("/", 1)[-1]
-    return _scheme(src_url) in LISTERS and any(ch in last for ch in GLOB_CHARS)
+    scheme = _scheme(src_url)
+    globs = GLOB_CHARS.replace("?", "") if scheme in HTTP_SCHEMES else GLOB_CHARS
+    return scheme in LISTERS and any(ch in last for ch in globs)
 
 
 def listed_locally(src_url: str | None, url_list: str | None = None) -> bool:
@@ -121,7 +126,7 @@ def expand(src_url: str | None, dest_url: str | None, *, recursive: bool = False
     directory; a missing trailing ``/`` is added), or `url_list_text` (the url_list's
     contents; `url_list_name` names it in errors) without them. More than `max_files` files
     stop the listing at once (DatasetError naming STORK_MAX_FILES_PER_JOB). `lister` is
-    chosen by the source's scheme when not given (`x509proxy` for gsiftp); its kept
+    chosen by the source's scheme when not given (`x509proxy` for the gfal2 ones); its kept
     connections are closed at the end."""
     if max_files < 1:
         raise ValueError(f"max_files must be at least 1, not {max_files}")
@@ -243,7 +248,7 @@ def list_dataset(src_url: str, dest_url: str, *, recursive: bool, url_list: str 
                  run_as: RunAs | None = None) -> Dataset:
     """The files of a dataset job as its spec names them: a url_list is read from its file
     and a local directory listed with the rights of the calling process (stork_submit: the
-    user); a gsiftp listing tool runs as `run_as` (the daemon: the job's owner)."""
+    user); a remote listing (gfal2) runs as `run_as` (the daemon: the job's owner)."""
     if url_list:
         try:
             with open(url_list, encoding="utf-8") as handle:

@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 from stork.dataset.base import GLOB_CHARS
 from stork.errors import DatasetError
+from stork.transfer.registry import GFAL_SCHEMES
 from stork.urls import Url, parse_url
+
+# what gfal2's copy pairs an XRootD or WebDAV end with (`stork.transfer.registry`)
+GFAL_PARTNERS = frozenset({*GFAL_SCHEMES, "file", "gsiftp"})
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,18 @@ def _check(url: str, what: str) -> Url:
         raise ValueError(f"{what} {url!r}: {exc}{hint}") from None
 
 
+def pair_problem(src_scheme: str, dest_scheme: str) -> str | None:
+    """Why a dataset's file cannot go from one scheme to the other, or None: an XRootD or
+    WebDAV end goes through gfal2's copy, which takes the other end only as XRootD, WebDAV,
+    file:// or gsiftp://."""
+    for mine, other in ((src_scheme, dest_scheme), (dest_scheme, src_scheme)):
+        if mine in GFAL_SCHEMES and other not in GFAL_PARTNERS:
+            return (f"{src_scheme}:// -> {dest_scheme}:// cannot be sent: a {mine}:// end "
+                    f"goes through gfal2's copy, whose other end is one of "
+                    f"{', '.join(s + '://' for s in sorted(GFAL_PARTNERS))}")
+    return None
+
+
 def parse_pairs(text: str, *, name: str, max_files: int, knob: str) -> list[UrlPair]:
     """Every pair of a url_list, checked; DatasetError naming `name` and the line number for
     the first bad line, or as soon as there are more than `max_files` pairs."""
@@ -90,6 +106,9 @@ def parse_pairs(text: str, *, name: str, max_files: int, knob: str) -> list[UrlP
             if dest_text.endswith("/"):
                 dest_text += last
             dest = _check(dest_text, "destination")
+            problem = pair_problem(src.scheme, dest.scheme)
+            if problem is not None:
+                raise ValueError(problem)
         except ValueError as exc:
             raise DatasetError(where, str(exc)) from None
         pairs.append(UrlPair(number, src, dest))

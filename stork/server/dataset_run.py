@@ -10,11 +10,17 @@ The attempt (a *pass*) runs on its own thread:
    source's is done; anything else is sent again (from the start: never left short).
 3. The due files (PENDING, retry time come) are split into chunks by size class
    (`stork.dataset.chunks`); chunks run at the same time, each as a sequence of
-   globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`).
+   globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`);
+   files with a ``root://``, ``xroot://``, ``davs://``, ``dav://`` or ``https://`` end go
+   through gfal2's copy instead (`GfalModule.list_command`: the batch's pairs copied `cc`
+   at a time with `p` streams, each answered on its own line), as the job's owner with its
+   proxy.
 4. After each run every file of the batch is checked: a destination of the source's size
    is done (sizes from the listing; destinations stat'ed, or listed once per directory on
-   FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy);
-   when sizes cannot be had, the tool's exit status speaks for the batch. A
+   FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy;
+   XRootD and WebDAV ones stat'ed through gfal2 in one child);
+   when sizes cannot be had, the tool's exit status speaks for the batch (gfal2's copy:
+   each file's own answer). A
    file that is not done is sent again *alone* at once, with its own command line: its own
    error decides (`GridFtpModule.judge`), and the job's retry rules apply to the file
    (retried in a later pass after STORK_RETRY_DELAY, or FAILED). Its partial destination is
@@ -30,6 +36,8 @@ from its files.
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
 import socket
@@ -48,6 +56,7 @@ from stork.dataset.expand import list_dataset
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
+    RemoteEndError,
     RetryableTransferError,
     TransferError,
 )
@@ -58,10 +67,12 @@ from stork.server.judge import DatasetOutcome, retry_delay_s, retry_limit
 from stork.server.runner import StopReason
 from stork.store.base import FileResult, JobStore
 from stork.transfer import verify
-from stork.transfer.base import TransferRequest
+from stork.transfer.base import TransferModule, TransferRequest
+from stork.transfer.gfal import GfalModule
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
 from stork.transfer.localfacts import local_facts
-from stork.transfer.remote import RemoteEnds
+from stork.transfer.registry import GFAL_SCHEMES
+from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -70,7 +81,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443}
+DEFAULT_PORTS = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443, "davs": 443,
+                 "dav": 80, "root": 1094, "xroot": 1094}
 RTT_PROBE_TIMEOUT_S = 3.0
 RTT_UNKNOWN_S = 0.05  # when the server cannot be reached to time a connect
 
@@ -84,6 +96,12 @@ def file_urls(src_url: str, dest_url: str, alt_protocols: tuple[tuple[str, str],
         return src_url, dest_url
     a, b = alt_protocols[index - 1]
     return with_scheme(src_url, a), with_scheme(dest_url, b)
+
+
+def through_gfal(src_url: str, dest_url: str) -> bool:
+    """Whether a file goes through gfal2's copy (either end XRootD or HTTPS/WebDAV) rather
+    than globus-url-copy."""
+    return any(parse_url(url).scheme in GFAL_SCHEMES for url in (src_url, dest_url))
 
 
 def round_trip_s(urls: list[str]) -> float:
@@ -111,7 +129,8 @@ def dest_sizes(urls: list[str], run_as: RunAs | None,
     """Sizes of destination files (None: not there); URLs whose size cannot be had cheaply
     (http) are left out. Local files are looked at as the job's owner (`run_as`), FTP
     directories listed once each (MLSD), GridFTP ones once each through gfal2 as the owner
-    with the job's proxy."""
+    with the job's proxy, XRootD and WebDAV files stat'ed through gfal2 in one child (left
+    out when the server cannot answer)."""
     sizes: dict[str, int | None] = {}
     by_dir: dict[tuple[str, str], list[str]] = {}
     local = [url for url in urls if parse_url(url).scheme == "file"]
@@ -122,6 +141,16 @@ def dest_sizes(urls: list[str], run_as: RunAs | None,
         scheme = parse_url(url).scheme
         if scheme in ("ftp", "gsiftp"):
             by_dir.setdefault((scheme, url.rsplit("/", 1)[0] + "/"), []).append(url)
+    stat = [url for url in urls if parse_url(url).scheme in GFAL_SCHEMES]
+    try:  # a server that cannot answer leaves the sizes out: the copy's answers speak
+        answers = RemoteEnds(x509proxy=x509proxy, run_as=run_as).stat_many(stat)
+    except RemoteEndError:
+        answers = {}
+    for url, answer in answers.items():
+        if isinstance(answer, RemoteStat):
+            sizes[url] = answer.size_bytes
+        elif answer.errno == errno.ENOENT:
+            sizes[url] = None
     listers: dict[str, Lister] = {
         "ftp": FtpLister(), "gsiftp": RemoteLister(x509proxy=x509proxy, run_as=run_as)}
     try:
@@ -157,6 +186,7 @@ class DatasetRun:
         self.store = store
         self.settings = settings
         self.module = module
+        self.gfal = GfalModule()  # files with an XRootD or WebDAV end
         self.run_as = run_as
         # remote ends as the job's owner with its proxy (sizes, checksums, clean-up)
         self.ends = RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as)
@@ -335,8 +365,10 @@ class DatasetRun:
         self.store.start_files(self.job.id, self.attempt_no, batch, label)
         urls = {i: file_urls(rows[i].src_url, rows[i].dest_url, self.job.spec.alt_protocols,
                              rows[i].attempts + 1) for i in batch}
-        listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL]
-        code = 1
+        gfal = [i for i in batch if through_gfal(*urls[i])]
+        listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL
+                  and i not in gfal]
+        clean: set[int] = set()
         began, began_wall = time.monotonic(), self.clock()
         sharing = self._sharing(*urls[batch[0]]) + self._running_chunks - 1
         if listed:
@@ -347,11 +379,14 @@ class DatasetRun:
                 tcp_buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
                 block_size_bytes=self.job.spec.options.block_size_bytes)
             code, _ = self._run_child(argv, list_input([urls[i] for i in listed]))
+            if code == 0 and len(listed) + len(gfal) == len(batch):
+                clean.update(listed)
+        if gfal and not self.stopped():
+            clean.update(self._gfal_batch(gfal, urls, params))
         if self.stopped():
             self._release(batch)
             return None
-        results = self._check(batch, rows, urls, code == 0 and len(listed) == len(batch),
-                              params.p)
+        results = self._check(batch, rows, urls, clean, params.p)
         if self.stopped():  # stopped during a file sent alone
             done = {r.index for r in results if r.state is FileState.DONE}
             self._release([i for i in batch if i not in done])
@@ -361,6 +396,38 @@ class DatasetRun:
         moved = self._log_batch(batch, rows, urls, results, params, began_wall, duration,
                                 sharing)
         return moved * 8 / 1e6 / duration if duration > 0 else 0.0
+
+    def _gfal_batch(self, batch: list[int], urls: dict[int, tuple[str, str]],
+                    params: Params) -> set[int]:
+        """The files of `batch` through gfal2's copy (`cc` at a time, `p` streams): those it
+        answered as copied."""
+        answers = bytearray()
+        pairs = "".join(f"{urls[i][0]} {urls[i][1]} {self._checksum_type(*urls[i])}\n"
+                        for i in batch).encode()
+        code, stderr = self._run_child(self.gfal.list_command(cc=params.cc, p=params.p),
+                                       pairs, module=self.gfal, on_stdout=answers.extend)
+        copied: set[int] = set()
+        for line in bytes(answers).decode(errors="replace").splitlines():
+            try:
+                answer = json.loads(line)
+                index = batch[int(answer["line"]) - 1]
+            except (ValueError, KeyError, IndexError, TypeError):
+                continue
+            if "error" in answer:
+                log.info("job %d: %s -> %s: %s", self.job.id, *urls[index], answer["error"])
+            else:
+                copied.add(index)
+        if code != 0:
+            log.warning("job %d: gfal2's copy of a batch ended with status %d: %s",
+                        self.job.id, code, stderr)
+        return copied
+
+    def _checksum_type(self, src: str, dest: str) -> str:
+        """The checksum gfal2 compares for a file with `verify_checksum` (the strongest
+        type both ends answer); "" for none."""
+        if not self.job.spec.verify_checksum:
+            return ""
+        return common_checksum(parse_url(src).scheme, parse_url(dest).scheme) or ""
 
     def _log_batch(self, batch: list[int], rows: dict[int, DatasetFileRow],
                    urls: dict[int, tuple[str, str]], results: list[FileResult], params: Params,
@@ -388,10 +455,15 @@ class DatasetRun:
             log.exception("job %d: cannot add a batch to the transfer log", self.job.id)
         return moved
 
-    def _run_child(self, argv: list[str], stdin: bytes | None = None) -> tuple[int, str]:
-        """Run one child to its end: (exit status, the tail of its stderr)."""
-        child = Child(argv, env=self.module.environment(self._request("", "", 1)),
-                      run_as=self.run_as, stdout=self._out, stderr=self._err, stdin=stdin)
+    def _run_child(self, argv: list[str], stdin: bytes | None = None, *,
+                   module: TransferModule | None = None,
+                   on_stdout: Callable[[bytes], None] | None = None) -> tuple[int, str]:
+        """Run one child to its end: (exit status, the tail of its stderr). Its stdout goes
+        to `on_stdout` when given, else to the job's output."""
+        env = (module or self.module).environment(self._request("", "", 1))
+        child = Child(argv, env=env, run_as=self.run_as,
+                      stdout=self._out if on_stdout is None else None, stderr=self._err,
+                      stdin=stdin, on_stdout=on_stdout)
         with self._lock:
             if self._stop is not None:
                 return 1, ""
@@ -419,9 +491,10 @@ class DatasetRun:
     # -- after a run ----------------------------------------------------------------------
 
     def _check(self, batch: list[int], rows: dict[int, DatasetFileRow],
-               urls: dict[int, tuple[str, str]], clean_exit: bool, streams: int
+               urls: dict[int, tuple[str, str]], clean: set[int], streams: int
                ) -> list[FileResult]:
-        """Each file of a batch: done, or sent again alone (its own error decides)."""
+        """Each file of a batch: done, or sent again alone (its own error decides). `clean`:
+        the files whose tool ended without an error for them."""
         sizes = dest_sizes([urls[i][1] for i in batch], self.run_as, self.job.spec.x509proxy)
         results: list[FileResult] = []
         for i in batch:
@@ -430,7 +503,7 @@ class DatasetRun:
             have = sizes.get(dest, -1)  # -1: cannot be known cheaply
             if have is not None and have >= 0 and want is not None and have == want:
                 results.append(self._done_result(i, have))
-            elif clean_exit and (want is None or have == -1):
+            elif i in clean and (want is None or have == -1):
                 results.append(self._done_result(i, want if want is not None
                                                  else (have if have and have > 0 else 0)))
             elif not self.stopped():
@@ -446,7 +519,11 @@ class DatasetRun:
     def _alone(self, row: DatasetFileRow, src: str, dest: str, streams: int) -> FileResult:
         """Send one file by itself; its own exit decides."""
         request = self._request(src, dest, streams)
-        code, stderr = self._run_child(self.module.command(request))
+        module: TransferModule = self.gfal if through_gfal(src, dest) else self.module
+        argv = module.command(request)
+        if module is self.gfal and (kind := self._checksum_type(src, dest)):
+            argv[-2:-2] = ["--checksum", kind]  # before SRC DEST
+        code, stderr = self._run_child(argv, module=module)
         if self.stopped():
             return FileResult(row.index, FileState.PENDING)
         if code == 0:
@@ -457,7 +534,7 @@ class DatasetRun:
             failure: TransferError = RetryableTransferError(
                 f"destination size {have} differs from source size {size}")
         else:
-            failure = self.module.judge(code, stderr)
+            failure = module.judge(code, stderr)
         self._remove_partial(dest)
         failures = row.failures + 1
         limit = retry_limit(self.job, self.settings)

@@ -8,8 +8,9 @@ is gfal2's ``nbstreams``: parallel TCP streams for GridFTP and XRootD; HTTP has 
 ignores it. Progress comes as ``-vb`` lines from gfal2's performance callback; the exit
 status follows Stork's convention, and the system error gfal2 names in its message
 (``gfal2 copy error: N (ENAME): ...``) refines the judgement through the shared errno table.
-Sizes and checksums are checked afterwards by Stork itself (`stork.transfer.verify`), like
-every module's.
+A dataset's batch is one ``copylist`` run: its pairs copied ``cc`` at a time, each
+answered on its own line. Sizes and checksums are checked afterwards by Stork itself
+(`stork.transfer.verify`), like every module's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ class GfalModule(TransferModule):
         if self.timeout_s:
             argv += ["--timeout", str(self.timeout_s)]
         return [*argv, request.src_url, request.dest_url]
+
+    def list_command(self, *, cc: int, p: int) -> list[str]:
+        """The argv that copies the ``SRC DEST`` pairs of stdin (`list_input` without the
+        quotes: URLs hold no blanks), `cc` at a time with `p` streams each, and answers each
+        pair by its line on stdout (`stork.transfer.gfalhelper` ``copylist``)."""
+        argv = [self.python, "-I", HELPER, "copylist", "--streams", str(max(p, 1)),
+                "--parallel", str(max(cc, 1))]
+        if self.timeout_s:
+            argv += ["--timeout", str(self.timeout_s)]
+        return argv
 
     def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
         """The system error gfal2 named, else the exit status's class."""

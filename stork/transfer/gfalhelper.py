@@ -18,6 +18,11 @@ Operations (one JSON object a line on stdout, for the metadata ones):
     copy [--streams N] [--timeout S] [--checksum TYPE[:VALUE]] SRC DEST
                          -vb progress lines on stdout, gfal2's error on stderr, and the exit
                          status of Stork's convention (`stork.transfer.failures`)
+    copylist [--streams N] [--timeout S] [--parallel CC]
+                         the ``SRC DEST [TYPE[:VALUE]]`` lines of stdin (a pair as ``copy``
+                         takes it, and the checksum to compare as its ``--checksum``), CC
+                         at a time: per line, in the order they end, {"line", "size"} or
+                         {"line", "errno", "error", "exit"}; exit 0
 
 ``copy`` is gfal2's own copy (what ``gfal-copy`` and FTS3 run): third-party where both ends
 allow it (GridFTP to GridFTP, XRootD to XRootD, WebDAV COPY), streamed through this process
@@ -58,6 +63,14 @@ _CHECKSUM_WORDS = ("checksum", "Checksum", "CHECKSUM")
 def _error(url: str, exc: Any) -> dict[str, Any]:
     return {"url": url, "errno": int(getattr(exc, "code", 0) or 0),
             "error": " ".join(str(getattr(exc, "message", exc)).split())}
+
+
+def _mismatch(record: dict[str, Any]) -> bool:
+    """Whether a failed copy's error is its checksums differing: gfal2's words, or the
+    XRootD client's ``CheckSum error`` (EILSEQ)."""
+    return record["errno"] == errno.EILSEQ or (
+        any(w in record["error"] for w in _CHECKSUM_WORDS)
+        and "mismatch" in record["error"].lower())
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -163,9 +176,7 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
     if timeout_s:
         params.timeout = timeout_s
     if checksum:
-        kind, _, value = checksum.partition(":")
-        mode = gfal2.checksum_mode.both if not value else gfal2.checksum_mode.target
-        params.set_checksum(mode, kind.upper(), value)
+        _set_checksum(gfal2, params, checksum)
     start = time.monotonic()
 
     def monitor(_src: Any, _dst: Any, average: float, instant: float, transferred: int,
@@ -179,8 +190,7 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
         record = _error(src, exc)
         sys.stderr.write(f"gfal2 copy error: {record['errno']} "
                          f"({errno.errorcode.get(record['errno'], '?')}): {record['error']}\n")
-        if checksum and any(w in record["error"] for w in _CHECKSUM_WORDS) \
-                and "mismatch" in record["error"].lower():
+        if checksum and _mismatch(record):
             return EXIT_CHECKSUM
         return _EXIT_BY_ERRNO.get(record["errno"], EXIT_RETRYABLE)
     try:
@@ -192,9 +202,80 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
     return 0
 
 
+def _set_checksum(gfal2: Any, params: Any, checksum: str) -> None:
+    """TYPE: the ends' checksums compared; TYPE:VALUE: both with VALUE."""
+    kind, _, value = checksum.partition(":")
+    mode = gfal2.checksum_mode.both if not value else gfal2.checksum_mode.target
+    params.set_checksum(mode, kind.upper(), value)
+
+
+def _copy_one(gfal2: Any, streams: int, timeout_s: int, line: int, src: str,
+              dest: str, checksum: str = "") -> dict[str, Any]:
+    """One pair of a list, with a context of its own (one per thread)."""
+    ctx = gfal2.creat_context()
+    params = ctx.transfer_parameters()
+    params.overwrite = True
+    params.create_parent = True
+    params.nbstreams = streams
+    if timeout_s:
+        params.timeout = timeout_s
+    if checksum:
+        _set_checksum(gfal2, params, checksum)
+    try:
+        ctx.filecopy(params, src, dest)
+    except Exception as exc:  # noqa: BLE001 - gfal2.GError: reported for its pair
+        record = _error(src, exc)
+        code = _EXIT_BY_ERRNO.get(record["errno"], EXIT_RETRYABLE)
+        if checksum and _mismatch(record):
+            code = EXIT_CHECKSUM
+        return {"line": line, "errno": record["errno"], "error": record["error"],
+                "exit": code}
+    try:
+        size = int(ctx.stat(dest).st_size)
+    except Exception as exc:  # noqa: BLE001 - copied, yet not there to be seen
+        record = _error(dest, exc)
+        return {"line": line, "errno": record["errno"],
+                "error": f"copied, but the destination cannot be stat'ed: {record['error']}",
+                "exit": EXIT_RETRYABLE}
+    return {"line": line, "size": size}
+
+
+def op_copylist(gfal2: Any, args: list[str], text: str) -> int:
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    streams, timeout_s, parallel = 1, 0, 1
+    while args and args[0].startswith("--") and len(args) >= 2:
+        flag, value, args = args[0], int(args[1]), args[2:]
+        if flag == "--streams":
+            streams = value
+        elif flag == "--timeout":
+            timeout_s = value
+        elif flag == "--parallel":
+            parallel = max(value, 1)
+        else:
+            sys.stderr.write(f"unknown option {flag}\n")
+            return EXIT_PERMANENT
+    if args:
+        sys.stderr.write("usage: copylist [--streams N] [--timeout S] [--parallel CC] "
+                         "< pairs\n")
+        return EXIT_PERMANENT
+    pairs: list[tuple[Any, ...]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        fields = raw.split()
+        if len(fields) not in (2, 3):
+            sys.stderr.write(f"line {number}: expected SRC DEST [TYPE[:VALUE]]\n")
+            return EXIT_PERMANENT
+        pairs.append((number, *fields))
+    with ThreadPoolExecutor(max_workers=min(parallel, max(len(pairs), 1))) as pool:
+        futures = [pool.submit(_copy_one, gfal2, streams, timeout_s, *pair) for pair in pairs]
+        for future in as_completed(futures):
+            _emit(future.result())
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy ...\n")
+        sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy|copylist ...\n")
         return EXIT_PERMANENT
     # Stork retries failed attempts itself (with backoff, and alt_protocols): the XRootD
     # client's own reconnection (5 tries over 2 minutes each by default) would only hide an
@@ -221,6 +302,8 @@ def main(argv: list[str]) -> int:
         return op_mkdir(ctx, rest[0])
     if op == "copy":
         return op_copy(gfal2, ctx, rest)
+    if op == "copylist":
+        return op_copylist(gfal2, rest, sys.stdin.read())
     sys.stderr.write(f"unknown operation {op!r}\n")
     return EXIT_PERMANENT
 
