@@ -1,0 +1,576 @@
+"""ASM, HARP and the default under background load switched during a long dataset transfer.
+
+    .venv/bin/python bench/bench_asm_load.py [--profile wan40] [--dataset 800x2M]
+        [--schedule 0:0,30:25,60:50] [--methods asm,harp,default] [--out /tmp]
+        [--history FILE.csv]
+
+Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 Mbit/s):
+
+1. History. A sweep of --grid (`tests.testbed.grid`, one third-party globus-url-copy run a
+   cell) over the dataset's first --history-files files with no background traffic, and a
+   sweep of --load-grid under each other load of --history-loads (percent of the link rate,
+   the background as in 2), written as a table in the
+   HARP grid format (`--out`/asm-load-history.csv; `--history` reuses such a table). The
+   rows carry no known load (`sharing` 0): ASM's analysis tags their load intensity from
+   their deviation from the cell's top (docs/OPTIMIZERS.md), which is what the sweep under
+   background traffic gives it.
+2. Per method (`optimization = "asm"`, `"harp"`, none: the defaults per size class), a fresh
+   stork_server inside site b (`STORK_LINK_MBPS` = the link's rate) is given that history
+   (`stork_history import`, then `stork_history analyze`) and runs one dataset job over the
+   whole dataset, site a -> site b. Background traffic follows --schedule, `START_S:PERCENT`
+   pairs counted from the job's submission: iperf3 (`-C cubic`, --bg-streams streams paced
+   to PERCENT of the link rate in all, `-b` per stream) from site a to site b through the
+   same emulated link, one iperf3 client per loaded phase, the last one until the job ends.
+3. Sampled every --interval seconds: the bytes at the destination (allocated blocks of the
+   destination's files: data as it arrives, between the batches' commits) and the job's
+   `bytes_done` from the API; iperf3's own one-second reports for the background. The
+   batches (parameters and start times) come from the daemon's transfer log afterwards.
+
+Printed: per method and phase, the job's mean throughput, the background measured, the share
+of the link the background left over that the job took (throughput / (link rate - measured
+background)), the reaction time after each switch (defined in the output) and the first
+change of parameters after it; the job ad's optimizer record. One PNG timeline
+(--out/asm_under_load.png). Needs root, /dev/net/tun, `ip netns`, iperf3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support import StorkServer, wait_for
+from tests.testbed.cli import add_link_options, topologies
+from tests.testbed.dataset import Dataset, plan, problems, write
+from tests.testbed.grid import GridLog, parse_grid, sweep_grid
+from tests.testbed.netns import Testbed, TestbedUnavailable
+from tests.testbed.topology import Link
+
+METHODS = {"asm": "asm", "harp": "harp", "default": ""}  # name -> `optimization`
+DONE_STATES = ("COMPLETED", "FAILED", "REMOVED")
+SETTLE = 0.10  # "settled": within 10% of the phase's level
+WINDOW_S = 4.0  # the window a level is judged over (a batch or more)
+SMOOTH_S = 2.0  # the timeline's throughput: bytes over the last 2 s
+# History: 24 cells without background (HARP takes a sweep of 20 cells or more as one group
+# of its own), and under each load the 8 cells that fill the link (a cell that does not is
+# not slowed by the background, so its rows say nothing of the load; ASM builds a load
+# level's surface when it has rows in a quarter of the cells)
+UNLOADED_GRID = "cc=4,8,16,32 p=1,2,4 pp=0,1 fast=1"
+LOADED_GRID = "cc=8,16,32 p=2,4 pp=1 fast=1;cc=16,32 p=4 pp=0 fast=1"
+BG_PORT = 5301  # iperf3 servers of the background: one per flow, from this port up
+SUM_LINE = re.compile(r"^\[SUM\]\s+([\d.]+)-([\d.]+)\s+sec\s+\S+\s+\S+\s+([\d.]+)\s+Mbits/sec")
+
+
+@dataclass(frozen=True)
+class Phase:
+    start_s: float
+    percent: float
+
+
+def parse_schedule(text: str) -> tuple[Phase, ...]:
+    phases = []
+    for word in text.split(","):
+        start, _, percent = word.partition(":")
+        phases.append(Phase(float(start), float(percent)))
+    if not phases or phases[0].start_s != 0 or any(
+            b.start_s <= a.start_s for a, b in itertools.pairwise(phases)):
+        raise SystemExit(f"--schedule {text!r}: START_S:PERCENT pairs from 0, times rising")
+    return tuple(phases)
+
+
+# --- background traffic --------------------------------------------------------------------
+
+@dataclass
+class Flow:
+    """One iperf3 client (site a -> site b) paced to `mbps` in all over `streams` streams."""
+
+    mbps: float
+    started: float  # monotonic
+    proc: subprocess.Popen[Any]
+    server: subprocess.Popen[Any]
+    output: Path
+    stopped: float | None = None
+
+    def reports(self) -> list[tuple[float, float, float]]:
+        """(start, end, Mbit/s) of iperf3's one-second [SUM] reports, on the monotonic clock."""
+        out = []
+        for line in self.output.read_text(errors="replace").splitlines():
+            match = SUM_LINE.match(line)
+            if match and float(match.group(2)) - float(match.group(1)) <= 1.5:
+                a, b = float(match.group(1)), float(match.group(2))
+                out.append((self.started + a, self.started + b, float(match.group(3))))
+        return out
+
+
+class Background:
+    def __init__(self, bed: Testbed, link: Link, streams: int, workdir: Path) -> None:
+        self.bed, self.link, self.streams, self.workdir = bed, link, streams, workdir
+        self.flows: list[Flow] = []
+        self._port = BG_PORT
+
+    def start(self, percent: float, tag: str) -> Flow | None:
+        if percent <= 0:
+            return None
+        mbps = percent / 100 * self.link.rate_mbps
+        port, self._port = self._port, self._port + 1
+        address = self.bed.address(self.link.b)
+        server = self.bed.popen(self.link.b, ["iperf3", "-s", "-1", "-B", address, "-p",
+                                              str(port)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for(lambda: self.bed.listening(self.link.b, port), 10, 0.05,
+                 what=f"iperf3 server on port {port}")
+        output = self.workdir / f"iperf3-{tag}-{port}.txt"
+        argv = ["iperf3", "-c", address, "-p", str(port), "-C", "cubic", "-P",
+                str(self.streams), "-b", f"{mbps / self.streams:.4f}M", "-t", "3600", "-i", "1",
+                "-f", "m", "--forceflush"]
+        with open(output, "w") as handle:
+            proc = self.bed.popen(self.link.a, argv, stdout=handle, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        flow = Flow(mbps, time.monotonic(), proc, server, output)
+        self.flows.append(flow)
+        return flow
+
+    def stop(self, flow: Flow | None) -> None:
+        if flow is None or flow.stopped is not None:
+            return
+        flow.stopped = time.monotonic()
+        for proc in (flow.proc, flow.server):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    def stop_all(self) -> None:
+        for flow in self.flows:
+            self.stop(flow)
+
+
+def measured_mbps(flows: list[Flow], a: float, b: float) -> float:
+    """Mean background rate over [a, b] (monotonic), from the reports that fall inside it
+    (by their middle); 0 when no flow ran."""
+    total = seconds = 0.0
+    for flow in flows:
+        for start, end, mbps in flow.reports():
+            if a <= (start + end) / 2 < b:
+                total += mbps * (end - start)
+                seconds += end - start
+    return total / seconds if seconds else 0.0
+
+
+# --- history -------------------------------------------------------------------------------
+
+def view(source: Path, dataset: Dataset, count: int) -> tuple[Dataset, Path]:
+    """The first `count` files of `dataset` as a dataset of their own (hard links)."""
+    part = Dataset(dataset.spec, dataset.seed, dataset.sizes[:count])
+    directory = source.parent / "views" / f"{dataset.dirname}-first{count}"
+    have = sorted(os.listdir(directory)) if directory.is_dir() else []
+    if have != part.names():
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        for name in part.names():
+            os.link(source / name, directory / name)
+    return part, directory
+
+
+def build_history(bed: Testbed, args: argparse.Namespace, dataset: Dataset, source: Path,
+                  path: Path) -> list[str]:
+    """The sweep of --grid at each load of --history-loads, rows into `path`; a line of what
+    each run measured."""
+    link = bed.topology.links[0]
+    part, src = view(source, dataset, args.history_files)
+    unloaded = parse_grid(args.grid.split())
+    loaded = tuple(c for grid in args.load_grid.split(";") for c in parse_grid(grid.split()))
+    path.unlink(missing_ok=True)
+    table = GridLog(path)
+    background = Background(bed, link, args.bg_streams, path.parent)
+    lines = []
+    try:
+        for percent in args.history_loads:
+            flow = background.start(percent, f"history{percent:g}")
+            time.sleep(3 if flow else 0)  # the background's slow start
+            began = time.monotonic()
+            swept = sweep_grid(bed, link, link.a, link.b, part, src,
+                               loaded if percent > 0 else unloaded)
+            background.stop(flow)
+            bg = measured_mbps([flow], began, time.monotonic()) if flow else 0.0
+            for row in swept.rows:
+                table.append(dataclasses.replace(row, source=bed.address(link.a),
+                                                 destination=bed.address(link.b)))
+                lines.append(f"load {percent:g}% (measured {bg:.0f} Mbit/s): cc={row.concurrency}"
+                             f" p={row.parallelism} pp={row.pipelining} "
+                             f"{row.throughput_mbps:.1f} Mbit/s")
+                print(f"<!-- history: {lines[-1]} -->", flush=True)
+            for failure in swept.failures:
+                lines.append(f"load {percent:g}%: {failure}")
+                print(f"<!-- history: {lines[-1]} -->", flush=True)
+    finally:
+        background.stop_all()
+        shutil.rmtree(bed.site_dir(link.b) / "grid-in", ignore_errors=True)
+    return lines
+
+
+# --- one run -------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    method: str
+    t0: float  # monotonic, at submission
+    wall0: float
+    samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, dest, api bytes)
+    job: dict[str, Any] = field(default_factory=dict)
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    flows: list[Flow] = field(default_factory=list)
+    switches: list[float] = field(default_factory=list)  # t of each switch (after the first)
+    end_s: float = 0.0
+    analysis: str = ""
+
+    def bytes_at(self, t: float) -> float:
+        """Destination bytes at `t` s after submission (linear between samples)."""
+        s = self.samples
+        if not s or t <= s[0][0]:
+            return float(s[0][1]) if s else 0.0
+        for (ta, ba, _), (tb, bb, _) in itertools.pairwise(s):
+            if ta <= t <= tb:
+                return ba + (bb - ba) * (t - ta) / (tb - ta) if tb > ta else float(bb)
+        return float(s[-1][1])
+
+    def mbps(self, a: float, b: float) -> float:
+        return (self.bytes_at(b) - self.bytes_at(a)) * 8 / 1e6 / (b - a) if b > a else 0.0
+
+
+def dest_bytes(directory: Path) -> int:
+    """Bytes that have arrived: allocated blocks of each file, at most its size."""
+    total = 0
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                total += min(st.st_blocks * 512, st.st_size)
+    except FileNotFoundError:
+        pass
+    return total
+
+
+def run_method(bed: Testbed, args: argparse.Namespace, method: str, source: Path,
+               dataset: Dataset, history: Path) -> Run:
+    link = bed.topology.links[0]
+    work = args.workdir / f"run-{method}-{time.monotonic_ns()}"
+    knobs = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}"}
+    server = StorkServer(work, knobs, prefix=bed.argv(link.b, [])).start()
+    background = Background(bed, link, args.bg_streams, work)
+    dest = bed.site_dir(link.b) / "in"
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        imported = server.cli("stork_history", "import", str(history), check=True)
+        analysed = server.cli("stork_history", "analyze", "--report", str(work / "report"),
+                              check=True, timeout=300)
+        analysis = imported.stdout.strip() + "\n" + analysed.stdout.strip()
+        optimization = METHODS[method]
+        extra = f'optimization = "{optimization}"; ' if optimization else ""
+        ad = (f'[ dap_type = transfer; src_url = "{bed.url(link.a, source)}/"; '
+              f'dest_url = "{bed.url(link.b, dest)}/"; {extra}]\n')
+        run = Run(method, time.monotonic(), time.time(), analysis=analysis)
+        [job_id] = server.submit(ad)
+        done = threading.Event()
+
+        def schedule() -> None:
+            flow: Flow | None = None
+            for phase in args.schedule:
+                if done.wait(max(0.0, run.t0 + phase.start_s - time.monotonic())):
+                    break
+                background.stop(flow)
+                if phase.start_s > 0:
+                    run.switches.append(time.monotonic() - run.t0)
+                flow = background.start(phase.percent, f"{method}-{phase.start_s:g}")
+            done.wait()
+            background.stop(flow)
+
+        switcher = threading.Thread(target=schedule, daemon=True)
+        switcher.start()
+        state = ""
+        api_bytes = 0
+        last_api = 0.0
+        deadline = time.monotonic() + args.timeout
+        while state not in DONE_STATES and time.monotonic() < deadline:
+            now = time.monotonic()
+            if now - last_api >= 1.0:
+                job = server.job(job_id)["job"]
+                state, api_bytes, last_api = job["state"], job["bytes_done"] or 0, now
+            run.samples.append((now - run.t0, dest_bytes(dest), api_bytes))
+            time.sleep(max(0.0, args.interval - (time.monotonic() - now)))
+        if state not in DONE_STATES:
+            server.cli("stork_rm", str(job_id))
+            wait_for(lambda: server.job(job_id)["job"]["state"] in DONE_STATES, 120, 0.5,
+                     what="the removed job to stop")
+        run.end_s = time.monotonic() - run.t0
+        run.samples.append((run.end_s, dest_bytes(dest), server.job(job_id)["job"]["bytes_done"]))
+        done.set()
+        switcher.join(timeout=30)
+        run.flows = list(background.flows)
+        run.job = server.job(job_id)["job"]
+        rows = server.api("GET", "/v1/transfers", params={"since": run.wall0 - 1}).json()
+        run.batches = sorted((r for r in rows["transfers"] if r.get("origin") == "stork"),
+                             key=lambda r: r["time"])
+        broken = problems(dataset, dest)
+        if broken:
+            run.job["_not_whole"] = len(broken)
+    finally:
+        background.stop_all()
+        server.stop()
+        shutil.rmtree(dest, ignore_errors=True)
+    return run
+
+
+# --- figures -------------------------------------------------------------------------------
+
+@dataclass
+class PhaseFigure:
+    start: float
+    end: float
+    percent: float
+    bg_mbps: float
+    mbps: float
+    share: float
+    level: float  # mean over the phase's second half
+    reaction: str  # after the switch that began the phase
+    change: str  # first change of parameters after the switch
+
+
+def phase_figures(run: Run, args: argparse.Namespace, rate_mbps: float) -> list[PhaseFigure]:
+    bounds = [0.0, *run.switches]
+    out: list[PhaseFigure] = []
+    for k, start in enumerate(bounds):
+        end = bounds[k + 1] if k + 1 < len(bounds) else run.end_s
+        if end <= start:
+            continue
+        percent = args.schedule[k].percent
+        bg = measured_mbps(run.flows, run.t0 + start, run.t0 + end)
+        mbps = run.mbps(start, end)
+        level = run.mbps(start + (end - start) / 2, end)
+        reaction, change = "-", "-"
+        if k > 0:
+            reaction = reaction_time(run, out[-1], start, end, level)
+            change = first_change(run, start, end)
+        out.append(PhaseFigure(start, end, percent, bg, mbps,
+                               mbps / max(rate_mbps - bg, 1e-9), level, reaction, change))
+    return out
+
+
+def reaction_time(run: Run, before: PhaseFigure, start: float, end: float,
+                  level: float) -> str:
+    """Seconds from the switch until a WINDOW_S window's mean first lies within SETTLE of the
+    phase's level (its second half); "no change" when that level is within SETTLE of the
+    previous phase's; "-" when the phase is too short to tell."""
+    if end - start < 2 * WINDOW_S:
+        return "phase too short"
+    if abs(level - before.level) <= SETTLE * before.level:
+        return f"no change ({level / max(before.level, 1e-9) - 1:+.0%})"
+    t = start
+    while t + WINDOW_S <= end:
+        if abs(run.mbps(t, t + WINDOW_S) - level) <= SETTLE * level:
+            return f"{t - start:.1f} s"
+        t += 0.5
+    return "never settled"
+
+
+def label(row: dict[str, Any]) -> str:
+    return f"{row['cc']}/{row['p']}/{row['pp']}"
+
+
+def first_change(run: Run, start: float, end: float) -> str:
+    """The first batch started in [start, end) whose parameters differ from the batch before
+    it: seconds after the switch and the new cc/p/pp."""
+    previous: dict[str, Any] | None = None
+    for row in run.batches:
+        t = row["time"] - run.wall0
+        if previous is not None and start <= t < end and label(row) != label(previous):
+            return f"{t - start:.1f} s: {label(previous)} -> {label(row)}"
+        previous = row
+    return "none"
+
+
+def optimizer_record(job: dict[str, Any]) -> list[str]:
+    result = job.get("result") or {}
+    lines = []
+    for key, value in sorted(result.items()):
+        if key.startswith("optimizer_"):
+            lines.append(f"{key}: {json.dumps(value)}")
+    lines.append(f"chunks: {'; '.join(result.get('dataset_chunks') or ['?'])}")
+    return lines
+
+
+def print_tables(runs: list[Run], args: argparse.Namespace, link: Link,
+                 dataset: Dataset) -> None:
+    print(f"\n## Under changing load: {link.label}, dataset {dataset.spec} "
+          f"({dataset.total_bytes / 2**20:.0f} MiB), background {args.bg_streams} iperf3 "
+          f"streams -C cubic, schedule "
+          + ", ".join(f"{p.percent:g}% from {p.start_s:g} s" for p in args.schedule))
+    print("\n| method | state | seconds | Mbit/s | phase | background nominal / measured | "
+          "job Mbit/s | share of the link left over | level (second half) | reaction | "
+          "first change of cc/p/pp |")
+    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |")
+    for run in runs:
+        total = run.job.get("bytes_done", 0) * 8 / 1e6 / max(run.end_s, 1e-9)
+        note = f", {run.job['_not_whole']} files not whole" if run.job.get("_not_whole") else ""
+        for i, ph in enumerate(phase_figures(run, args, link.rate_mbps)):
+            head = (f"| {run.method} | {run.job.get('state')}{note} | {run.end_s:.1f} | "
+                    f"{total:.1f}" if i == 0 else "| | | |")
+            nominal = ph.percent / 100 * link.rate_mbps
+            print(f"{head} | {ph.start:.0f}-{ph.end:.0f} s | {nominal:.0f} / {ph.bg_mbps:.1f}"
+                  f" | {ph.mbps:.1f} | {ph.share:.2f} | {ph.level:.1f} | "
+                  f"{ph.reaction} | {ph.change} |")
+    print(f"\nshare of the link left over = the job's bytes in the phase x 8 / its seconds / "
+          f"({link.rate_mbps:g} Mbit/s - the background iperf3 measured in the phase)."
+          f"\nreaction = seconds from the switch until the mean throughput over a "
+          f"{WINDOW_S:g} s window first lies within {SETTLE:.0%} of the phase's level (its "
+          f"mean over the phase's second half); \"no change\" when that level is within "
+          f"{SETTLE:.0%} of the previous phase's level. first change = the first batch started "
+          f"after the switch with other parameters than the batch before it.")
+    for run in runs:
+        print(f"\n{run.method}: batches (start s: cc/p/pp, files, Mbit/s): " + ", ".join(
+            f"{r['time'] - run.wall0:.0f}: {label(r)} x{r['file_count']} "
+            f"{r['throughput_mbps']:.0f}" for r in run.batches))
+        for line in optimizer_record(run.job):
+            print(f"{run.method}: {line}")
+
+
+def plot(runs: list[Run], args: argparse.Namespace, link: Link, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"asm": "tab:red", "harp": "tab:blue", "default": "tab:green"}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1]})
+    end = max(r.end_s for r in runs)
+    steps_t = [p.start_s for p in args.schedule] + [end]
+    left = [link.rate_mbps * (1 - p.percent / 100) for p in args.schedule]
+    top.step(steps_t, [*left, left[-1]], where="post", color="grey", ls="--", lw=1,
+             label="link - background (nominal)")
+    for run in runs:
+        ts = [s[0] for s in run.samples if s[0] >= SMOOTH_S]
+        top.plot(ts, [run.mbps(t - SMOOTH_S, t) for t in ts], color=colours.get(run.method),
+                 lw=1.2, label=f"{run.method} ({run.end_s:.0f} s)")
+        previous = None
+        for row in run.batches:
+            t = row["time"] - run.wall0
+            if previous is None or label(row) != label(previous):
+                top.plot([t], [5], marker="^", color=colours.get(run.method), ms=6)
+                top.annotate(label(row), (t, 5), textcoords="offset points",
+                             xytext=(2, 4 + 9 * list(colours).index(run.method)), fontsize=7,
+                             color=colours.get(run.method))
+            previous = row
+        points = [(s + e) / 2 - run.t0 for f in run.flows for s, e, _ in f.reports()]
+        rates = [m for f in run.flows for _, _, m in f.reports()]
+        bottom.plot(points, rates, ".", ms=3, color=colours.get(run.method),
+                    label=f"during {run.method}")
+    for p in args.schedule[1:]:
+        for ax in (top, bottom):
+            ax.axvline(p.start_s, color="black", lw=0.6, ls=":")
+    top.set_ylabel("job throughput, Mbit/s (last 2 s)")
+    top.set_ylim(0, link.rate_mbps * 1.05)
+    top.legend(loc="upper right", fontsize=8)
+    top.set_title(f"Dataset job under background load: {link.label} "
+                  f"(triangles: parameters cc/p/pp of each new batch setting)", fontsize=9)
+    bottom.set_ylabel("iperf3, Mbit/s")
+    bottom.set_xlabel("seconds after submission")
+    bottom.set_ylim(0, link.rate_mbps * 0.7)
+    bottom.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_link_options(parser)
+    parser.add_argument("--dataset", default="800x2M", help="the long dataset (800x2M)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--schedule", default="0:0,30:25,60:50",
+                        help="START_S:PERCENT,... of the background (0:0,30:25,60:50)")
+    parser.add_argument("--methods", default="asm,harp,default")
+    parser.add_argument("--bg-streams", type=int, default=16,
+                        help="iperf3 streams of the background (16: one cubic stream gets "
+                             "about 24 Mbit/s at 40 ms, 0.1%% loss)")
+    parser.add_argument("--history", type=Path, help="reuse this history table (no sweep)")
+    parser.add_argument("--history-files", type=int, default=40)
+    parser.add_argument("--history-loads", default="0,25,50")
+    parser.add_argument("--grid", default=UNLOADED_GRID,
+                        help=f"history cells without background ({UNLOADED_GRID})")
+    parser.add_argument("--load-grid", default=LOADED_GRID,
+                        help=f"history cells under each load, grids joined by ';' "
+                             f"({LOADED_GRID})")
+    parser.add_argument("--interval", type=float, default=0.5, help="sampling, s (0.5)")
+    parser.add_argument("--timeout", type=float, default=900, help="per run, s (900)")
+    parser.add_argument("--out", type=Path, default=Path("/tmp"))
+    args = parser.parse_args()
+    if args.workdir == Path("/tmp/stork-testbed"):  # the shared default: a directory of its own
+        args.workdir = Path("/tmp/stork-asmload")
+    args.schedule = parse_schedule(args.schedule)
+    args.history_loads = [float(x) for x in args.history_loads.split(",")]
+    methods = [m.strip() for m in args.methods.split(",")]
+    if any(m not in METHODS for m in methods):
+        parser.error(f"--methods: from {', '.join(METHODS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    [(name, topology)] = topologies(args, ("wan40",))[:1]
+    dataset = plan(args.dataset, args.seed)
+    written = write(dataset, args.workdir / "datasets" / dataset.dirname)
+    # the job's directory holds the dataset's files alone: the manifest next to them would
+    # be a one-file small chunk running beside the others, which the daemon counts as known
+    # load (ASM would start on a heavier surface for it)
+    _, source = view(written, dataset, dataset.count)
+    runs: list[Run] = []
+    history_lines: list[str] = []
+    try:
+        with Testbed(topology, args.workdir / f"bed-{name}", congestion=args.cc) as bed:
+            link = bed.topology.links[0]
+            history = args.history
+            if history is None:
+                history = args.out / "asm-load-history.csv"
+                history_lines = build_history(bed, args, dataset, source, history)
+            for method in methods:
+                began = time.strftime("%H:%M:%S")
+                run = run_method(bed, args, method, source, dataset, history)
+                runs.append(run)
+                print(f"<!-- {method}: {run.job.get('state')} in {run.end_s:.1f} s "
+                      f"(began {began}) -->", flush=True)
+    except TestbedUnavailable as exc:
+        print(f"bench_asm_load: cannot build the testbed here: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if runs:
+            link = topology.links[0]
+            print_tables(runs, args, link, dataset)
+            png = args.out / "asm_under_load.png"
+            plot(runs, args, link, png)
+            print(f"\ntimeline: {png}")
+    if history_lines:
+        print(f"\nhistory (first {args.history_files} files; {args.grid} without background, "
+              f"{args.load_grid} under load; Mbit/s):")
+        for line in history_lines:
+            print(f"- {line}")
+    for run in runs[:1]:
+        print(f"\nanalysis before the runs ({run.method}'s daemon):\n{run.analysis}")
+    print(f"\nwall time: {time.monotonic() - started:.0f} s")
+    return 0 if runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
