@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from stork.transfer.remote import helper_available
 from tests import gsi, pgcluster
-from tests.support import GridFtpServer, StorkServer, missing_tools
+from tests.support import GridFtpServer, StorkServer, missing_tools, removed_after
 
 
 @pytest.fixture(scope="session")
@@ -81,3 +82,33 @@ def users() -> Iterator[list[pwd.struct_passwd]]:
     yield [pwd.getpwnam(n) for n in USERS]
     for name in made:
         subprocess.run(["userdel", name], check=False)
+
+
+@pytest.fixture(scope="module")
+def export(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The directory a module's xrootd exports, outside pytest's private tree (xrootd runs as
+    nobody)."""
+    top = Path(f"/tmp/stork-xrootd-{request.module.__name__.rpartition('.')[2]}-{os.getpid()}")
+    top.mkdir(mode=0o755)
+    with removed_after(top):
+        yield top / "export"
+
+
+@pytest.fixture(scope="module")
+def xrootd(test_ca: gsi.TestCa, export: Path) -> Iterator[gsi.XrootdServer]:
+    """A real xrootd serving `export` as root:// and, over TLS with the test CA, davs://."""
+    if shutil.which("xrootd") is None or not helper_available():
+        pytest.skip("xrootd or the gfal2 bindings are missing; run `make setup`")
+    server = gsi.XrootdServer(test_ca, export).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def stork_x(test_ca: gsi.TestCa, tmp_path_factory: pytest.TempPathFactory,
+            xrootd: gsi.XrootdServer) -> Iterator[StorkServer]:
+    """A stork_server that trusts the test CA, for the module's xrootd tests."""
+    server = StorkServer(tmp_path_factory.mktemp("stork-xrootd"),
+                         env={"X509_CERT_DIR": str(test_ca.trust)}).start()
+    yield server
+    server.stop()

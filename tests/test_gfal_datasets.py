@@ -7,50 +7,23 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from stork.dataset import DatasetError, expand, is_dataset
 from stork.transfer.gfalhelper import EXIT_CHECKSUM
-from stork.transfer.remote import GFAL_PYTHON, HELPER, helper_available
+from stork.transfer.remote import GFAL_PYTHON, HELPER
 from tests.gsi import TestCa, XrootdServer
-from tests.support import StorkServer, removed_after, wait_for
+from tests.support import StorkServer, wait_for
 from tests.test_dataset_jobs import assert_same, files_of, make_tree
 
 COUNT = 30
 
 
-@pytest.fixture(scope="module")
-def export() -> Iterator[Path]:
-    """The exported directory, outside pytest's private tree (xrootd runs as nobody)."""
-    top = Path(f"/tmp/stork-xrootd-ds-{os.getpid()}")
-    top.mkdir(mode=0o755)
-    with removed_after(top):
-        yield top / "export"
-
-
-@pytest.fixture(scope="module")
-def xrootd(test_ca: TestCa, export: Path) -> Iterator[XrootdServer]:
-    if shutil.which("xrootd") is None or not helper_available():
-        pytest.skip("xrootd or the gfal2 bindings are missing; run `make setup`")
-    server = XrootdServer(test_ca, export).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def stork_x(test_ca: TestCa, tmp_path_factory: pytest.TempPathFactory,
-            xrootd: XrootdServer) -> Iterator[StorkServer]:
-    server = StorkServer(tmp_path_factory.mktemp("stork-gfal-datasets"),
-                         env={"X509_CERT_DIR": str(test_ca.trust)}).start()
-    yield server
-    server.stop()
 
 
 def test_datasets_to_from_and_between_xrootd_and_webdav_ends(

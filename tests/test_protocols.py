@@ -11,47 +11,21 @@ import shutil
 import socket
 import subprocess
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from stork.errors import RemoteEndError
-from stork.transfer.remote import RemoteEnds, RemoteStat, helper_available
+from stork.transfer.remote import RemoteEnds, RemoteStat
 from stork.transfer.verify import checksum_of
 from tests import corrupting
 from tests.gsi import TestCa, XrootdServer
-from tests.support import StorkServer, make_file, md5, removed_after
+from tests.support import StorkServer, make_file, md5
 
 MB = 1024 * 1024
 SCHEMES = ("root", "davs")
 
 
-@pytest.fixture(scope="module")
-def export() -> Iterator[Path]:
-    """The exported directory, outside pytest's private tree (xrootd runs as nobody)."""
-    top = Path(f"/tmp/stork-xrootd-{os.getpid()}")
-    top.mkdir(mode=0o755)
-    with removed_after(top):
-        yield top / "export"
-
-
-@pytest.fixture(scope="module")
-def xrootd(test_ca: TestCa, export: Path) -> Iterator[XrootdServer]:
-    if shutil.which("xrootd") is None or not helper_available():
-        pytest.skip("xrootd or the gfal2 bindings are missing; run `make setup`")
-    server = XrootdServer(test_ca, export).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def stork_x(test_ca: TestCa, tmp_path_factory: pytest.TempPathFactory,
-            xrootd: XrootdServer) -> Iterator[StorkServer]:
-    server = StorkServer(tmp_path_factory.mktemp("stork-protocols"),
-                         env={"X509_CERT_DIR": str(test_ca.trust)}).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
