@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from stork.asm.analysis import Aggregate, Cluster, Model, build_model, maximum
 from stork.asm.surface import Surface
-from stork.dataset.chunks import Params, default_params
+from stork.dataset.chunks import Params
 from stork.errors import AsmError
 from stork.optimizers.base import (
     DatasetDescription,
@@ -44,6 +44,7 @@ from stork.optimizers.base import (
     Probe,
     ProbeResult,
 )
+from stork.optimizers.harp import probe_bytes
 from stork.translog import TransferRecord
 
 
@@ -164,16 +165,8 @@ class AsmOptimizer(Optimizer):
                         unit_mbps=s.at(Params(1, params.p, params.pp)) * scale)
 
     def probe_bytes(self, dataset: DatasetDescription) -> int:
-        """About how much one probe sends: `probe_seconds` at the link's rate, at least two
-        files per stream of the size class's preset, at most `probe_share` of the dataset."""
-        s = self.settings
-        preset = default_params(dataset.size_class, dataset.avg_file_bytes,
-                                dataset.bdp_bytes or dataset.avg_file_bytes)
-        least = 2 * preset.cc * dataset.avg_file_bytes
-        want = (s.probe_seconds * dataset.bandwidth_bps / 8 if dataset.bandwidth_bps
-                else least)
-        return int(min(max(want, least), max(dataset.total_bytes * s.probe_share,
-                                             dataset.avg_file_bytes)))
+        """About how much one probe sends (`stork.optimizers.harp.probe_bytes`)."""
+        return probe_bytes(dataset, self.settings.probe_seconds, self.settings.probe_share)
 
 
 def _closest(surfaces: Sequence[Surface], among: Sequence[int] | range, point: Params,

@@ -182,14 +182,7 @@ class HarpOptimizer(Optimizer):
 
     def probe_bytes(self, dataset: DatasetDescription) -> int:
         """About how much one probe sends (see `HarpSettings`)."""
-        s = self.settings
-        cls_default = default_params(dataset.size_class, dataset.avg_file_bytes,
-                                     dataset.bdp_bytes or dataset.avg_file_bytes)
-        least = 2 * cls_default.cc * dataset.avg_file_bytes
-        want = (s.probe_seconds * dataset.bandwidth_bps / 8 if dataset.bandwidth_bps
-                else least)
-        return int(min(max(want, least), max(dataset.total_bytes * s.probe_share,
-                                             dataset.avg_file_bytes)))
+        return probe_bytes(dataset, self.settings.probe_seconds, self.settings.probe_share)
 
     def _choose(self, models: list[_Model], probes: list[ProbeResult],
                 limits: Limits) -> _Choice:
@@ -279,6 +272,18 @@ def first_probe(dataset: DatasetDescription, limits: Limits) -> Params:
     `stork.dataset.chunks` computes them), within the limits."""
     bdp = dataset.bdp_bytes or dataset.avg_file_bytes
     return limits.nearest(default_params(dataset.size_class, dataset.avg_file_bytes, bdp))
+
+
+def probe_bytes(dataset: DatasetDescription, probe_seconds: float, probe_share: float) -> int:
+    """About how much one probe of real files sends: `probe_seconds` at the link's rate, at
+    least two files per stream of the size class's preset, at most `probe_share` of the
+    dataset (at least one file)."""
+    preset = default_params(dataset.size_class, dataset.avg_file_bytes,
+                            dataset.bdp_bytes or dataset.avg_file_bytes)
+    least = 2 * preset.cc * dataset.avg_file_bytes
+    want = probe_seconds * dataset.bandwidth_bps / 8 if dataset.bandwidth_bps else least
+    return int(min(max(want, least), max(dataset.total_bytes * probe_share,
+                                         dataset.avg_file_bytes)))
 
 
 def share_concurrency(chunks: Sequence[tuple[float, int, float]]) -> list[int]:

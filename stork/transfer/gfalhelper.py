@@ -169,14 +169,7 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
                          "SRC DEST\n")
         return EXIT_PERMANENT
     src, dest = args
-    params = ctx.transfer_parameters()
-    params.overwrite = True
-    params.create_parent = True
-    params.nbstreams = streams
-    if timeout_s:
-        params.timeout = timeout_s
-    if checksum:
-        _set_checksum(gfal2, params, checksum)
+    params = _transfer_parameters(gfal2, ctx, streams, timeout_s, checksum)
     start = time.monotonic()
 
     def monitor(_src: Any, _dst: Any, average: float, instant: float, transferred: int,
@@ -202,6 +195,21 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
     return 0
 
 
+def _transfer_parameters(gfal2: Any, ctx: Any, streams: int, timeout_s: int,
+                         checksum: str) -> Any:
+    """A copy's parameters: overwrite, parent directories made, `streams` streams, the
+    timeout when given, and the checksum check when asked."""
+    params = ctx.transfer_parameters()
+    params.overwrite = True
+    params.create_parent = True
+    params.nbstreams = streams
+    if timeout_s:
+        params.timeout = timeout_s
+    if checksum:
+        _set_checksum(gfal2, params, checksum)
+    return params
+
+
 def _set_checksum(gfal2: Any, params: Any, checksum: str) -> None:
     """TYPE: the ends' checksums compared; TYPE:VALUE: both with VALUE."""
     kind, _, value = checksum.partition(":")
@@ -213,14 +221,7 @@ def _copy_one(gfal2: Any, streams: int, timeout_s: int, line: int, src: str,
               dest: str, checksum: str = "") -> dict[str, Any]:
     """One pair of a list, with a context of its own (one per thread)."""
     ctx = gfal2.creat_context()
-    params = ctx.transfer_parameters()
-    params.overwrite = True
-    params.create_parent = True
-    params.nbstreams = streams
-    if timeout_s:
-        params.timeout = timeout_s
-    if checksum:
-        _set_checksum(gfal2, params, checksum)
+    params = _transfer_parameters(gfal2, ctx, streams, timeout_s, checksum)
     try:
         ctx.filecopy(params, src, dest)
     except Exception as exc:  # noqa: BLE001 - gfal2.GError: reported for its pair
