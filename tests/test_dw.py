@@ -11,6 +11,7 @@ import pytest
 from stork import optimizers
 from stork.config import load
 from stork.dataset.chunks import Params
+from stork.eos.samplers import Sampler
 from stork.eos.sampling import Sample
 from stork.eos.service import EosService
 from stork.eos.types import EstimateRequest
@@ -184,7 +185,7 @@ def test_the_eos_samples_a_single_files_stream_count_with_dw(tmp_path) -> None:
     curve = {1: 100.0, 2: 180.0, 4: 250.0, 8: 220.0, 16: 150.0}
     measured: list[int] = []
 
-    class Curve:
+    class Curve(Sampler):
         name = "fake-curve"
 
         def measure(self, n: int) -> Sample:  # a stand-in network (the logic is under test)

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from stork import config
-from stork.eos.samplers import GridFtpSampler, Iperf3Sampler, SamplingError, steady_rate
+from stork.eos.samplers import (
+    GridFtpSampler,
+    Iperf3Sampler,
+    Sampler,
+    SamplingError,
+    steady_rate,
+)
 from stork.eos.sampling import Sample
 from stork.eos.service import EosService
 from stork.eos.types import EstimateRequest, EstimateResult
@@ -144,7 +150,7 @@ def test_equal_requests_in_flight_share_one_sampling_run(tmp_path: Path) -> None
     gate = threading.Event()
     calls: list[int] = []
 
-    class SlowSampler:
+    class SlowSampler(Sampler):
         name = "fake-timed"
 
         def measure(self, n: int) -> Sample:  # a stand-in network: a curve peaking at 8
@@ -286,7 +292,7 @@ def test_share_window_zero_samples_for_every_job(tmp_path: Path) -> None:
     now = [1000.0]
     runs: list[int] = []
 
-    class Curve:
+    class Curve(Sampler):
         name = "fake-curve"
 
         def measure(self, n: int) -> Sample:  # a stand-in network (the logic is under test)

@@ -11,8 +11,9 @@ import classad2
 import pytest
 
 from stork import config
+from stork.eos.samplers import Sampler
 from stork.eos.sampling import Sample
-from stork.eos.service import EosService
+from stork.eos.service import Budget, EosService
 from stork.eos.types import EstimateRequest
 from stork.store import SqliteStore
 from stork.store.base import HistoryEntry
@@ -77,19 +78,23 @@ def test_an_estimation_with_a_small_size_is_answered_without_samples(
         server.stop()
 
 
-class TimedCurve:
+class TimedCurve(Sampler):
     """A stand-in network whose samples take `seconds` each (the budget logic is under test)."""
 
     name = "fake-timed"
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, keeps: int = 0) -> None:
         self.seconds = seconds
+        self.keeps = keeps  # bytes each sample leaves in the destination (in place)
         self.calls: list[int] = []
 
     def measure(self, n: int) -> Sample:
         time.sleep(self.seconds)
         self.calls.append(n)
         return Sample(n, 100 * n / (1 + (n / 8) ** 2) ** 0.5, duration_s=self.seconds)
+
+    def kept_bytes(self) -> int:
+        return self.keeps * len(self.calls)
 
 
 def service(tmp_path: Path, curve: TimedCurve, store: SqliteStore | None = None,
@@ -186,4 +191,32 @@ def test_samples_that_are_part_of_the_transfer_run_and_a_slow_path_allows_more(
     curve.calls.clear()
     small = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=100 * MB, in_place=True))
     assert small.optimization_source in ("default", "history") and curve.calls == []
+    eos.shutdown()
+
+
+def test_bytes_the_samples_left_in_the_destination_are_progress_not_cost(
+        tmp_path: Path) -> None:
+    budget = Budget(10**9, 1000.0, "STORK_LINK_MBPS", 0.1, 0.5, part_of_transfer=True)
+    samples = [Sample(16, 400.0), Sample(32, 800.0)]
+    assert budget.spent(1.0, 0, samples) == 1.0
+    # 50 MB at the best rate measured (800 Mbit/s) take 0.5 s of the transfer's own time
+    assert budget.spent(1.0, 50 * 10**6, samples) == pytest.approx(0.5)
+    assert budget.spent(1.0, 200 * 10**6, samples) == 0.0
+    assert budget.spent(1.0, 50 * 10**6, []) == 1.0
+    # a run: 10**9 bytes, 0.4 s a sample; the budget follows the best rate measured (at most
+    # 794 Mbit/s: about 1 s of sampling). Samples that keep nothing: two fit.
+    scratch = TimedCurve(0.4)
+    eos = service(tmp_path, scratch)
+    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=10**9, in_place=True))
+    assert result.optimization_source == "budget" and scratch.calls == [16, 32]
+    assert "of it a cost" not in result.optimization_reason
+    eos.shutdown()
+    # samples that each leave their 64 MiB in the destination (0.7 s of the transfer at
+    # 776 Mbit/s) cost nothing: the run goes on to 64 streams, where 32 is within the
+    # tolerance of it, and ends there (a budgeted run samples from 16 streams up)
+    kept = TimedCurve(0.4, keeps=64 * MB)
+    eos = service(tmp_path, kept)
+    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=10**9, in_place=True))
+    assert result.optimization_source == "sampled" and kept.calls == [16, 32, 64]
+    assert result.optimal_streams == 32
     eos.shutdown()

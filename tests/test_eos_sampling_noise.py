@@ -169,3 +169,35 @@ def test_history_of_a_mixed_path_does_not_place_the_samples() -> None:
     measure, log = recorder(fn=lambda n: 100.0 * min(n, 32))
     guided(measure, 64, 0.03, 4, LEVELS, history)
     assert log[:3] == [1, 4, 16]  # from scratch, as without history
+
+
+def test_a_budgeted_run_samples_the_fast_counts_first() -> None:
+    # a long path where more streams keep gaining (the emulated 40 ms link: 4: 46, 8: 88,
+    # 16: 163, 32: 175 Mbit/s): 16, then 32, and up while the most streams are needed
+    rising = {1: 12.0, 2: 24.0, 4: 46.0, 8: 88.0, 16: 163.0, 32: 175.0, 64: 190.0}
+    measure, log = recorder(rising)
+    samples = guided(measure, 64, 0.03, 4, LEVELS, fast_first=True)
+    assert log == [16, 32, 64]  # 64 gained more than the tolerance: nothing further up
+    assert decide(samples, 64, 0.03, LEVELS).streams == 64
+    # a flat path: 32 does no better than 16, so down by fours to the fewest that do as well
+    measure, log = recorder(fn=lambda n: 900.0 + 0.1 * n)
+    samples = guided(measure, 64, 0.03, 4, LEVELS, fast_first=True)
+    assert log == [16, 32, 4, 1] and decide(samples, 64, 0.03, LEVELS).streams == 1
+    # a peak between the counts measured ends the run there
+    measure, log = recorder({1: 100.0, 2: 180.0, 4: 500.0, 8: 900.0, 16: 1000.0, 32: 700.0,
+                             64: 400.0})
+    samples = guided(measure, 64, 0.03, 4, LEVELS, fast_first=True)
+    assert log == [16, 32, 4] and decide(samples, 64, 0.03, LEVELS).streams == 16
+    # a budget that stops the run after two samples has measured the two fast counts, where
+    # the 1-4-16 order would have spent them on 1 and 4 streams
+    measure, log = recorder(rising)
+    assert guided(measure, 64, 0.03, 4, LEVELS)[:2] == [Sample(1, 12.0), Sample(4, 46.0)]
+    # with the path's history, the history places the samples as before
+    def shape(n: int) -> float:  # a smooth path with its best at 8 streams
+        return 500.0 * math.exp(-0.3 * math.log(n / 8) ** 2)
+
+    history: History = [[Sample(n, shape(n)) for n in (1, 4, 8, 16)]
+                        for _ in range(MIN_PRIOR_RUNS)]
+    measure, log = recorder(fn=shape)
+    guided(measure, 64, 0.03, 4, LEVELS, history=history, fast_first=True)
+    assert log[:3] == [8, 4, 16]

@@ -59,6 +59,11 @@ class Sampler(ABC):
     def measure(self, streams: int) -> Sample:
         """Run one sample with `streams` parallel streams."""
 
+    def kept_bytes(self) -> int:
+        """Bytes the samples so far left complete in the real destination: part of the
+        transfer, which does not send them again (none unless samples are written in place)."""
+        return 0
+
 
 def scratch_url(dest_url: str) -> str:
     """A hidden scratch file beside the destination, unique per sample."""
@@ -345,6 +350,9 @@ class InPlaceSampler(GridFtpSampler):
             else:
                 self.written.append((offset, length))
         return sample
+
+    def kept_bytes(self) -> int:
+        return sum(length for _, length in self.written)
 
     def _clear(self) -> bool:
         """Remove an existing destination before the first range is written (the transfer

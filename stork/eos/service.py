@@ -16,10 +16,14 @@ path's nominal bandwidth: the fastest the transfer could go. Once samples have r
 size at the best rate they measured (what the transfer will at least reach): a slow path
 allows more sampling, a fast one less. A transfer's samples that go into its destination
 (in place) and move at most half of the file are part of the transfer: the first one always
-runs, whatever the guess before it. One sample is expected to take
-EOS_SAMPLE_TIME, or for GridFTP the sample size at that rate if sooner; later ones as long as
-the longest so far. When not even one sample fits, the answer comes from the history (the
-pair's last optimization, else the stream count of its fastest transfer) or is
+runs, whatever the guess before it, and what such samples completed in the destination is
+progress, not cost: sampling has spent its time less those bytes at the best rate measured.
+One sample is expected to take EOS_SAMPLE_TIME, or for GridFTP the sample size at that rate
+if sooner; later ones as long as the longest so far. A budgeted run samples the counts
+likely fast first (16 streams, then 32, then onwards in the direction that gains:
+`sampling.guided` with `fast_first`), so a budget that allows one or two samples spends them
+on short ones. When not even one sample fits, the answer comes from the history (the pair's
+last optimization, else the stream count of its fastest transfer) or is
 STORK_DEFAULT_STREAMS, without sampling; otherwise sampling stops when the next sample would
 pass the budget, and the answer is decided from the samples taken. `optimization_source`
 says which: sampled, budget (stopped early), history or default.
@@ -114,6 +118,14 @@ class Budget:
             return self
         return dataclasses.replace(self, rate_mbps=best,
                                    basis=f"the best of {len(samples)} sample(s) measured")
+
+    def spent(self, elapsed_s: float, kept_bytes: int, samples: Sequence[Sample]) -> float:
+        """What `elapsed_s` of sampling has cost the transfer: the time, less what the bytes
+        the samples left in the destination would take at the best rate measured (the
+        transfer does not send them again, so that share of the samples was progress)."""
+        best = max((x.mbps for x in samples), default=0.0)
+        credit = kept_bytes * 8 / 1e6 / best if best > 0 else 0.0
+        return max(elapsed_s - credit, 0.0)
 
     def describe(self) -> str:
         return (f"predicted transfer {self.predicted_s:.3g} s ({self.size_bytes} bytes at "
@@ -249,22 +261,29 @@ class EosService:
                                               f"({best.streams} streams)")
         return s.link_mbps, "STORK_LINK_MBPS: no history for the pair"
 
-    def _budgeted(self, measure: Measure, budget: Budget, taken: list[Sample]) -> Measure:
-        """`measure` that raises BudgetSpent instead of starting a sample that would pass
-        the budget (the first always runs: `estimate` checked that it fits)."""
+    def _budgeted(self, sampler: Sampler, budget: Budget, taken: list[Sample]) -> Measure:
+        """The sampler's `measure`, raising BudgetSpent instead of starting a sample that
+        would pass the budget (the first always runs: `estimate` checked that it fits). What
+        sampling has spent is its time less the bytes it left in the destination
+        (`Budget.spent`); the next sample is expected to take as long as the longest so far,
+        and counted whole (it may be a slow count, stopped before its range is complete)."""
         start = time.monotonic()
         durations: list[float] = []
 
         def bounded(streams: int) -> Sample:
             expected = max(durations, default=budget.first_sample_s)
-            spent = time.monotonic() - start
+            elapsed = time.monotonic() - start
+            kept = sampler.kept_bytes()
+            spent = budget.spent(elapsed, kept, taken)
             now = budget.measured(taken)
             if taken and spent + expected > now.seconds:
+                progress = (f", {spent:.3g} s of it a cost ({kept} bytes went into the "
+                            f"destination)" if kept else "")
                 raise BudgetSpent(f"sampling stopped by the budget after {len(taken)} "
-                                  f"sample(s) in {spent:.3g} s: another (~{expected:.2g} s) "
-                                  f"would pass it; {now.describe()}")
+                                  f"sample(s) in {elapsed:.3g} s{progress}: another "
+                                  f"(~{expected:.2g} s) would pass it; {now.describe()}")
             began = time.monotonic()
-            sample = measure(streams)
+            sample = sampler.measure(streams)
             durations.append(time.monotonic() - began)
             taken.append(sample)
             return sample
@@ -365,7 +384,7 @@ class EosService:
         taken: list[Sample] = []
         measure: Measure = sampler.measure
         if budget is not None:
-            measure = self._budgeted(measure, budget, taken)
+            measure = self._budgeted(sampler, budget, taken)
         source, note = Source.SAMPLED, ""
         path = self._path_history(request) if request.use_history else None
         probed: Probing | None = None
@@ -376,7 +395,7 @@ class EosService:
                 samples, probed = _dw_samples(measure, s)
             else:
                 samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples,
-                                 history=path)
+                                 history=path, fast_first=budget is not None)
         except BudgetSpent as spent:
             samples, source, note = taken, Source.BUDGET, str(spent)
         except BaseException:
