@@ -289,7 +289,9 @@ KNOBS: tuple[Knob, ...] = (
          "predicted time (the size at the best rate the history holds for the pair, else at "
          "STORK_LINK_MBPS; after samples, at the best rate they measured); when not even one "
          "sample fits, the EOS answers from the history or with STORK_DEFAULT_STREAMS without "
-         "sampling (in-place samples of a file at least twice the sample always start). "
+         "sampling (in-place samples of a file at least twice the sample always start, and "
+         "the bytes they complete count as progress, not cost; a budgeted run without "
+         "history samples 16 streams first, then 32, then onwards where the gain is). "
          "0: no bound."),
     Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1), LIVE,
          "Seconds per iperf3 sample (the first second is discarded as slow start); a GridFTP "
