@@ -287,12 +287,15 @@ KNOBS: tuple[Knob, ...] = (
     Knob("EOS_SAMPLING_BUDGET", "eos_sampling_budget", "0.1", _parse_float_min(0), LIVE,
          "When a transfer's size is known, its sampling may take at most this share of its "
          "predicted time (the size at the best rate the history holds for the pair, else at "
-         "STORK_LINK_MBPS; after samples, at the best rate they measured); when not even one "
-         "sample fits, the EOS answers from the history or with STORK_DEFAULT_STREAMS without "
-         "sampling (in-place samples of a file at least twice the sample always start, and "
-         "the bytes they complete count as progress, not cost; a budgeted run without "
-         "history samples 16 streams first, then 32, then onwards where the gain is). "
-         "0: no bound."),
+         "STORK_LINK_MBPS; after samples, at the best rate they measured); the EOS answers "
+         "from the history or with EOS_DEFAULT_STREAMS without sampling when two samples "
+         "do not fit (one alone compares nothing); bytes that in-place samples complete "
+         "count as progress, not cost. 0: no bound."),
+    Knob("EOS_DEFAULT_STREAMS", "eos_default_streams", "16", _parse_int_min(1), LIVE,
+         "Streams the EOS answers without samples or history for the pair (a transfer too "
+         "small for two samples within EOS_SAMPLING_BUDGET), and where a budgeted run "
+         "without history starts sampling (then twice as many, then onwards where the gain "
+         "is)."),
     Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1), LIVE,
          "Seconds per iperf3 sample (the first second is discarded as slow start); a GridFTP "
          "sample still running after this long is stopped and judged on what it moved."),
@@ -396,6 +399,7 @@ class Settings:
     eos_sample_size: int
     eos_sampling_budget: float
     eos_sample_time_s: float
+    eos_default_streams: int
     eos_iperf_port: int
     eos_allow_local_sources: bool
     eos_sample_user: str

@@ -305,7 +305,7 @@ def test_share_window_zero_samples_for_every_job(tmp_path: Path) -> None:
 
     def request(queued: float | None) -> EstimateRequest:
         return EstimateRequest("ftp://10.9.9.1:2811/a", "ftp://10.9.9.2:2811/b",
-                               size_bytes=10**9, queued_since=queued)
+                               size_bytes=2 * 10**9, queued_since=queued)
 
     eos = service("3600")
     assert eos.estimate(request(900.0)).shared_run is False

@@ -27,10 +27,10 @@ DEST = "ftp://10.9.9.2:2811/data/b"
 def test_a_small_transfer_is_not_sampled_and_says_why(tmp_path: Path, gridftp: GridFtpServer,
                                                       gridftp_root: Path) -> None:
     """2 MiB on a pair with no history: at STORK_LINK_MBPS (1000 Mbit/s) it takes 17 ms, and
-    one 64 MiB sample would take half a second: the default streams, no sample. The next job
+    one 64 MiB sample would take half a second: EOS_DEFAULT_STREAMS, no sample. The next job
     on the pair finds the first one's transfer in the history."""
     src = make_file(gridftp_root / "budget-src-2M.dat", 2 * MB, seed=41)
-    server = StorkServer(tmp_path, {"STORK_DEFAULT_STREAMS": "2"}).start()
+    server = StorkServer(tmp_path, {"EOS_DEFAULT_STREAMS": "2"}).start()
     try:
         [first] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
             src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/b1.dat" ]""")
@@ -39,7 +39,8 @@ def test_a_small_transfer_is_not_sampled_and_says_why(tmp_path: Path, gridftp: G
         result = job["result"]
         assert result["optimization_source"] == "default"
         why = result["optimization_reason"]
-        assert why.startswith("not sampled: one sample") and "EOS_SAMPLING_BUDGET 0.1" in why
+        assert why.startswith("not sampled: two samples") and "EOS_SAMPLING_BUDGET 0.1" in why
+        assert why.endswith("EOS_DEFAULT_STREAMS")
         assert "STORK_LINK_MBPS" in why and str(2 * MB) in why
         assert result["optimized_streams"] == result["streams_used"] == 2
         assert result["eos_sampling_time_s"] == 0 and result["transfer_ranges"] == []
@@ -104,18 +105,19 @@ def service(tmp_path: Path, curve: TimedCurve, store: SqliteStore | None = None,
 
 
 def test_sampling_stops_when_the_next_sample_would_pass_the_budget(tmp_path: Path) -> None:
-    # 10**9 bytes at 1000 Mbit/s: 8 s; one 64 MiB sample is expected to take 0.54 s (it
-    # fits). Then the budget is a tenth of 10**9 bytes at the best rate measured so far, and
-    # each sample really takes 0.4 s: sampling stops before the sample that would pass it.
-    curve = TimedCurve(0.4)
+    # 2 * 10**9 bytes at 1000 Mbit/s: 16 s; one 64 MiB sample is expected to take 0.54 s
+    # (two fit in 1.6 s). Then the budget is a tenth of the size at the best rate measured so
+    # far, and each sample really takes 0.9 s: sampling stops before the one that would
+    # pass it, and starts from EOS_DEFAULT_STREAMS (16), then 32.
+    curve = TimedCurve(0.9)
     eos = service(tmp_path, curve)
-    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=10**9))
+    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9))
     assert result.optimization_source == "budget" and result.optimal_streams in curve.calls
     taken = len(curve.calls)
-    assert taken == len(result.samples) >= 1
+    assert taken == len(result.samples) == 2 and curve.calls == [16, 32]
     best = max(mbps for _, mbps in result.samples)
-    allowed = 0.1 * 10**9 * 8 / 1e6 / best
-    assert 0.4 * (taken + 1) > allowed  # the next one would have passed it
+    allowed = 0.1 * 2 * 10**9 * 8 / 1e6 / best
+    assert 0.9 * (taken + 1) > allowed  # the next one would have passed it
     assert result.optimization_reason.startswith(f"sampling stopped by the budget after {taken} ")
     assert f"allows {allowed:.3g} s of sampling" in result.optimization_reason
     assert "the best of" in result.optimization_reason
@@ -137,12 +139,12 @@ def test_the_history_predicts_the_transfer_time_and_answers_small_ones(tmp_path:
     # no history: 100 MiB at 1000 Mbit/s is 0.84 s; one 64 MiB sample (0.54 s) does not fit
     first = eos.estimate(small)
     assert first.optimization_source == "default" and curve.calls == []
-    assert first.optimal_streams == eos.settings.default_streams
+    assert first.optimal_streams == eos.settings.eos_default_streams == 16
     assert first.estimated_time_s == pytest.approx(100 * MB * 8 / 1e9, rel=1e-3)
-    # a finished transfer at 10 Mbit/s: the same 100 MiB takes 84 s, 8.4 s of sampling fit
-    # (one sample is expected to take EOS_SAMPLE_TIME, 5 s)
+    # a finished transfer at 5 Mbit/s: the same 100 MiB takes 168 s, 16.8 s of sampling fit
+    # (one sample is expected to take EOS_SAMPLE_TIME, 5 s: two fit)
     store.add_history(HistoryEntry(time.time(), "10.9.9.1:2811", "10.9.9.2:2811", "",
-                                   "transfer", 3, 10.0, 10 * MB, 8.0, job_id=7))
+                                   "transfer", 3, 5.0, 10 * MB, 16.0, job_id=7))
     sampled = eos.estimate(small)
     assert sampled.optimization_source == "sampled" and curve.calls
     assert "the pair's best transfer in the history (3 streams)" in sampled.optimization_reason
@@ -174,49 +176,47 @@ def test_use_history_gives_sampling_the_paths_earlier_samples(tmp_path: Path) ->
     store.close()
 
 
-def test_samples_that_are_part_of_the_transfer_run_and_a_slow_path_allows_more(
-        tmp_path: Path) -> None:
-    # 200 MiB at 1000 Mbit/s (no history): 1.7 s, 0.17 s of sampling, less than one 64 MiB
-    # sample (0.54 s): a transfer whose samples cannot go into its destination is not sampled
+def test_a_budget_that_allows_one_sample_is_not_worth_sampling(tmp_path: Path) -> None:
+    # 200 MiB at 1000 Mbit/s (no history): 1.7 s, 0.17 s of sampling, less than two 64 MiB
+    # samples (0.54 s each), in place or not: one sample alone compares nothing
     curve = TimedCurve(0.0)
-    eos = service(tmp_path, curve)
-    scratch = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=200 * MB))
-    assert scratch.optimization_source == "default" and curve.calls == []
-    # in place, the samples move bytes of the transfer (at most half of it): they run, and
-    # the budget follows what they measured (at most 776 Mbit/s here: 2.2 s of sampling)
-    in_place = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=200 * MB, in_place=True))
-    assert in_place.optimization_source == "sampled" and curve.calls
-    assert in_place.optimal_streams > 1
-    # a file at most twice the sample is not worth it: its first sample would be most of it
-    curve.calls.clear()
-    small = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=100 * MB, in_place=True))
-    assert small.optimization_source in ("default", "history") and curve.calls == []
+    eos = service(tmp_path, curve, EOS_DEFAULT_STREAMS="8")
+    for in_place in (False, True):
+        result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=200 * MB,
+                                              in_place=in_place))
+        assert result.optimization_source == "default" and curve.calls == []
+        assert result.optimal_streams == 8
+    # 1200 MiB: 10.1 s, 1.01 s of sampling, still less than two (1.07 s); 1300 MiB: two fit
+    assert eos.estimate(EstimateRequest(SRC, DEST, size_bytes=1200 * MB)).samples == ()
+    sampled = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=1300 * MB))
+    assert sampled.optimization_source == "sampled" and curve.calls[:2] == [8, 16]
     eos.shutdown()
 
 
 def test_bytes_the_samples_left_in_the_destination_are_progress_not_cost(
         tmp_path: Path) -> None:
-    budget = Budget(10**9, 1000.0, "STORK_LINK_MBPS", 0.1, 0.5, part_of_transfer=True)
+    budget = Budget(10**9, 1000.0, "STORK_LINK_MBPS", 0.1, 0.5)
     samples = [Sample(16, 400.0), Sample(32, 800.0)]
     assert budget.spent(1.0, 0, samples) == 1.0
     # 50 MB at the best rate measured (800 Mbit/s) take 0.5 s of the transfer's own time
     assert budget.spent(1.0, 50 * 10**6, samples) == pytest.approx(0.5)
     assert budget.spent(1.0, 200 * 10**6, samples) == 0.0
     assert budget.spent(1.0, 50 * 10**6, []) == 1.0
-    # a run: 10**9 bytes, 0.4 s a sample; the budget follows the best rate measured (at most
-    # 794 Mbit/s: about 1 s of sampling). Samples that keep nothing: two fit.
-    scratch = TimedCurve(0.4)
+    # a run: 2 * 10**9 bytes, 0.9 s a sample; the budget follows the best rate measured
+    # (776 Mbit/s after 16 and 32 streams: 2.06 s of sampling). Samples that keep nothing:
+    # two fit.
+    scratch = TimedCurve(0.9)
     eos = service(tmp_path, scratch)
-    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=10**9, in_place=True))
+    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9, in_place=True))
     assert result.optimization_source == "budget" and scratch.calls == [16, 32]
     assert "of it a cost" not in result.optimization_reason
     eos.shutdown()
-    # samples that each leave their 64 MiB in the destination (0.7 s of the transfer at
-    # 776 Mbit/s) cost nothing: the run goes on to 64 streams, where 32 is within the
+    # samples that each leave their 64 MiB in the destination (0.69 s of the transfer at
+    # 776 Mbit/s) cost 0.21 s each: the run goes on to 64 streams, where 32 is within the
     # tolerance of it, and ends there (a budgeted run samples from 16 streams up)
-    kept = TimedCurve(0.4, keeps=64 * MB)
+    kept = TimedCurve(0.9, keeps=64 * MB)
     eos = service(tmp_path, kept)
-    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=10**9, in_place=True))
+    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9, in_place=True))
     assert result.optimization_source == "sampled" and kept.calls == [16, 32, 64]
     assert result.optimal_streams == 32
     eos.shutdown()

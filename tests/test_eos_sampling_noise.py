@@ -176,17 +176,17 @@ def test_a_budgeted_run_samples_the_fast_counts_first() -> None:
     # 16: 163, 32: 175 Mbit/s): 16, then 32, and up while the most streams are needed
     rising = {1: 12.0, 2: 24.0, 4: 46.0, 8: 88.0, 16: 163.0, 32: 175.0, 64: 190.0}
     measure, log = recorder(rising)
-    samples = guided(measure, 64, 0.03, 4, LEVELS, fast_first=True)
+    samples = guided(measure, 64, 0.03, 4, LEVELS, first=16)
     assert log == [16, 32, 64]  # 64 gained more than the tolerance: nothing further up
     assert decide(samples, 64, 0.03, LEVELS).streams == 64
     # a flat path: 32 does no better than 16, so down by fours to the fewest that do as well
     measure, log = recorder(fn=lambda n: 900.0 + 0.1 * n)
-    samples = guided(measure, 64, 0.03, 4, LEVELS, fast_first=True)
+    samples = guided(measure, 64, 0.03, 4, LEVELS, first=16)
     assert log == [16, 32, 4, 1] and decide(samples, 64, 0.03, LEVELS).streams == 1
     # a peak between the counts measured ends the run there
     measure, log = recorder({1: 100.0, 2: 180.0, 4: 500.0, 8: 900.0, 16: 1000.0, 32: 700.0,
                              64: 400.0})
-    samples = guided(measure, 64, 0.03, 4, LEVELS, fast_first=True)
+    samples = guided(measure, 64, 0.03, 4, LEVELS, first=16)
     assert log == [16, 32, 4] and decide(samples, 64, 0.03, LEVELS).streams == 16
     # a budget that stops the run after two samples has measured the two fast counts, where
     # the 1-4-16 order would have spent them on 1 and 4 streams
@@ -199,5 +199,5 @@ def test_a_budgeted_run_samples_the_fast_counts_first() -> None:
     history: History = [[Sample(n, shape(n)) for n in (1, 4, 8, 16)]
                         for _ in range(MIN_PRIOR_RUNS)]
     measure, log = recorder(fn=shape)
-    guided(measure, 64, 0.03, 4, LEVELS, history=history, fast_first=True)
+    guided(measure, 64, 0.03, 4, LEVELS, history=history, first=16)
     assert log[:3] == [8, 4, 16]

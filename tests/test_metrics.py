@@ -30,8 +30,8 @@ def test_metrics_of_real_transfers_and_the_token_rule(
     server = StorkServer(tmp_path / "daemon", {
         "STORK_API_ADDRESS": f"127.0.0.1:{port}", "STORK_API_TOKEN_FILE": str(token_file),
         # an unseen pair is sampled only when sampling fits a tenth of the predicted time:
-        # a slow nominal link makes the 4 MiB file worth a few quick samples
-        "STORK_LINK_MBPS": "2", "EOS_SAMPLE_TIME": "1"})
+        # a slow nominal link makes the 4 MiB file worth a few quick samples (two must fit)
+        "STORK_LINK_MBPS": "1", "EOS_SAMPLE_TIME": "1"})
     with server:
         # first, before any transfer of the pair teaches the EOS its real (fast) rate
         [tuned] = server.submit(f"""[ dap_type = transfer; optimization = "YES";

@@ -18,8 +18,9 @@ passed in): no clock, no I/O.
   neighbours, onwards while the best is at an edge, and a count the path's recent runs
   measured least (so the history does not only ever see the counts around its best).
   Under a sampling budget, which may stop the run after any sample, and without history:
-  16 streams first, then 32, then onwards in the direction that gains (`_fast_first`), so
-  the samples a tight budget allows are short ones at counts that move the data fast.
+  a count likely fast first (16), then twice as many, then onwards in the direction that
+  gains (`_fast_first`), so the samples a tight budget allows are short ones at counts that
+  move the data fast.
 
 Decisions that survive noise (`decide`):
 * the answer is always a count that was measured in this run: a fitted model only says where
@@ -285,39 +286,35 @@ class _Run:
 
 def guided(measure: Measure, n_max: int, tolerance: float, max_samples: int = 4,
            levels: Sequence[int] | None = None, history: History | None = None,
-           fast_first: bool = False) -> list[Sample]:
+           first: int | None = None) -> list[Sample]:
     """Sample where the answer is likely, at most `max_samples` times (see the module
     docstring): from the path's history when it has one, else 1, 4, 16 and the fit; or,
-    with `fast_first` (a run under a sampling budget, which may stop it after any sample),
-    from 16 streams outwards (`_fast_first`)."""
+    given `first` (a run under a sampling budget, which may stop it after any sample), from
+    that count outwards (`_fast_first`)."""
     allowed = allowed_levels(n_max, levels)
     run = _Run(measure, allowed, max(max_samples, 3))
     prior = path_prior(history)
     start = prior.best(allowed, tolerance) if prior is not None else None
     if prior is not None and start is not None and prior.spread <= PLACE_SPREAD:
         _from_prior(run, prior, start, tolerance)
-    elif fast_first:
-        _fast_first(run, tolerance)
+    elif first is not None:
+        _fast_first(run, first, tolerance)
     else:
         _from_scratch(run, n_max, tolerance)
     return run.samples
 
 
-# Where a budgeted run without history starts: on a long or lossy path most of the gain of
-# parallel streams has come by 16 (a sample there is short, and written in place it moves
-# the transfer at a good rate), and on a short path 16 streams lose little.
-FAST_START = 16
-
-
-def _fast_first(run: _Run, tolerance: float) -> None:
+def _fast_first(run: _Run, first: int, tolerance: float) -> None:
     """The order for a run that a budget may stop after any sample, where a sample's time is
-    its cost: the count most likely fast first (FAST_START), then twice as many; then
+    its cost: `first`, a count likely fast (the daemon's EOS_DEFAULT_STREAMS, 16: on long or
+    lossy paths most of the gain of parallel streams has come by 16, on short ones 16 streams
+    lose little), then twice as many; then
     further up while the most streams measured are needed (they beat the rest by more than
     the tolerance), else down by fours while the fewest measured do as well, to find the
     fewest streams that are enough. The samples a tight budget allows are then the short
     ones, and the answer is the best of counts that move the data fast; the 1-4-16 order
     would spend the whole budget on its slowest sample first."""
-    start = _snap(FAST_START, run.allowed)
+    start = _snap(first, run.allowed)
     run.take(start)
     run.take(_neighbour(start, run.allowed, up=True))
     while not run.full:

@@ -14,18 +14,18 @@ at the best rate the history holds for the host pair (a finished transfer's achi
 an optimization's measured optimum, within EOS_HISTORY_TTL), else at STORK_LINK_MBPS, the
 path's nominal bandwidth: the fastest the transfer could go. Once samples have run it is the
 size at the best rate they measured (what the transfer will at least reach): a slow path
-allows more sampling, a fast one less. A transfer's samples that go into its destination
-(in place) and move at most half of the file are part of the transfer: the first one always
-runs, whatever the guess before it, and what such samples completed in the destination is
-progress, not cost: sampling has spent its time less those bytes at the best rate measured.
-One sample is expected to take EOS_SAMPLE_TIME, or for GridFTP the sample size at that rate
-if sooner; later ones as long as the longest so far. A budgeted run samples the counts
-likely fast first (16 streams, then 32, then onwards in the direction that gains:
-`sampling.guided` with `fast_first`), so a budget that allows one or two samples spends them
-on short ones. When not even one sample fits, the answer comes from the history (the pair's
-last optimization, else the stream count of its fastest transfer) or is
-STORK_DEFAULT_STREAMS, without sampling; otherwise sampling stops when the next sample would
-pass the budget, and the answer is decided from the samples taken. `optimization_source`
+allows more sampling, a fast one less. What a transfer's samples completed in its
+destination (in place) is progress, not cost: sampling has spent its time less those bytes
+at the best rate measured. One sample is expected to take EOS_SAMPLE_TIME, or for GridFTP
+the sample size at that rate if sooner; later ones as long as the longest so far. Sampling
+starts only when two samples are expected to fit (one alone compares nothing), and a budgeted
+run samples from EOS_DEFAULT_STREAMS, the count it answers without samples, outwards (then
+twice as many, then onwards in the direction that gains: `sampling.guided` with `first`),
+so the samples a tight budget allows are short ones at counts that move the data fast. When
+two samples do not fit, the answer comes from the history (the pair's last optimization,
+else the stream count of its fastest transfer) or is EOS_DEFAULT_STREAMS, without sampling;
+otherwise sampling stops when the next sample would pass the budget, and the answer is
+decided from the samples taken. `optimization_source`
 says which: sampled, budget (stopped early), history or default.
 
 A transfer job's GridFTP samples are written into its destination as byte ranges of the
@@ -94,9 +94,6 @@ class Budget:
     basis: str  # where the rate comes from
     fraction: float  # EOS_SAMPLING_BUDGET
     first_sample_s: float  # what one sample is expected to take
-    # the samples go into the destination and move at most half of the file: the first one
-    # is part of the transfer, not a cost, and always runs
-    part_of_transfer: bool = False
 
     @property
     def predicted_s(self) -> float:
@@ -106,8 +103,11 @@ class Budget:
     def seconds(self) -> float:
         return self.fraction * self.predicted_s
 
-    def allows_one(self) -> bool:
-        return self.part_of_transfer or self.first_sample_s <= self.seconds
+    def allows_two(self) -> bool:
+        """Whether two samples are expected to fit: one sample alone compares nothing (and
+        a budgeted run's first sample is the count the EOS answers without any), so a
+        budget that allows only one is not worth starting."""
+        return 2 * self.first_sample_s <= self.seconds
 
     def measured(self, samples: Sequence[Sample]) -> Budget:
         """The budget once samples have measured the path: the transfer's predicted time is
@@ -206,7 +206,7 @@ class EosService:
                                           note="use_history: the pair's last optimization")
                 return self._answer(request, hit, from_history=True, shared=False)
         budget = self._budget(request)
-        if budget is not None and not budget.allows_one():
+        if budget is not None and not budget.allows_two():
             return self._unsampled(request, budget)
         task = self.task_for(request)
         future: Future[tuple[Optimization, bool]] = Future()
@@ -242,9 +242,7 @@ class EosService:
         first = s.eos_sample_time_s
         if s.eos_sampler == "gridftp":
             first = min(first, self._sample_bytes(request) * 8 / 1e6 / rate)
-        part = (self._in_place_refusal(request) is None
-                and 2 * self._sample_bytes(request) <= request.size_bytes)
-        return Budget(request.size_bytes, rate, basis, s.eos_sampling_budget, first, part)
+        return Budget(request.size_bytes, rate, basis, s.eos_sampling_budget, first)
 
     def _predicted_rate(self, request: EstimateRequest) -> tuple[float, str]:
         """The rate a transfer is expected to reach before any sample, and whence."""
@@ -263,7 +261,7 @@ class EosService:
 
     def _budgeted(self, sampler: Sampler, budget: Budget, taken: list[Sample]) -> Measure:
         """The sampler's `measure`, raising BudgetSpent instead of starting a sample that
-        would pass the budget (the first always runs: `estimate` checked that it fits). What
+        would pass the budget (the first always runs: `estimate` checked that two fit). What
         sampling has spent is its time less the bytes it left in the destination
         (`Budget.spent`); the next sample is expected to take as long as the longest so far,
         and counted whole (it may be a slow count, stopped before its range is complete)."""
@@ -291,17 +289,17 @@ class EosService:
         return bounded
 
     def _unsampled(self, request: EstimateRequest, budget: Budget) -> EstimateResult:
-        """The answer when not even one sample fits the budget: the pair's last optimization,
-        else the stream count of its fastest transfer, else STORK_DEFAULT_STREAMS."""
-        why = (f"not sampled: one sample (~{budget.first_sample_s:.2g} s) would pass the "
-               f"budget; {budget.describe()}")
+        """The answer when two samples do not fit the budget: the pair's last optimization,
+        else the stream count of its fastest transfer, else EOS_DEFAULT_STREAMS."""
+        why = (f"not sampled: two samples (~{budget.first_sample_s:.2g} s each) would pass "
+               f"the budget; {budget.describe()}")
         hit = self._history_hit(request)
         if hit is not None:
             hit = dataclasses.replace(hit, source=Source.HISTORY,
                                       note=f"{why}; the pair's last optimization")
             return self._answer(request, hit, from_history=True, shared=False)
-        streams, model, source = self.settings.default_streams, "none", Source.DEFAULT
-        note = f"{why}; STORK_DEFAULT_STREAMS"
+        streams, model, source = self.settings.eos_default_streams, "none", Source.DEFAULT
+        note = f"{why}; EOS_DEFAULT_STREAMS"
         fastest = self._fastest_transfer(request)
         if fastest is not None:
             streams, model, source = fastest.streams, "best_transfer", Source.HISTORY
@@ -395,7 +393,8 @@ class EosService:
                 samples, probed = _dw_samples(measure, s)
             else:
                 samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples,
-                                 history=path, fast_first=budget is not None)
+                                 history=path,
+                                 first=s.eos_default_streams if budget is not None else None)
         except BudgetSpent as spent:
             samples, source, note = taken, Source.BUDGET, str(spent)
         except BaseException:

@@ -91,7 +91,7 @@ class Source:
     SAMPLED = "sampled"  # a sampling run that ended on its own (this job's or an equal one's)
     BUDGET = "budget"  # a sampling run that EOS_SAMPLING_BUDGET stopped early
     HISTORY = "history"  # the history, without sampling
-    DEFAULT = "default"  # STORK_DEFAULT_STREAMS, without sampling (no history to use)
+    DEFAULT = "default"  # EOS_DEFAULT_STREAMS, without sampling (no history to use)
 
 
 @dataclass(frozen=True)
