@@ -291,7 +291,7 @@ KNOBS: tuple[Knob, ...] = (
          "from the history or with EOS_DEFAULT_STREAMS without sampling when two samples "
          "do not fit (one alone compares nothing); bytes that in-place samples complete "
          "count as progress, not cost. 0: no bound."),
-    Knob("EOS_DEFAULT_STREAMS", "eos_default_streams", "16", _parse_int_min(1), LIVE,
+    Knob("EOS_DEFAULT_STREAMS", "eos_default_streams", "32", _parse_int_min(1), LIVE,
          "Streams the EOS answers without samples or history for the pair (a transfer too "
          "small for two samples within EOS_SAMPLING_BUDGET), and where a budgeted run "
          "without history starts sampling (then twice as many, then onwards where the gain "

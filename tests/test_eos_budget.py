@@ -108,13 +108,13 @@ def test_sampling_stops_when_the_next_sample_would_pass_the_budget(tmp_path: Pat
     # 2 * 10**9 bytes at 1000 Mbit/s: 16 s; one 64 MiB sample is expected to take 0.54 s
     # (two fit in 1.6 s). Then the budget is a tenth of the size at the best rate measured so
     # far, and each sample really takes 0.9 s: sampling stops before the one that would
-    # pass it, and starts from EOS_DEFAULT_STREAMS (16), then 32.
+    # pass it, and starts from EOS_DEFAULT_STREAMS (32), then 64.
     curve = TimedCurve(0.9)
     eos = service(tmp_path, curve)
     result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9))
     assert result.optimization_source == "budget" and result.optimal_streams in curve.calls
     taken = len(curve.calls)
-    assert taken == len(result.samples) == 2 and curve.calls == [16, 32]
+    assert taken == len(result.samples) == 2 and curve.calls == [32, 64]
     best = max(mbps for _, mbps in result.samples)
     allowed = 0.1 * 2 * 10**9 * 8 / 1e6 / best
     assert 0.9 * (taken + 1) > allowed  # the next one would have passed it
@@ -139,7 +139,7 @@ def test_the_history_predicts_the_transfer_time_and_answers_small_ones(tmp_path:
     # no history: 100 MiB at 1000 Mbit/s is 0.84 s; one 64 MiB sample (0.54 s) does not fit
     first = eos.estimate(small)
     assert first.optimization_source == "default" and curve.calls == []
-    assert first.optimal_streams == eos.settings.eos_default_streams == 16
+    assert first.optimal_streams == eos.settings.eos_default_streams == 32
     assert first.estimated_time_s == pytest.approx(100 * MB * 8 / 1e9, rel=1e-3)
     # a finished transfer at 5 Mbit/s: the same 100 MiB takes 168 s, 16.8 s of sampling fit
     # (one sample is expected to take EOS_SAMPLE_TIME, 5 s: two fit)
@@ -203,20 +203,20 @@ def test_bytes_the_samples_left_in_the_destination_are_progress_not_cost(
     assert budget.spent(1.0, 200 * 10**6, samples) == 0.0
     assert budget.spent(1.0, 50 * 10**6, []) == 1.0
     # a run: 2 * 10**9 bytes, 0.9 s a sample; the budget follows the best rate measured
-    # (776 Mbit/s after 16 and 32 streams: 2.06 s of sampling). Samples that keep nothing:
+    # (794 Mbit/s after 32 and 64 streams: 2.02 s of sampling). Samples that keep nothing:
     # two fit.
     scratch = TimedCurve(0.9)
     eos = service(tmp_path, scratch)
     result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9, in_place=True))
-    assert result.optimization_source == "budget" and scratch.calls == [16, 32]
+    assert result.optimization_source == "budget" and scratch.calls == [32, 64]
     assert "of it a cost" not in result.optimization_reason
     eos.shutdown()
-    # samples that each leave their 64 MiB in the destination (0.69 s of the transfer at
-    # 776 Mbit/s) cost 0.21 s each: the run goes on to 64 streams, where 32 is within the
-    # tolerance of it, and ends there (a budgeted run samples from 16 streams up)
+    # samples that each leave their 64 MiB in the destination (0.68 s of the transfer at
+    # 794 Mbit/s) cost 0.22 s each: the run goes on, down to 8 streams as 64 did not beat
+    # 32 by the tolerance, and ends with 32 between the two
     kept = TimedCurve(0.9, keeps=64 * MB)
     eos = service(tmp_path, kept)
     result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9, in_place=True))
-    assert result.optimization_source == "sampled" and kept.calls == [16, 32, 64]
+    assert result.optimization_source == "sampled" and kept.calls == [32, 64, 8]
     assert result.optimal_streams == 32
     eos.shutdown()

@@ -18,9 +18,9 @@ passed in): no clock, no I/O.
   neighbours, onwards while the best is at an edge, and a count the path's recent runs
   measured least (so the history does not only ever see the counts around its best).
   Under a sampling budget, which may stop the run after any sample, and without history:
-  a count likely fast first (16), then twice as many, then onwards in the direction that
-  gains (`_fast_first`), so the samples a tight budget allows are short ones at counts that
-  move the data fast.
+  a count likely fast first (EOS_DEFAULT_STREAMS), then twice as many, then onwards in the
+  direction that gains (`_fast_first`), so the samples a tight budget allows are short ones
+  at counts that move the data fast.
 
 Decisions that survive noise (`decide`):
 * the answer is always a count that was measured in this run: a fitted model only says where
@@ -306,14 +306,14 @@ def guided(measure: Measure, n_max: int, tolerance: float, max_samples: int = 4,
 
 def _fast_first(run: _Run, first: int, tolerance: float) -> None:
     """The order for a run that a budget may stop after any sample, where a sample's time is
-    its cost: `first`, a count likely fast (the daemon's EOS_DEFAULT_STREAMS, 16: on long or
-    lossy paths most of the gain of parallel streams has come by 16, on short ones 16 streams
-    lose little), then twice as many; then
-    further up while the most streams measured are needed (they beat the rest by more than
-    the tolerance), else down by fours while the fewest measured do as well, to find the
-    fewest streams that are enough. The samples a tight budget allows are then the short
-    ones, and the answer is the best of counts that move the data fast; the 1-4-16 order
-    would spend the whole budget on its slowest sample first."""
+    its cost: `first`, a count likely fast (the daemon's EOS_DEFAULT_STREAMS: on long or
+    lossy paths most of the gain of parallel streams has come by 32, on short ones that many
+    streams lose little), then twice as many; then further up while the most streams
+    measured are needed (they beat the rest by more than the tolerance), else down by fours
+    while the fewest measured do as well, to find the fewest streams that are enough. The
+    samples a tight budget allows are then the short ones, and the answer is the best of
+    counts that move the data fast; the 1-4-16 order would spend the whole budget on its
+    slowest sample first."""
     start = _snap(first, run.allowed)
     run.take(start)
     run.take(_neighbour(start, run.allowed, up=True))
