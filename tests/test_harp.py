@@ -16,10 +16,12 @@ from stork.optimizers import (
     DatasetDescription,
     Decision,
     Limits,
+    Optimizer,
     Probe,
     ProbeResult,
     get,
 )
+from stork.optimizers.base import best_probe
 from stork.optimizers.harp import (
     HarpOptimizer,
     HarpSettings,
@@ -293,6 +295,58 @@ def test_harp_uses_at_most_its_probes() -> None:
         assert 1 <= len(probed) <= n
 
 
+def test_best_probe_takes_the_fewest_streams_within_the_tolerance() -> None:
+    probes = [ProbeResult(Params(32, 32, 1), 1000.0), ProbeResult(Params(32, 8, 4), 970.0),
+              ProbeResult(Params(32, 8, 1), 960.0), ProbeResult(Params(4, 4, 1), 500.0)]
+    assert best_probe(probes).params == Params(32, 32, 1)
+    assert best_probe(probes, 0.05).params == Params(32, 8, 1)  # 256 streams, then pp 1
+    assert best_probe(probes, 0.035).params == Params(32, 8, 4)
+    assert not probes[0].empty and ProbeResult(Params(1, 1, 1), 0.0).empty
+    assert not ProbeResult(Params(1, 1, 1), 0.0, 1 << 20, 1.0, 2).empty  # a failed batch
+
+
+def test_no_retune_and_no_empty_probe_on_the_ad_when_no_file_is_left() -> None:
+    from types import SimpleNamespace
+
+    from stork.server.tuning import Tuning
+
+    asked: list[Params] = []
+    left = [5]
+
+    class Once(Optimizer):
+        name = "once"
+
+        def optimize(self, history: object, dataset: object, limits: Limits,
+                     probe: Probe) -> Decision:
+            first = probe(Params(2, 2, 1), 100)  # kept even when empty, as "eos" does
+            return Decision("once", Params(2, 2, 1), 1000.0, (900.0, 1100.0), (first,), "x")
+
+    def probe(params: Params, size_bytes: int) -> ProbeResult:
+        asked.append(params)
+        return ProbeResult(params, 1000.0, size_bytes, 1.0, 1) if left[0] else (
+            ProbeResult(params, 0.0))
+
+    saved: dict[str, dict[str, object]] = {}
+    run = SimpleNamespace(job=SimpleNamespace(id=7), store=SimpleNamespace(
+        update_result=lambda job_id, result: saved.update(result)))
+    tuning = Tuning(run, SimpleNamespace(size_class=SizeClass.SMALL),
+                    Once(), [], small_dataset(), probe, files_left=lambda: left[0])
+    tuning.decide(Params(1, 1, 1))
+    left[0] = 0  # the last batch took the chunk's last files
+    assert tuning.after_batch(Params(2, 2, 1), 10.0) == Params(2, 2, 1)  # outside the band
+    assert len(asked) == 1 and tuning.retunes == 0
+    left[0] = 3
+    tuning.after_batch(Params(2, 2, 1), 10.0)
+    assert len(asked) == 2 and tuning.retunes == 1
+    left[0] = 0
+    tuning.decide(Params(2, 2, 1))  # an optimizer that probes with nothing left
+    assert len(asked) == 3 and tuning.decisions[-1].probes[0].empty
+    tuning.record()
+    probes = saved["optimizer_small"]["probes"]
+    assert isinstance(probes, list) and len(probes) == 2
+    assert not any("over 0 files" in p for p in probes)
+
+
 def test_retune_when_the_achieved_rate_leaves_the_band() -> None:
     d = Decision("harp", Params(8, 2, 4), 1000.0, (800.0, 1200.0), (), "x")
     harp = HarpOptimizer()
@@ -325,6 +379,13 @@ def test_chunks_tuned_together_share_and_hand_back_their_channels() -> None:
 
 
 # -- the interface -----------------------------------------------------------------------------
+
+def test_limits_at_most_cc() -> None:
+    assert GRID_LIMITS.at_most_cc(8).allowed(0) == [1, 2, 4, 8]
+    assert GRID_LIMITS.at_most_cc(10).allowed(0) == [1, 2, 4, 8]
+    assert GRID_LIMITS.at_most_cc(0).max_cc == 1
+    assert GRID_LIMITS.at_most_cc(100) == GRID_LIMITS
+
 
 def test_limits_nearest_and_streams() -> None:
     limits = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=64, values=LEVELS)
