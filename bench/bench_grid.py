@@ -1,7 +1,8 @@
 """Optimizers of (cc, p, pp) replayed on measured grids (issue 14, point 4). Not a test.
 
     .venv/bin/python bench/bench_grid.py [--history FILE...] [--test FILE...]
-        [--optimizer NAME] [--median] [--seeds N] [--scale-rows N] [--json]
+        [--optimizer NAME] [--median] [--seeds N] [--scale-rows N] [--json] [--curve]
+    .venv/bin/python bench/bench_grid.py --choose-among NAME NAME... [--median] [--seeds N]
 
 Both lists default to every table in ../shared/data/transfer-logs/harp-grids/ (read where they
 lie, never copied). A *dataset* is one FileSize/FileCount group of one route (source host
@@ -24,6 +25,10 @@ Stork's static per-size-class preset (`stork.dataset.chunks.default_params`); th
 Analysis time: the optimizer's time per dataset (the replayed probes take none), and again
 with the history scaled to `--scale-rows` rows (copies of the history tables under other
 names, so they count as other datasets).
+
+`--choose-among A B ...` cross-checks a knob chosen on these replays: for each held-out
+dataset the variant with the highest mean share on the *other* datasets is taken, and the
+mean of those variants' shares on the datasets they were not chosen on is printed.
 
 Targets (issue 14): mean share >= 0.95 with at most 3 probes; above the best fixed setting
 on every route; streams at most 2 x the fewest within 5% of the best; analysis under 1 s
@@ -78,10 +83,21 @@ VARIANTS: dict[str, Callable[[], Optimizer]] = {
     "harp-heuristic": lambda: HarpOptimizer(HarpSettings(first_probe="heuristic")),
     "harp-confirm": lambda: HarpOptimizer(HarpSettings(confirm=True)),
     "harp-agree": lambda: HarpOptimizer(HarpSettings(agree_weight=0.5)),
+    # the online part before the heaviest surfaces' best cells were probed: probing ends when
+    # the choice repeats, the decision is the last choice unless a probe measured more, cc
+    # may pass the file count
+    "harp-before": lambda: HarpOptimizer(HarpSettings(
+        explore=False, pick="choice", cc_at_most_files=False)),
+    "harp-noexplore": lambda: HarpOptimizer(HarpSettings(explore=False)),
+    "harp-nocap": lambda: HarpOptimizer(HarpSettings(cc_at_most_files=False)),
+    "harp-tol2": lambda: HarpOptimizer(HarpSettings(tolerance=0.02)),
+    "harp-tol5": lambda: HarpOptimizer(HarpSettings(tolerance=0.05)),
     # the paper's choices where this implementation differs: threshold 0.99, one probe at the
-    # heuristic parameters, relaxation on the weighted surface alone
+    # heuristic parameters, the combined choice as the answer, relaxation on the weighted
+    # surface alone
     "harp-paper": lambda: HarpOptimizer(HarpSettings(
-        threshold=0.99, first_probe="heuristic", max_probes=1)),
+        threshold=0.99, first_probe="heuristic", max_probes=1, explore=False, pick="choice",
+        cc_at_most_files=False)),
 }
 
 # ASM and its variants: the offline analysis runs once per fold (`asm_model`)
@@ -89,6 +105,12 @@ ASM_VARIANTS: dict[str, AsmSettings] = {
     "asm": AsmSettings(),
     "asm-1probe": AsmSettings(max_probes=1),
     "asm-atmax": AsmSettings(sample_at="maximum"),
+    # Algorithm 1 alone, as before: the samples it leaves unused, cc may pass the file count
+    "asm-before": AsmSettings(explore=False, cc_at_most_files=False),
+    "asm-noexplore": AsmSettings(explore=False),
+    "asm-nocap": AsmSettings(cc_at_most_files=False),
+    "asm-tol2": AsmSettings(tolerance=0.02),
+    "asm-tol5": AsmSettings(tolerance=0.05),
 }
 TARGET_ASM_SECONDS = 60.0  # the offline analysis of `--scale-rows` rows
 TARGET_LOOKUP_S = 1e-3
@@ -414,6 +436,35 @@ def curve(history: Sequence[TransferRecord], tests: Sequence[TestSet], seeds: Se
     return out
 
 
+def chosen_on_other_folds(by_variant: dict[str, Sequence[DatasetResult]]
+                          ) -> list[tuple[str, str, float]]:
+    """A knob cross-checked: for each dataset, the variant with the highest mean share on
+    the *other* datasets, and that variant's share on this one: (dataset, variant, share).
+    (The other datasets' replays learned from histories that held this dataset's rows: the
+    knob never saw its probes or its best cell, only its rows as history of the others.)"""
+    names = list(by_variant)
+    datasets = [r.dataset for r in by_variant[names[0]]]
+    out = []
+    for i, dataset in enumerate(datasets):
+        def elsewhere(name: str, i: int = i) -> float:
+            return statistics.fmean(r.share for k, r in enumerate(by_variant[name]) if k != i)
+        best = max(names, key=lambda n: (elsewhere(n), -names.index(n)))
+        out.append((dataset, best, by_variant[best][i].share))
+    return out
+
+
+def nested_table(by_variant: dict[str, Sequence[DatasetResult]]) -> str:
+    rows = chosen_on_other_folds(by_variant)
+    out = [f"knob chosen on the other folds among {', '.join(by_variant)}", "",
+           "| dataset | chosen on the other 17 | its share here |", "|---|---|---|"]
+    out += [f"| {d} | {n} | {share:.3f} |" for d, n, share in rows]
+    out.append(f"| mean | | {statistics.fmean(share for _, _, share in rows):.3f} |")
+    out += ["", "| each on all datasets | mean share | probes, mean |", "|---|---|---|"]
+    out += [f"| {n} | {statistics.fmean(r.share for r in rs):.3f} | "
+            f"{statistics.fmean(r.probes for r in rs):.2f} |" for n, rs in by_variant.items()]
+    return "\n".join(out)
+
+
 def versus(name: str, results: Sequence[DatasetResult], other: str,
            others: Sequence[DatasetResult]) -> tuple[str, bool]:
     """Per route and overall, `name` beside `other` on the same folds; whether `name` is
@@ -511,12 +562,22 @@ def main() -> int:
                    help="with an asm optimizer: run this one on the same folds beside it")
     p.add_argument("--curve", action="store_true",
                    help="share against the number of samples allowed, ASM and HARP")
+    p.add_argument("--choose-among", nargs="+", metavar="NAME", default=None,
+                   help="cross-check a knob: per dataset, the variant best on the other "
+                        "datasets, and its share on this one (nothing else is run)")
     args = p.parse_args()
 
     history, notes = load(args.history)
     test_records, test_notes = load(args.test)
     tests = test_sets(test_records)
     seeds = [0] if args.median else list(range(args.seeds))
+    if args.choose_among:
+        unknown = set(args.choose_among) - {*OPTIMIZERS, *VARIANTS, *ASM_VARIANTS}
+        if unknown:
+            p.error(f"unknown optimizer(s): {', '.join(sorted(unknown))}")
+        print(nested_table({n: evaluate(history, tests, n, seeds, args.median)
+                            for n in args.choose_among}))
+        return 0
     results = evaluate(history, tests, args.optimizer, seeds, args.median)
     timed = timing(history, tests, args.optimizer, args.scale_rows) if args.scale_rows else None
     summary = summarize(results, args.optimizer, timed)

@@ -20,7 +20,7 @@ from stork.asm.analysis import Aggregate, Cluster, Model, build_model, cluster, 
 from stork.asm.surface import Surface
 from stork.dataset.chunks import Params
 from stork.errors import AsmError
-from stork.optimizers import DatasetDescription, Limits, ProbeResult, get
+from stork.optimizers import DatasetDescription, Decision, Limits, ProbeResult, get
 from stork.optimizers.asm import AsmOptimizer, AsmSettings
 from stork.store import SqliteStore
 from stork.translog import TransferRecord, write_grid_csv
@@ -120,6 +120,13 @@ def test_maximum_on_the_whole_number_lattice_within_limits() -> None:
     assert capped.cc * capped.p <= 16
 
 
+def test_grid_points_ranked_best_first_within_the_streams_limit() -> None:
+    values = np.array([[[100.0], [300.0]], [[200.0], [400.0]]])  # (cc 1, 8) x (p 1, 8) x pp 1
+    s = Surface((1, 8), (1, 8), (1,), values, 0.05, 0.0)
+    assert s.ranked(64) == [Params(8, 8, 1), Params(1, 8, 1), Params(8, 1, 1), Params(1, 1, 1)]
+    assert s.ranked(8) == [Params(1, 8, 1), Params(8, 1, 1), Params(1, 1, 1)]
+
+
 def test_load_levels_from_known_contending_transfers_and_from_deviation() -> None:
     free = rows("a", "b", 0.01, 1e6, 1000, (16, 1, 4), repeats=3)
     known = rows("a", "b", 0.01, 1e6, 1000, (16, 1, 4), scale=0.5, sharing=1)  # 1 known: 0.5
@@ -151,17 +158,23 @@ def fixed_cluster() -> Cluster:
                    (10, 10, 10, 10), samples, ((samples[0], 0.5),))
 
 
-def run_on(true_level: int, *, known_load: int = 0, max_probes: int = 3
-           ) -> tuple[AsmOptimizer, list[int], object]:
+def run_on(true_level: int, *, known_load: int = 0, max_probes: int = 3,
+           explore: bool = False, bonus: dict[Params, float] | None = None,
+           files: int = 1000) -> tuple[AsmOptimizer, list[int], Decision]:
+    """ASM on `fixed_cluster` with the transfer behaving as surface `true_level` (plus
+    `bonus` Mbit/s at some cells); `explore=False`: Algorithm 1 alone."""
     c = fixed_cluster()
     probed: list[int] = []
 
     def probe(params: Params, size_bytes: int) -> ProbeResult:
-        probed.append(c.samples.index(params))
-        return ProbeResult(params, c.surfaces[true_level].at(params), size_bytes, 1.0, 4)
+        probed.append(c.samples.index(params) if params in c.samples else -1)
+        mbps = c.surfaces[true_level].at(params) + (bonus or {}).get(params, 0.0)
+        return ProbeResult(params, mbps, size_bytes, 1.0, 4)
 
-    asm = AsmOptimizer(AsmSettings(max_probes=max_probes), Model((c,), {}, 40))
-    d = DatasetDescription.of(1e7, 1000, rtt_s=0.04, bandwidth_bps=1e10, known_load=known_load)
+    asm = AsmOptimizer(AsmSettings(max_probes=max_probes, explore=explore),
+                       Model((c,), {}, 40))
+    d = DatasetDescription.of(1e7, files, rtt_s=0.04, bandwidth_bps=1e10,
+                              known_load=known_load)
     return asm, probed, asm.optimize([], d, GRID, probe)
 
 
@@ -176,8 +189,57 @@ def test_halving_jump_between_load_surfaces(true_level: int, visited: list[int])
     assert probed == visited
     assert decision.params == fixed_cluster().samples[true_level]  # that surface's maximum
     assert "converged" in decision.reason
+    assert decision.band_mbps is not None
     low, high = decision.band_mbps
     assert low < fixed_cluster().surfaces[true_level].at(decision.params) < high
+
+
+def test_the_samples_left_go_to_the_other_maxima_nearest_in_load_first() -> None:
+    # converged on surface 1 with one sample; the two left: the maxima of 0, then of 2
+    _, probed, decision = run_on(1, explore=True)
+    assert probed == [1, 0, 2] and len(decision.probes) == 3
+    assert decision.params == fixed_cluster().samples[1]  # the best measured of the three
+    assert "converged" in decision.reason and "best sample" in decision.reason
+
+
+def test_a_sample_that_measured_more_than_the_chosen_surface_is_kept() -> None:
+    # the transfer behaves as surface 1, but surface 0's maximum runs 300 Mbit/s faster
+    best_elsewhere = fixed_cluster().samples[0]
+    _, probed, decision = run_on(1, explore=True, bonus={best_elsewhere: 300.0})
+    assert probed == [1, 0, 2]
+    assert decision.params == best_elsewhere
+    assert decision.predicted_mbps == pytest.approx(
+        fixed_cluster().surfaces[1].at(best_elsewhere) + 300.0)
+
+
+def test_no_exploring_when_algorithm_1_spent_every_sample() -> None:
+    _, probed, decision = run_on(3, explore=True, max_probes=2)
+    assert probed == [1, 3] and decision.params == fixed_cluster().samples[3]
+
+
+def test_an_empty_probe_ends_the_sampling_and_is_not_kept() -> None:
+    c = fixed_cluster()
+    asked: list[Params] = []
+
+    def probe(params: Params, size_bytes: int) -> ProbeResult:
+        asked.append(params)
+        if len(asked) == 1:
+            return ProbeResult(params, c.surfaces[2].at(params), size_bytes, 1.0, 4)
+        return ProbeResult(params, 0.0)  # no file left
+
+    asm = AsmOptimizer(AsmSettings(), Model((c,), {}, 40))
+    decision = asm.optimize([], DatasetDescription.of(1e7, 1000), GRID, probe)
+    assert len(asked) == 2 and len(decision.probes) == 1
+    assert all(not r.empty for r in decision.probes)
+    assert "no file left to probe" in decision.reason
+    assert decision.params == c.samples[2]  # the surface the one sample pointed to
+
+
+def test_concurrency_is_at_most_the_file_count() -> None:
+    _, _, decision = run_on(0, files=8)  # surface 0's maximum is at cc = 32
+    assert decision.params.cc <= 8 and all(r.params.cc <= 8 for r in decision.probes)
+    _, _, free = run_on(0)
+    assert free.params.cc == 32
 
 
 def test_known_load_chooses_the_first_surface() -> None:
@@ -213,7 +275,12 @@ def test_without_a_model_it_analyses_the_history_it_is_given() -> None:
     d = DatasetDescription.of(1e9, 10, rtt_s=0.1, bandwidth_bps=1e10)
     decision = get("asm").optimize(history, d, GRID, lambda params, n: ProbeResult(
         params, truth.surfaces[0].at(params)))
-    assert decision.optimizer == "asm" and decision.params == Params(16, 16, 1)
+    # 10 files: cc at most 10 (the surface's maximum is at cc = 16)
+    assert decision.optimizer == "asm"
+    assert decision.params == maximum(truth.surfaces[0], GRID.at_most_cc(10))[0]
+    uncapped = AsmOptimizer(AsmSettings(cc_at_most_files=False)).optimize(
+        history, d, GRID, lambda params, n: ProbeResult(params, truth.surfaces[0].at(params)))
+    assert uncapped.params == Params(16, 16, 1)
     with pytest.raises(AsmError, match="no transfers to learn from"):
         get("asm").optimize([], d, GRID, lambda params, n: ProbeResult(params, 1.0))
 

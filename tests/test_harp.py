@@ -16,13 +16,16 @@ from stork.optimizers import (
     DatasetDescription,
     Decision,
     Limits,
+    Optimizer,
     Probe,
     ProbeResult,
     get,
 )
+from stork.optimizers.base import best_probe
 from stork.optimizers.harp import (
     HarpOptimizer,
     HarpSettings,
+    _Choice,
     _Model,
     first_probe,
     probe_weights,
@@ -33,8 +36,10 @@ from stork.optimizers.surfaces import (
     Surface,
     fit_surface,
     integer_best,
+    lattice,
     maximize,
     monomials,
+    optima,
     predict,
     relax,
     to_u,
@@ -293,6 +298,133 @@ def test_harp_uses_at_most_its_probes() -> None:
         assert 1 <= len(probed) <= n
 
 
+def test_each_surfaces_best_cell_on_the_ladder_lattice() -> None:
+    # every integer allowed: candidates on the ladder 1, 2, 3, 4, 6, 8, 12, 16, 24, 32
+    cells = lattice(Limits(max_streams=64), np.log2([32.0, 16.0, 8.0]))
+    assert sorted({c.cc for c in cells}) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+    assert sorted({c.p for c in cells}) == [1, 2, 3, 4, 6, 8, 12, 16]
+    assert sorted({c.pp for c in cells}) == [1, 2, 3, 4, 6, 8]
+    assert all(c.cc * c.p <= 64 for c in cells)
+    grid = lattice(GRID_LIMITS, np.full(3, 5.0))
+    assert len(grid) == 216
+    a, b = _surface((16, 4, 2), 1000.0), _surface((4, 16, 8), 400.0)
+    assert optima([a.coef, b.coef], grid) == [Params(16, 4, 2), Params(4, 16, 8)]
+
+
+def test_after_the_choice_was_probed_the_heaviest_surfaces_best_cells_come_next() -> None:
+    choice = _Choice(Params(8, 8, 2), 900.0, 0.15, np.zeros(35),
+                     optima=(Params(16, 4, 2), Params(8, 8, 2), Params(4, 16, 8)))
+    harp = HarpOptimizer()
+
+    def probed(*cells: Params) -> list[ProbeResult]:
+        return [ProbeResult(c, 500.0, 1, 1.0, 1) for c in cells]
+
+    assert harp._next(choice, []) == Params(8, 8, 2)  # the choice first
+    assert harp._next(choice, probed(Params(8, 8, 2))) == Params(16, 4, 2)
+    assert harp._next(choice, probed(Params(8, 8, 2), Params(16, 4, 2))) == Params(4, 16, 8)
+    assert harp._next(choice, probed(Params(8, 8, 2), Params(16, 4, 2),
+                                     Params(4, 16, 8))) is None
+    # without exploring, probing ends when the choice repeats (the rule before)
+    assert HarpOptimizer(HarpSettings(explore=False))._next(
+        choice, probed(Params(8, 8, 2))) is None
+
+
+def test_harp_answers_the_best_measured_probe() -> None:
+    history = sweep((16, 4, 2), top=1000.0) + sweep((4, 16, 2), top=400.0)
+    probed: list[Params] = []
+    truth = _probe_from((4, 16, 2), 800.0, probed)
+    decision = HarpOptimizer().optimize(history, small_dataset(), GRID_LIMITS, truth)
+    assert len(probed) == 3 and len(set(probed)) == 3  # every probe spent, none twice
+    best = max(decision.probes, key=lambda r: r.throughput_mbps)
+    assert decision.params == best.params
+    assert decision.predicted_mbps == pytest.approx(best.throughput_mbps)
+    # the rule before: the surfaces' choice unless a probe measured more than predicted
+    before = HarpOptimizer(HarpSettings(explore=False, pick="choice")).optimize(
+        history, small_dataset(), GRID_LIMITS, _probe_from((4, 16, 2), 800.0, []))
+    assert len(before.probes) <= 3
+
+
+def test_an_empty_probe_ends_harp_probing_and_is_not_kept() -> None:
+    history = sweep((16, 4, 2), top=1000.0)
+    asked: list[Params] = []
+
+    def probe(params: Params, size_bytes: int) -> ProbeResult:
+        asked.append(params)
+        if len(asked) == 1:
+            return ProbeResult(params, bump(params.cc, params.p, params.pp, top=900.0), size_bytes,
+                               1.0, 2)
+        return ProbeResult(params, 0.0)  # no file left
+
+    decision = HarpOptimizer().optimize(history, small_dataset(), GRID_LIMITS, probe)
+    assert len(asked) == 2 and [r.params for r in decision.probes] == asked[:1]
+    assert "no file left to probe" in decision.reason
+    nothing = HarpOptimizer().optimize([], small_dataset(), GRID_LIMITS,
+                                       lambda params, n: ProbeResult(params, 0.0))
+    assert nothing.probes == () and nothing.predicted_mbps is None
+
+
+def test_harp_concurrency_is_at_most_the_file_count() -> None:
+    history = sweep((32, 4, 2), top=1000.0)
+    few = DatasetDescription.of(3e6, 8, rtt_s=0.04, bandwidth_bps=1e10,
+                                buffer_bytes=32 << 20, src_host="a", dest_host="b")
+    probed: list[Params] = []
+    decision = HarpOptimizer().optimize(history, few, GRID_LIMITS,
+                                        _probe_from((32, 4, 2), 1000.0, probed))
+    assert decision.params.cc <= 8 and all(c.cc <= 8 for c in probed)
+
+
+def test_best_probe_takes_the_fewest_streams_within_the_tolerance() -> None:
+    probes = [ProbeResult(Params(32, 32, 1), 1000.0), ProbeResult(Params(32, 8, 4), 970.0),
+              ProbeResult(Params(32, 8, 1), 960.0), ProbeResult(Params(4, 4, 1), 500.0)]
+    assert best_probe(probes).params == Params(32, 32, 1)
+    assert best_probe(probes, 0.05).params == Params(32, 8, 1)  # 256 streams, then pp 1
+    assert best_probe(probes, 0.035).params == Params(32, 8, 4)
+    assert not probes[0].empty and ProbeResult(Params(1, 1, 1), 0.0).empty
+    assert not ProbeResult(Params(1, 1, 1), 0.0, 1 << 20, 1.0, 2).empty  # a failed batch
+
+
+def test_no_retune_and_no_empty_probe_on_the_ad_when_no_file_is_left() -> None:
+    from types import SimpleNamespace
+
+    from stork.server.tuning import Tuning
+
+    asked: list[Params] = []
+    left = [5]
+
+    class Once(Optimizer):
+        name = "once"
+
+        def optimize(self, history: object, dataset: object, limits: Limits,
+                     probe: Probe) -> Decision:
+            first = probe(Params(2, 2, 1), 100)  # kept even when empty, as "eos" does
+            return Decision("once", Params(2, 2, 1), 1000.0, (900.0, 1100.0), (first,), "x")
+
+    def probe(params: Params, size_bytes: int) -> ProbeResult:
+        asked.append(params)
+        return ProbeResult(params, 1000.0, size_bytes, 1.0, 1) if left[0] else (
+            ProbeResult(params, 0.0))
+
+    saved: dict[str, dict[str, object]] = {}
+    run = SimpleNamespace(job=SimpleNamespace(id=7), store=SimpleNamespace(
+        update_result=lambda job_id, result: saved.update(result)))
+    tuning = Tuning(run, SimpleNamespace(size_class=SizeClass.SMALL),
+                    Once(), [], small_dataset(), probe, files_left=lambda: left[0])
+    tuning.decide(Params(1, 1, 1))
+    left[0] = 0  # the last batch took the chunk's last files
+    assert tuning.after_batch(Params(2, 2, 1), 10.0) == Params(2, 2, 1)  # outside the band
+    assert len(asked) == 1 and tuning.retunes == 0
+    left[0] = 3
+    tuning.after_batch(Params(2, 2, 1), 10.0)
+    assert len(asked) == 2 and tuning.retunes == 1
+    left[0] = 0
+    tuning.decide(Params(2, 2, 1))  # an optimizer that probes with nothing left
+    assert len(asked) == 3 and tuning.decisions[-1].probes[0].empty
+    tuning.record()
+    probes = saved["optimizer_small"]["probes"]
+    assert isinstance(probes, list) and len(probes) == 2
+    assert not any("over 0 files" in p for p in probes)
+
+
 def test_retune_when_the_achieved_rate_leaves_the_band() -> None:
     d = Decision("harp", Params(8, 2, 4), 1000.0, (800.0, 1200.0), (), "x")
     harp = HarpOptimizer()
@@ -325,6 +457,13 @@ def test_chunks_tuned_together_share_and_hand_back_their_channels() -> None:
 
 
 # -- the interface -----------------------------------------------------------------------------
+
+def test_limits_at_most_cc() -> None:
+    assert GRID_LIMITS.at_most_cc(8).allowed(0) == [1, 2, 4, 8]
+    assert GRID_LIMITS.at_most_cc(10).allowed(0) == [1, 2, 4, 8]
+    assert GRID_LIMITS.at_most_cc(0).max_cc == 1
+    assert GRID_LIMITS.at_most_cc(100) == GRID_LIMITS
+
 
 def test_limits_nearest_and_streams() -> None:
     limits = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=64, values=LEVELS)

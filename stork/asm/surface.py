@@ -91,6 +91,14 @@ class Surface:
         value = self.at(params)
         return value * (1 - Z * self.sigma), value * (1 + Z * self.sigma)
 
+    def ranked(self, max_streams: int) -> list[Params]:
+        """The grid points (where the surface passes through measurements) with cc * p at
+        most `max_streams`, best first."""
+        order = np.argsort(-self.values, axis=None, kind="stable")
+        points = (Params(self.cc[i], self.p[j], self.pp[k]) for i, j, k in
+                  (np.unravel_index(int(n), self.values.shape) for n in order))
+        return [c for c in points if c.cc * c.p <= max_streams]
+
     def maximum(self, cc_values: list[int], p_values: list[int], pp_values: list[int],
                 max_streams: int) -> tuple[Params, float]:
         """The largest value on the lattice of the given values (those inside the grid's

@@ -14,9 +14,16 @@ cluster, throughput surfaces for each level of load, lightest first. Online:
    the next surface is the remaining one whose value at the probed point is closest to the
    measurement, and it is probed at its own sampling point. Each probe halves the
    candidates, at most `max_probes` probes;
-4. the rest of the dataset at the chosen surface's maximum (or at a probe's parameters when
-   that probe measured more than the surface predicts there: a measurement of this transfer
-   beats a prediction).
+4. the samples Algorithm 1 left (`explore`; the paper converges in about three, and its
+   answer, the chosen surface's maximum, is a prediction): the chosen surface's maximum,
+   then the maxima of the other load surfaces, nearest in load first, then the chosen
+   surface's next best grid points, each not sampled yet, until `max_probes` samples;
+5. the rest of the dataset at the best sample (the one with the fewest streams when others
+   measured within `tolerance` of it). When Algorithm 1 spent every sample and the chosen
+   surface's maximum was never sampled, the maximum, unless a sample measured more than it
+   predicts (a measurement of this transfer beats a prediction). A probe that found no file
+   left to send ends the sampling; cc is at most the dataset's file count
+   (`cc_at_most_files`).
 
 During the transfer (`retune`): a chunk whose throughput leaves the band makes the next
 `optimize` switch surface without probing: the surface whose value at the running
@@ -43,6 +50,7 @@ from stork.optimizers.base import (
     Optimizer,
     Probe,
     ProbeResult,
+    best_probe,
 )
 from stork.optimizers.harp import probe_bytes
 from stork.translog import TransferRecord
@@ -56,6 +64,11 @@ class AsmSettings:
     # where a surface is probed: "region" (its sampling point: near its maximum, where the
     # surfaces differ most) or "maximum" (its maximum, the paper's equation 24 read literally)
     sample_at: str = "region"
+    # the samples Algorithm 1 leaves go to the surfaces' maxima and the chosen surface's best
+    # grid points (False: unused, as before)
+    explore: bool = True
+    tolerance: float = 0.0  # samples measured within this of the best: the fewest streams
+    cc_at_most_files: bool = True
 
 
 class AsmOptimizer(Optimizer):
@@ -79,6 +92,8 @@ class AsmOptimizer(Optimizer):
             agg = Aggregate()
             agg.add(history)
             model = self.model = build_model(agg)
+        if self.settings.cc_at_most_files:
+            limits = limits.at_most_cc(dataset.file_count)
         if not model.clusters:
             raise AsmError("asm", "the offline analysis has no transfers to learn from (run "
                            "stork_history analyze, or wait for ASM_ANALYSIS_INTERVAL)")
@@ -101,7 +116,7 @@ class AsmOptimizer(Optimizer):
         size = self.probe_bytes(dataset)
         probes: list[ProbeResult] = []
         path: list[str] = []
-        converged = False
+        how = "closest surface to the last probe"
         while True:
             s = surfaces[current]
             point = (cluster.samples[current] if self.settings.sample_at == "region"
@@ -109,13 +124,16 @@ class AsmOptimizer(Optimizer):
             if not limits.admits(point):
                 point = maximum(s, limits)[0]
             result = probe(point, size)
+            if result.empty:
+                how = "no file left to probe"
+                break
             probes.append(result)
             low, high = s.band(point)
             measured = result.throughput_mbps
             path.append(f"load {s.intensity:.2f} at {_cell(point)}: {measured:.0f} in "
                         f"[{low:.0f}, {high:.0f}]")
             if low <= measured <= high:
-                converged = True
+                how = "converged"
                 break
             lighter = measured > high
             candidates = [c for c in candidates if (c < current if lighter else c > current)]
@@ -125,14 +143,45 @@ class AsmOptimizer(Optimizer):
             current = _closest(surfaces, candidates, point, measured)
         chosen = surfaces[current]
         params, predicted = maximum(chosen, limits)
-        how = "converged" if converged else "closest surface to the last probe"
-        best = max(probes, key=lambda r: r.throughput_mbps)
-        if best.throughput_mbps > predicted and limits.admits(best.params):
-            params, predicted = best.params, best.throughput_mbps
-            how += f"; probe {_cell(best.params)} measured more than the surface's maximum"
+        if self.settings.explore and how != "no file left to probe":
+            how += self._explore(surfaces, current, limits, probe, size, probes)
+        if self.settings.explore and params in {r.params for r in probes}:
+            kept = best_probe(probes, self.settings.tolerance)
+            params, predicted = kept.params, kept.throughput_mbps
+            how += f"; best sample {_cell(params)}"
+        elif probes:
+            best = max(probes, key=lambda r: r.throughput_mbps)
+            if best.throughput_mbps > predicted and limits.admits(best.params):
+                params, predicted = best.params, best.throughput_mbps
+                how += f"; probe {_cell(best.params)} measured more than the surface's maximum"
         return self._decision(cluster, chosen, params, predicted, tuple(probes),
                               f"cluster {cluster.id} ({len(surfaces)} load surfaces), "
                               f"{how}: {'; '.join(path)}")
+
+    def _explore(self, surfaces: Sequence[Surface], current: int, limits: Limits,
+                 probe: Probe, size: int, probes: list[ProbeResult]) -> str:
+        """Step 4: the samples left, on the surfaces' maxima and the chosen surface's best
+        grid points; what it did, for the reason."""
+        load = surfaces[current].intensity
+        nearest = sorted(range(len(surfaces)),
+                         key=lambda i: (abs(surfaces[i].intensity - load), i))
+        wanted = [maximum(surfaces[i], limits)[0] for i in nearest]
+        wanted += surfaces[current].ranked(limits.max_streams)
+        sampled = {r.params for r in probes}
+        added: list[str] = []
+        for point in wanted:
+            if len(probes) >= self.settings.max_probes:
+                break
+            if point in sampled or not limits.admits(point):
+                continue
+            result = probe(point, size)
+            if result.empty:
+                added.append("no file left to probe")
+                break
+            probes.append(result)
+            sampled.add(point)
+            added.append(f"{_cell(point)}: {result.throughput_mbps:.0f}")
+        return f"; then {', '.join(added)}" if added else ""
 
     def _first(self, cluster: Cluster, dataset: DatasetDescription) -> int:
         surfaces = cluster.surfaces

@@ -8,7 +8,8 @@ An optimizer is given
   only run some values, which),
 * a `probe(params, size_bytes) -> ProbeResult` callable that transfers real files of the
   dataset not sent before (whole files, about `size_bytes`) with those parameters and says
-  what it measured,
+  what it measured (`ProbeResult.empty` when no file was left to send: nothing measured, and
+  an optimizer stops probing),
 and returns a `Decision`: the parameters for the rest of the dataset, the throughput it
 predicts and the band around it (an achieved throughput outside the band means: ask again,
 `Optimizer.retune`), every probe it used with what it measured, its own name and a reason a
@@ -20,6 +21,7 @@ from its arguments, so it is tested and benchmarked against fixed tables and rep
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -106,6 +108,11 @@ class Limits:
         return (all(v in self.allowed(i) for i, v in enumerate(values))
                 and params.cc * params.p <= self.max_streams)
 
+    def at_most_cc(self, files: int) -> Limits:
+        """These limits with cc at most `files` (at least 1): a concurrency above the number
+        of files to send has nothing to carry."""
+        return dataclasses.replace(self, max_cc=max(1, min(self.max_cc, files)))
+
     def nearest(self, params: Params) -> Params:
         """The allowed parameters nearest to `params` on a log scale; past the streams limit,
         the larger of cc and p (p on a tie) comes down a value at a time until cc * p fits."""
@@ -134,6 +141,21 @@ class ProbeResult:
     bytes_moved: int = 0
     duration_s: float = 0.0
     files: int = 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was sent (no file of the dataset was left, or the transfer is stopping):
+        nothing was measured either."""
+        return self.files == 0 and self.bytes_moved == 0 and not self.throughput_mbps
+
+
+def best_probe(probes: Sequence[ProbeResult], tolerance: float = 0.0) -> ProbeResult:
+    """The probe to keep: the highest measured, unless probes measured within `tolerance`
+    (relative) of it use fewer streams; then the fewest streams cc * p of those, then the
+    least pipelining, then the highest measured. `probes` holds one at least."""
+    top = max(r.throughput_mbps for r in probes)
+    near = [r for r in probes if r.throughput_mbps >= (1 - tolerance) * top]
+    return min(near, key=lambda r: (r.params.cc * r.params.p, r.params.pp, -r.throughput_mbps))
 
 
 # (parameters, about how many bytes of the dataset to send) -> what was measured

@@ -78,7 +78,7 @@ class DwOptimizer(Optimizer):
         def measure_with(params_of: Callable[[int], Params]) -> Measure:
             def measure(level: int) -> float | None:
                 result = probe(limits.nearest(params_of(level)), size)
-                if result.files == 0 and result.bytes_moved == 0 and not result.throughput_mbps:
+                if result.empty:
                     return None  # the dataset has no file left to probe with
                 results.append(result)
                 return result.throughput_mbps

@@ -23,10 +23,17 @@ docs/OPTIMIZERS.md):
    surface to the probes' level when there are two probes or more, so that it is the shape
    that is judged), are clustered by DBSCAN, and the classes, most accurate last, weigh
    2^0, 2^1, ..., 2^(k-1); each surface is scaled to the probes' level (least squares,
-   within 1/4..4). The new choice is probed in turn, until it is one already probed or
-   `max_probes` probes were used.
-5. The decision: the last choice, unless a probe measured more than it predicts; then the
-   best probed parameters (a measurement of this transfer beats a prediction).
+   within 1/4..4). The next probe is the new choice; when that was probed already
+   (`explore`), the best cell of the heaviest surface not probed yet (surfaces in the order
+   of their weights; each surface's best cell on the ladder lattice inside the measured
+   range), until `max_probes` probes were used. Without `explore` the probing stops when the
+   choice repeats. A probe that found no file left to send ends the probing.
+5. The decision (`pick="probed"`): the best measured probe, the one with the fewest streams
+   when others measured within `tolerance` of it: every answer was measured on this
+   transfer. `pick="choice"`: the last choice, unless a probe measured more than it
+   predicts; then the best probed parameters.
+6. cc is at most the dataset's file count (`cc_at_most_files`): more channels than files
+   have nothing to carry.
 The decision's band is the prediction +- max(`band`, 2 x the cross-validated relative error
 of the weighted surfaces); `retune` (the base class's) asks again when a chunk leaves it.
 
@@ -39,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from sklearn.cluster import DBSCAN
@@ -51,6 +59,7 @@ from stork.optimizers.base import (
     Optimizer,
     Probe,
     ProbeResult,
+    best_probe,
 )
 from stork.optimizers.similarity import PAPER_WEIGHTS, Group, features, select
 from stork.optimizers.surfaces import (
@@ -58,7 +67,9 @@ from stork.optimizers.surfaces import (
     Surface,
     fit_surface,
     integer_best,
+    lattice,
     maximize,
+    optima,
     predict,
     relax,
     to_u,
@@ -86,6 +97,12 @@ class HarpSettings:
     # that share of the heaviest must each agree too
     agree_weight: float | None = None
     confirm: bool = False  # a probe inside the predicted band ends the probing
+    # when the choice was probed already, probe the best cell of the heaviest surface not
+    # probed yet (False: stop, as before)
+    explore: bool = True
+    pick: Literal["probed", "choice"] = "probed"  # the best probe, or the last choice
+    tolerance: float = 0.0  # probes measured within this of the best: the fewest streams
+    cc_at_most_files: bool = True
     band: float = 0.15  # least half-width of the predicted band, relative
     max_probes: int = 3
     first_probe: str = "model"  # "model": the surfaces' choice; "heuristic": the paper's
@@ -106,6 +123,7 @@ class _Choice:
     band: float  # relative half-width
     coef: Floats  # the weighted surface it was read from
     notes: tuple[str, ...] = field(default_factory=tuple)
+    optima: tuple[Params, ...] = ()  # each surface's best cell, heaviest surface first
 
     def unit_mbps(self, params: Params) -> float:
         """The weighted surface at cc = 1 with `params`' p and pp (the paper's UT)."""
@@ -121,40 +139,83 @@ class HarpOptimizer(Optimizer):
     def optimize(self, history: Sequence[TransferRecord], dataset: DatasetDescription,
                  limits: Limits, probe: Probe) -> Decision:
         s = self.settings
+        if s.cc_at_most_files:
+            limits = limits.at_most_cc(dataset.file_count)
         models, found = self.models(history, dataset)
         size = self.probe_bytes(dataset)
         if not models:
             start = first_probe(dataset, limits)
             first = probe(start, size)
+            if first.empty:
+                return Decision(self.name, start, None, None, (),
+                                f"{found}: no usable history and no file left to probe, "
+                                "the heuristic's parameters")
             return Decision(self.name, start, first.throughput_mbps,
                             _band(first.throughput_mbps, s.band), (first,),
                             f"{found}: no usable history, the heuristic's probed parameters")
         probes: list[ProbeResult] = []
+        stop = ""
         if s.first_probe == "heuristic":
-            probes.append(probe(first_probe(dataset, limits), size))
+            heuristic = probe(first_probe(dataset, limits), size)
+            if heuristic.empty:
+                stop = "no file left to probe"
+            else:
+                probes.append(heuristic)
         choice = self._choose(models, probes, limits)
         confirmed = False
-        while len(probes) < s.max_probes and choice.params not in {r.params for r in probes}:
-            check = probe(choice.params, size)
+        while not stop and len(probes) < s.max_probes:
+            target = self._next(choice, probes)
+            if target is None:
+                break
+            check = probe(target, size)
+            if check.empty:
+                stop = "no file left to probe"
+                break
             probes.append(check)
-            if s.confirm and abs(check.throughput_mbps - choice.predicted_mbps) <= (
+            if s.confirm and target == choice.params and abs(
+                    check.throughput_mbps - choice.predicted_mbps) <= (
                     choice.band * choice.predicted_mbps):
                 confirmed = True
                 break
             choice = self._choose(models, probes, limits)
+        params, predicted, notes = self._decide(choice, probes, confirmed)
+        how = "confirmed by its probe" if confirmed else f"{len(probes)} probe(s)"
+        return Decision(self.name, params, predicted, _band(predicted, choice.band),
+                        tuple(probes), f"{found}; {how}; " + "; ".join(
+                            notes + ([stop] if stop else [])),
+                        unit_mbps=choice.unit_mbps(params))
+
+    def _decide(self, choice: _Choice, probes: Sequence[ProbeResult], confirmed: bool
+                ) -> tuple[Params, float, list[str]]:
+        """Step 5: the parameters for the rest, their predicted throughput, and notes."""
         notes = list(choice.notes)
         params, predicted = choice.params, choice.predicted_mbps
+        if not probes or confirmed:
+            return params, predicted, notes
+        if self.settings.pick == "probed":
+            kept = best_probe(probes, self.settings.tolerance)
+            if kept.params != params:
+                notes.append(f"probe {kept.params.label()} kept over the surfaces' "
+                             f"{params.label()} ({predicted:.0f} Mbit/s predicted)")
+            return kept.params, kept.throughput_mbps, notes
         measured = {r.params: r.throughput_mbps for r in probes}
         best = max(probes, key=lambda r: r.throughput_mbps)
-        if not confirmed and best.throughput_mbps >= measured.get(params, predicted):
+        if best.throughput_mbps >= measured.get(params, predicted):
             if best.params != params:
                 notes.append(f"best probe {best.params.label()} taken over the surfaces' "
                              f"{params.label()} ({predicted:.0f} Mbit/s predicted)")
             params, predicted = best.params, best.throughput_mbps
-        how = "confirmed by its probe" if confirmed else f"{len(probes)} probe(s)"
-        return Decision(self.name, params, predicted, _band(predicted, choice.band),
-                        tuple(probes), f"{found}; {how}; " + "; ".join(notes),
-                        unit_mbps=choice.unit_mbps(params))
+        return params, predicted, notes
+
+    def _next(self, choice: _Choice, probes: Sequence[ProbeResult]) -> Params | None:
+        """What to probe next: the choice, else (`explore`) the best cell of the heaviest
+        surface not probed yet; None: nothing left worth a probe."""
+        probed = {r.params for r in probes}
+        if choice.params not in probed:
+            return choice.params
+        if not self.settings.explore:
+            return None
+        return next((c for c in choice.optima if c not in probed), None)
 
     def models(self, history: Sequence[TransferRecord], dataset: DatasetDescription
                ) -> tuple[list[_Model], str]:
@@ -187,6 +248,7 @@ class HarpOptimizer(Optimizer):
     def _choose(self, models: list[_Model], probes: list[ProbeResult],
                 limits: Limits) -> _Choice:
         s = self.settings
+        probes = [r for r in probes if r.throughput_mbps > 0]  # (a failed batch tells no level)
         points = np.array([to_u(r.params) for r in probes])
         measured = np.array([r.throughput_mbps for r in probes])
         if probes:
@@ -223,8 +285,11 @@ class HarpOptimizer(Optimizer):
         best = int(np.argmax(weights))
         notes.append(f"heaviest surface {models[best].group.label} "
                      f"(probe error {errors[best]:.0%})")
+        order = np.argsort(-weights, kind="stable")  # heaviest first, then most similar
+        cells = [c for c in lattice(limits, upper) if limits.admits(c)]
+        best_cells = optima([models[i].surface.coef for i in order], cells)
         return _Choice(relaxed, max(predicted, 0.0), max(s.band, 2 * spread), coef,
-                       tuple(notes))
+                       tuple(notes), tuple(dict.fromkeys(best_cells)))
 
     @staticmethod
     def _best_observed(models: list[_Model], coef: Floats, limits: Limits

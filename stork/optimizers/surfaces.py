@@ -17,7 +17,9 @@ same basis) in a box, with cc * p at most the streams limit (linear in u:
 u_cc + u_p <= log2 max_streams), by SciPy's SLSQP from several starts. `integer_best` turns
 it into whole numbers the limits allow (the best of the 8 neighbours), and `relax` lowers the
 parameters to the fewest streams (then the least pipelining) whose prediction stays within
-`rho` of the maximum.
+`rho` of the maximum. `optima`: each of several surfaces' best cell on a lattice of
+candidates (the allowed values on the ladder 1, 2, 3, 4, 6, 8, ... inside a box), the cells
+HARP probes after its first choice.
 """
 
 from __future__ import annotations
@@ -186,6 +188,23 @@ def _ladder(values: list[int], top: int) -> list[int]:
     def on_ladder(v: int) -> bool:
         return v & (v - 1) == 0 or (v % 3 == 0 and (v // 3) & (v // 3 - 1) == 0)
     return [v for v in values if v <= top and (v == top or on_ladder(v))]
+
+
+def lattice(limits: Limits, upper: Floats) -> list[Params]:
+    """Candidate cells: on each axis the allowed values on the ladder (two a doubling) up to
+    2**upper, with cc * p within the streams limit."""
+    axes = [_ladder(limits.allowed(i), max(_candidates(limits, i, 2 ** upper[i])))
+            for i in range(3)]
+    return [Params(cc, p, pp) for cc in axes[0] for p in axes[1] for pp in axes[2]
+            if cc * p <= limits.max_streams]
+
+
+def optima(coefs: Sequence[Floats], cells: Sequence[Params]) -> list[Params]:
+    """The best of `cells` on each surface (one row of `coefs` per surface)."""
+    if not cells or not coefs:
+        return []
+    values = monomials(np.array([to_u(c) for c in cells])) @ np.array(coefs).T
+    return [cells[int(k)] for k in np.argmax(values, axis=0)]
 
 
 def relax(coef: Floats, chosen: Params, limits: Limits, rho: float,

@@ -117,7 +117,8 @@ class Tuning:
                 index = queue.pop(0)
                 take.append(index)
                 total += rows[index].size_bytes or 0
-            if not take or run.stopped():
+            if not take or run.stopped():  # nothing sent: the optimizer stops probing
+                queue[:0] = take
                 return ProbeResult(params, 0.0)
             began = time.monotonic()
             achieved = run.run_batch(take, rows, params, f"{chunk.size_class.value} probe")
@@ -126,12 +127,14 @@ class Tuning:
 
         history = (list(reversed(run.store.transfers(limit=HISTORY_ROWS)))  # oldest first
                    if needs_history else [])
-        return cls(run, chunk, optimizer, history, dataset, probe, shared)
+        return cls(run, chunk, optimizer, history, dataset, probe, shared,
+                   files_left=lambda: len(queue))
 
     def __init__(self, run: DatasetRun, chunk: Chunk, optimizer: optimizers.Optimizer,
                  history: list[TransferRecord], dataset: DatasetDescription,
                  probe: Callable[[Params, int], ProbeResult],
-                 shared: SharedConcurrency | None = None) -> None:
+                 shared: SharedConcurrency | None = None,
+                 files_left: Callable[[], int] | None = None) -> None:
         self.run = run
         self.chunk = chunk
         self.optimizer = optimizer
@@ -145,6 +148,7 @@ class Tuning:
         self.retunes = 0
         self.shared = shared or SharedConcurrency()
         self.shared_cc: list[int] = []  # the concurrency each batch ran with, when shared
+        self.files_left = files_left or (lambda: 1)  # files of the chunk not sent yet
 
     def decide(self, fallback: Params) -> Params:
         try:
@@ -187,8 +191,8 @@ class Tuning:
 
     def after_batch(self, params: Params, achieved_mbps: float) -> Params:
         self.achieved.append(achieved_mbps)
-        if not self.decisions or self.retunes >= MAX_RETUNES:
-            return params
+        if not self.decisions or self.retunes >= MAX_RETUNES or not self.files_left():
+            return params  # (with no file left there is nothing to retune for, nor to probe)
         if not self.optimizer.retune(self.decisions[-1], achieved_mbps):
             return params
         self.retunes += 1
@@ -205,7 +209,8 @@ class Tuning:
                 "predicted_mbps": None if last.predicted_mbps is None
                 else round(last.predicted_mbps, 3),
                 "probes": [f"{p.params.label()}: {p.throughput_mbps:.1f} Mbit/s over "
-                           f"{p.files} files" for d in self.decisions for p in d.probes],
+                           f"{p.files} files" for d in self.decisions for p in d.probes
+                           if not p.empty],
                 "retunes": self.retunes,
                 # each change of parameters costs new processes and a new slow start
                 "param_changes": sum(a.params != b.params for a, b in
