@@ -1,0 +1,61 @@
+"""The round trip of a transfer's path, as the daemon can see it: TCP connects to the servers
+its URLs name.
+
+A connect is one SYN / SYN-ACK exchange, so its time is one round trip to that server (plus
+any queueing on the way). The daemon usually runs at one end of a third-party path, so its
+connect to the *other* end is the path's round trip and its connect to its own end is near
+zero; the longer of the connects is taken. With both ends remote it is an estimate from the
+longer leg.
+
+    path_rtt_s(["ftp://a:2811/x", "ftp://b:2811/y"])   # 0.0403, or None when not known
+
+Used by dataset passes (the bandwidth-delay product of their size classes, and their transfer
+log rows) and by the transfer log rows of single-file transfers.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Sequence
+from typing import Final
+
+from stork.urls import parse_url
+
+DEFAULT_PORTS: Final = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443, "davs": 443,
+                        "dav": 80, "root": 1094, "xroot": 1094}
+PROBE_TIMEOUT_S: Final = 3.0
+FLOOR_S: Final = 1e-6  # a connect is never reported as taking no time
+
+
+def network_end(url: str) -> tuple[str, int] | None:
+    """(host, port) of the server `url` names; None for a local file (or a URL that cannot
+    be read)."""
+    try:
+        u = parse_url(url)
+    except ValueError:
+        return None
+    if u.scheme == "file" or not u.host:
+        return None
+    return u.host, u.port or DEFAULT_PORTS.get(u.scheme, 21)
+
+
+def connect_s(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> float | None:
+    """Seconds one TCP connect to host:port took; None when it did not answer in time."""
+    start = time.monotonic()
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return max(time.monotonic() - start, FLOOR_S)
+    except OSError:
+        return None
+
+
+def path_rtt_s(urls: Sequence[str], timeout_s: float = PROBE_TIMEOUT_S) -> float | None:
+    """The path's round trip: the longest connect to the servers the URLs name. None when it
+    is not known: no URL names a server (a local copy), or a server did not answer (the
+    longest leg may be the one missing)."""
+    ends = [end for url in urls if (end := network_end(url)) is not None]
+    times = [connect_s(host, port, timeout_s) for host, port in dict.fromkeys(ends)]
+    if not times or any(t is None for t in times):
+        return None
+    return max(t for t in times if t is not None)
