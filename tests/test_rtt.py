@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from stork.server.dataset_run import RTT_UNKNOWN_S, round_trip_s
+from stork.transfer import rtt
 from stork.transfer.rtt import connect_s, network_end, path_rtt_s
 
 
@@ -43,8 +44,8 @@ def test_a_connect_to_a_listener_is_timed(listening: int) -> None:
 def test_the_path_is_the_longest_connect_and_unknown_when_an_end_is_silent(
         listening: int) -> None:
     here = f"ftp://127.0.0.1:{listening}/a"
-    rtt = path_rtt_s([here, "file:///tmp/b"])
-    assert rtt is not None and 0 < rtt < 1
+    seconds = path_rtt_s([here, "file:///tmp/b"])
+    assert seconds is not None and 0 < seconds < 1
     assert path_rtt_s(["file:///tmp/a", "file:///tmp/b"]) is None  # a local copy
     silent = f"ftp://127.0.0.1:{closed_port()}/b"
     assert path_rtt_s([here, silent], timeout_s=1) is None
@@ -52,3 +53,16 @@ def test_the_path_is_the_longest_connect_and_unknown_when_an_end_is_silent(
     assert round_trip_s([here, silent]) == RTT_UNKNOWN_S
     assert round_trip_s(["file:///tmp/a", "file:///tmp/b"]) == 1e-4
     assert 1e-4 <= round_trip_s([here, "file:///tmp/b"]) < 1
+
+
+def test_the_shortest_of_a_few_connects_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queueing and scheduling only add to a connect: one slow connect of three is not the
+    path's round trip."""
+    times = iter([0.016, 0.0102, 0.0105, 0.0401, 0.0403, 0.0402])
+    monkeypatch.setattr(rtt, "connect_s", lambda host, port, timeout_s: next(times))
+    # site a's own server (the daemon's end), then site b's: the longer leg's shortest
+    assert path_rtt_s(["ftp://a/x", "ftp://b/y"]) == 0.0401
+    times = iter([0.016, 0.0102, 0.0105])
+    assert rtt.shortest_connect_s("a", 21) == 0.0102
+    monkeypatch.setattr(rtt, "connect_s", lambda host, port, timeout_s: None)
+    assert rtt.shortest_connect_s("a", 21) is None

@@ -1,11 +1,12 @@
 """The round trip of a transfer's path, as the daemon can see it: TCP connects to the servers
 its URLs name.
 
-A connect is one SYN / SYN-ACK exchange, so its time is one round trip to that server (plus
-any queueing on the way). The daemon usually runs at one end of a third-party path, so its
+A connect is one SYN / SYN-ACK exchange, so its time is one round trip to that server plus
+whatever queueing and scheduling delayed it; `path_rtt_s` takes the shortest of a few connects
+per server (delays only add). The daemon usually runs at one end of a third-party path, so its
 connect to the *other* end is the path's round trip and its connect to its own end is near
-zero; the longer of the connects is taken. With both ends remote it is an estimate from the
-longer leg.
+zero; the longer of the two is taken. With both ends remote it is an estimate from the longer
+leg.
 
     path_rtt_s(["ftp://a:2811/x", "ftp://b:2811/y"])   # 0.0403, or None when not known
 
@@ -25,6 +26,7 @@ from stork.urls import parse_url
 DEFAULT_PORTS: Final = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443, "davs": 443,
                         "dav": 80, "root": 1094, "xroot": 1094}
 PROBE_TIMEOUT_S: Final = 3.0
+CONNECTS: Final = 3  # connects per server for `path_rtt_s`; the shortest counts
 FLOOR_S: Final = 1e-6  # a connect is never reported as taking no time
 
 
@@ -50,12 +52,26 @@ def connect_s(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> float
         return None
 
 
-def path_rtt_s(urls: Sequence[str], timeout_s: float = PROBE_TIMEOUT_S) -> float | None:
-    """The path's round trip: the longest connect to the servers the URLs name. None when it
-    is not known: no URL names a server (a local copy), or a server did not answer (the
-    longest leg may be the one missing)."""
+def shortest_connect_s(host: str, port: int, tries: int = CONNECTS,
+                       timeout_s: float = PROBE_TIMEOUT_S) -> float | None:
+    """The shortest of `tries` connects to host:port; None as soon as one does not answer."""
+    best: float | None = None
+    for _ in range(tries):
+        seconds = connect_s(host, port, timeout_s)
+        if seconds is None:
+            return None
+        best = seconds if best is None else min(best, seconds)
+    return best
+
+
+def path_rtt_s(urls: Sequence[str], tries: int = CONNECTS,
+               timeout_s: float = PROBE_TIMEOUT_S) -> float | None:
+    """The path's round trip: over the servers the URLs name, the longest of each one's
+    shortest connect (`tries` each). None when it is not known: no URL names a server (a
+    local copy), or a server did not answer (the longest leg may be the one missing)."""
     ends = [end for url in urls if (end := network_end(url)) is not None]
-    times = [connect_s(host, port, timeout_s) for host, port in dict.fromkeys(ends)]
+    times = [shortest_connect_s(host, port, tries, timeout_s)
+             for host, port in dict.fromkeys(ends)]
     if not times or any(t is None for t in times):
         return None
     return max(t for t in times if t is not None)
