@@ -156,10 +156,12 @@ def held_out(args: argparse.Namespace, rtts: list[float]) -> list[dict[str, Any]
             answer = server.cli("stork_history", *argv, timeout=1800)
             text = answer.stdout + answer.stderr
             (args.out / f"analytics-{rtt:g}.txt").write_text(text)
-            if answer.returncode != 0:
-                raise RuntimeError(f"stork_history {' '.join(argv)} exited "
-                                   f"{answer.returncode}: {text[-500:]}")
             lines = text.splitlines()
+            if answer.returncode != 0:
+                out.append({"rtt_ms": rtt, "command": "stork_history " + " ".join(argv),
+                            "held_out": f"exited {answer.returncode}: {text.strip()[-300:]}",
+                            "seconds": time.monotonic() - began, "models": []})
+                continue
             note = next(line for line in lines if line.startswith("held out RTT"))
             models = [[c.strip() for c in line.strip("|").split("|")] for line in lines
                       if line.startswith(("| polynomial |", "| bagging |", "| boosting |"))]
@@ -187,6 +189,11 @@ def print_tables(results: list[dict[str, Any]], fits: list[dict[str, Any]],
               + " | ".join(f"{r['median'][n]:.1f}" for n in STREAMS)
               + f" | {r['best']} | {dw['chosen']} | {r['dw_share']:.3f} | {len(dw['samples'])} | "
                 f"{dw['sampling_s']:.1f} | {dw['job_s']:.1f} | {r['logged_rows']} |")
+    logged = sorted({b for r in results for b in r["logged_bandwidth_mbps"]})
+    unknown = sum(r["rtt_unknown"] for r in results)
+    print(f"\nThe daemon's rows: bottleneck {', '.join(f'{b:g}' for b in logged)} Mbit/s "
+          f"(STORK_LINK_MBPS), RTT unknown on {unknown} of "
+          f"{sum(r['logged_rows'] for r in results)}.")
     print("\nd-w's samples (streams: Mbit/s, in the order taken) and the daemon's reason:\n")
     for r in results:
         dw = r["dw"]
@@ -198,10 +205,12 @@ def print_tables(results: list[dict[str, Any]], fits: list[dict[str, Any]],
           "R^2 there | rows held out / fitted on |")
     print("| ---: | --- | --- | ---: | ---: | ---: | --- |")
     for f in fits:
-        note = f["held_out"].split(": ", 1)[1]
-        for m in f["models"]:
+        note = f["held_out"].split(": ", 1)[1] if f["models"] else ""
+        for i, m in enumerate(f["models"]):
             print(f"| {f['rtt_ms']:g} | {m['family']} | {m['setting']} | {m['rmse']:.1f} | "
-                  f"{m['relative']:.3f} | {m['r2']:.3f} | {note} |")
+                  f"{m['relative']:.3f} | {m['r2']:.3f} | {note if i == 0 else ''} |")
+        if not f["models"]:
+            print(f"| {f['rtt_ms']:g} | - | - | - | - | - | {f['held_out']} |")
     print("\ncommands (against DIR/sweep-daemon):")
     for f in fits:
         print(f"    {f['command']}     ({f['seconds']:.0f} s)")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from stork.server.dataset_run import RTT_UNKNOWN_S, round_trip_s
 from stork.transfer import rtt
-from stork.transfer.rtt import connect_s, network_end, path_rtt_s
+from stork.transfer.rtt import PathRtts, connect_s, network_end, path_rtt_s
 
 
 @pytest.fixture
@@ -66,3 +66,26 @@ def test_the_shortest_of_a_few_connects_counts(monkeypatch: pytest.MonkeyPatch) 
     assert rtt.shortest_connect_s("a", 21) == 0.0102
     monkeypatch.setattr(rtt, "connect_s", lambda host, port, timeout_s: None)
     assert rtt.shortest_connect_s("a", 21) is None
+
+
+def test_a_path_is_measured_again_only_when_its_measurement_is_old() -> None:
+    now = [0.0]
+    answers = iter([0.040, None, 0.041, 0.080])
+    measured: list[tuple[str, ...]] = []
+
+    def measure(urls: Sequence[str]) -> float | None:
+        measured.append(tuple(urls))
+        return next(answers)
+
+    rtts = PathRtts(max_age_s=300, measure=measure, clock=lambda: now[0])
+    a_b = ["ftp://a:2811/x", "ftp://b:2811/y"]
+    assert rtts.of(a_b) == 0.040
+    now[0] = 299
+    assert rtts.of(["ftp://a:2811/other", "ftp://b:2811/file"]) == 0.040  # same servers
+    assert rtts.of(["file:///tmp/x", "file:///tmp/y"]) is None  # no server: not measured
+    assert len(measured) == 1
+    assert rtts.of(["ftp://a:2811/x", "ftp://c:2811/y"]) is None  # c did not answer ...
+    assert rtts.of(["ftp://a:2811/x", "ftp://c:2811/y"]) == 0.041  # ... so it is tried again
+    now[0] = 300
+    assert rtts.of(a_b) == 0.080  # old: measured again
+    assert len(measured) == 4

@@ -11,14 +11,16 @@ leg.
     path_rtt_s(["ftp://a:2811/x", "ftp://b:2811/y"])   # 0.0403, or None when not known
 
 Used by dataset passes (the bandwidth-delay product of their size classes, and their transfer
-log rows) and by the transfer log rows of single-file transfers.
+log rows) and by the transfer log rows of single-file transfers (through `PathRtts`, which
+measures a path again only every MAX_AGE_S).
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from stork.urls import parse_url
@@ -27,6 +29,8 @@ DEFAULT_PORTS: Final = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443, "da
                         "dav": 80, "root": 1094, "xroot": 1094}
 PROBE_TIMEOUT_S: Final = 3.0
 CONNECTS: Final = 3  # connects per server for `path_rtt_s`; the shortest counts
+MAX_AGE_S: Final = 300.0  # `PathRtts` measures a path again after this long
+MAX_PATHS: Final = 10_000  # paths `PathRtts` remembers
 FLOOR_S: Final = 1e-6  # a connect is never reported as taking no time
 
 
@@ -75,3 +79,36 @@ def path_rtt_s(urls: Sequence[str], tries: int = CONNECTS,
     if not times or any(t is None for t in times):
         return None
     return max(t for t in times if t is not None)
+
+
+class PathRtts:
+    """The round trips of the paths transfers took, each path measured (`path_rtt_s`) again
+    only when its last measurement is older than `max_age_s`: a path's round trip seldom
+    changes, and measuring after every transfer would hold each slot for three round trips
+    more. Thread-safe; an unknown round trip (None) is not kept, so it is tried again."""
+
+    def __init__(self, max_age_s: float = MAX_AGE_S,
+                 measure: Callable[[Sequence[str]], float | None] = path_rtt_s,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self._measure = measure
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._known: dict[tuple[tuple[str, int], ...], tuple[float, float]] = {}
+
+    def of(self, urls: Sequence[str]) -> float | None:
+        """The round trip of the path between the servers `urls` name (None: not known)."""
+        key = tuple(dict.fromkeys(e for url in urls if (e := network_end(url)) is not None))
+        if not key:
+            return None
+        with self._lock:
+            known = self._known.get(key)
+        if known is not None and self._clock() - known[0] < self.max_age_s:
+            return known[1]
+        seconds = self._measure(urls)
+        if seconds is not None:
+            with self._lock:
+                if len(self._known) >= MAX_PATHS:  # forget the oldest measurement
+                    del self._known[min(self._known, key=lambda k: self._known[k][0])]
+                self._known[key] = (self._clock(), seconds)
+        return seconds
