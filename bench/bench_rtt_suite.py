@@ -6,7 +6,8 @@ held-out one; d-w probing run live by the daemon's EOS on each RTT, judged again
 
     .venv/bin/python bench/bench_rtt_suite.py [--rtts 10,40,80,160,366] [--rate 100]
         [--loss 0.001] [--size 32M] [--repeat 2] [--depth 3] [--width 2]
-        [--sample-size 8M] [--sample-time 10] [--rtt-tolerance 0.25] [--out DIR]
+        [--sampler iperf3] [--sample-time 3] [--sample-size 8M] [--rtt-tolerance 0.25]
+        [--out DIR]
 
 For each RTT, two sites joined by one emulated link (`tests.testbed`) and a file of --size in
 site a; then, with a stork_server running inside site a:
@@ -20,10 +21,13 @@ site a; then, with a stork_server running inside site a:
    every sweep. The ground truth is the median per N of the rows the log holds for the RTT.
 2. d-w, as an operator runs it: a fresh daemon in site a (its own store: it learns nothing
    from the sweep) with EOS_SAMPLING = dw, DW_DEPTH, DW_WIDTH, EOS_MAX_STREAMS = 32,
-   EOS_SAMPLE_SIZE and EOS_SAMPLE_TIME as given and EOS_SAMPLING_BUDGET = 0 (the default
-   budget, 10% of the transfer's predicted time, would stop the search after a sample or
-   two on these files), and one transfer job of the same file with `optimization = "YES"`.
-   Its choice is judged on the sweep's medians.
+   EOS_SAMPLER (iperf3 by default, to the iperf3 server of site b), EOS_SAMPLE_TIME (and
+   EOS_SAMPLE_SIZE for gridftp) as given and EOS_SAMPLING_BUDGET = 0 (the default budget,
+   10% of the transfer's predicted time, would stop the search after a sample or two on
+   these files), and one transfer job of the same file with `optimization = "YES"`. Its
+   choice is judged on the sweep's medians. Why iperf3: at 366 ms a GridFTP sample spends
+   6.5 s in set-up before its first byte, and its steady rate, read from SIZE polls one
+   round trip apart, was not usable in a minute-long sample either (docs/BENCHMARKS.md 9.2).
 
 After the links the sweep daemon is started once more (outside the testbed) and
 `stork_history analytics --hold-out-rtt R --rtt-tolerance T` runs against it for each RTT,
@@ -45,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stork.transfer.options import parse_size
-from tests.support import StorkServer, make_file
+from tests.support import StorkServer, make_file, wait_for
 from tests.testbed.jobs import finish, site_daemon
 from tests.testbed.netns import Testbed, TestbedUnavailable
 from tests.testbed.topology import pair
@@ -86,12 +90,17 @@ def sweep(bed: Testbed, args: argparse.Namespace, source: Path, rtt: float) -> d
                 mbps = (job.get("result") or {}).get("achieved_throughput_mbps")
                 print(f"<!-- {rtt:g} ms round {round_no + 1} -p {n}: job {job['id']} "
                       f"{mbps} Mbit/s ({time.strftime('%H:%M:%S')}) -->", flush=True)
-        rows = server.api("GET", "/v1/transfers", params={"since": began}).json()["transfers"]
+        jobs = args.repeat * len(STREAMS)
+
+        def logged() -> list[dict[str, Any]]:
+            answer = server.api("GET", "/v1/transfers", params={"since": began}).json()
+            rows: list[dict[str, Any]] = answer["transfers"]
+            return rows if len(rows) >= jobs else []
+
+        # a row is added right after its job is COMPLETED (the RTT measured first)
+        rows = wait_for(logged, 60, 0.5, what=f"the daemon to log {jobs} transfers")
     finally:
         server.stop()
-    if len(rows) != args.repeat * len(STREAMS):
-        raise RuntimeError(f"{rtt:g} ms: the daemon logged {len(rows)} transfers, "
-                           f"{args.repeat * len(STREAMS)} jobs ran")
     runs: dict[int, list[float]] = {n: [] for n in STREAMS}
     for r in reversed(rows):  # oldest first
         runs[int(r["p"])].append(float(r["throughput_mbps"]))
@@ -109,7 +118,8 @@ def dw_live(bed: Testbed, args: argparse.Namespace, source: Path, rtt: float
     """One optimized transfer job on a fresh daemon whose EOS samples by d-w probing."""
     knobs = {"EOS_SAMPLING": "dw", "DW_DEPTH": str(args.depth), "DW_WIDTH": str(args.width),
              "EOS_MAX_STREAMS": str(max(STREAMS)), "EOS_SAMPLING_BUDGET": "0",
-             "EOS_SAMPLE_SIZE": args.sample_size, "EOS_SAMPLE_TIME": f"{args.sample_time:g}"}
+             "EOS_SAMPLER": args.sampler, "EOS_SAMPLE_SIZE": args.sample_size,
+             "EOS_SAMPLE_TIME": f"{args.sample_time:g}"}
     server = site_daemon(bed, "a", knobs, workdir=args.out / f"dw-daemon-{rtt:g}").start()
     try:
         job = run_job(server, bed, source, 'optimization = "YES"; ', args.job_timeout)
@@ -122,7 +132,9 @@ def dw_live(bed: Testbed, args: argparse.Namespace, source: Path, rtt: float
     optimizations = [h for h in history["history"] if h["kind"] == "optimization"]
     samples = [(int(s[0]), float(s[1])) for s in optimizations[0]["samples"]] \
         if optimizations else []
-    return {"job": job["id"], "chosen": int(result["optimized_streams"]),
+    chosen = result.get("optimized_streams")  # none when the EOS failed (eos_error)
+    return {"job": job["id"], "chosen": int(chosen) if chosen is not None else None,
+            "eos_error": result.get("eos_error"),
             "model": result.get("eos_model"), "reason": result.get("optimization_reason"),
             "source": result.get("optimization_source"),
             "sampling_s": float(result.get("eos_sampling_time_s") or 0.0),
@@ -139,8 +151,8 @@ def run_rtt(rtt: float, args: argparse.Namespace, size: int) -> dict[str, Any]:
         swept_s = time.monotonic() - started
         dw = dw_live(bed, args, source, rtt)
     curve = truth["median"]
-    return {"rtt_ms": rtt, **truth, "dw": dw,
-            "dw_share": curve[dw["chosen"]] / curve[truth["best"]],
+    share = curve[dw["chosen"]] / curve[truth["best"]] if dw["chosen"] in curve else None
+    return {"rtt_ms": rtt, **truth, "dw": dw, "dw_share": share,
             "sweep_s": swept_s, "dw_s": time.monotonic() - started - swept_s}
 
 
@@ -159,7 +171,8 @@ def held_out(args: argparse.Namespace, rtts: list[float]) -> list[dict[str, Any]
             lines = text.splitlines()
             if answer.returncode != 0:
                 out.append({"rtt_ms": rtt, "command": "stork_history " + " ".join(argv),
-                            "held_out": f"exited {answer.returncode}: {text.strip()[-300:]}",
+                            "held_out": f"exited {answer.returncode}: "
+                                        + text.strip()[-300:].replace(chr(10), "; "),
                             "seconds": time.monotonic() - began, "models": []})
                 continue
             note = next(line for line in lines if line.startswith("held out RTT"))
@@ -187,7 +200,9 @@ def print_tables(results: list[dict[str, Any]], fits: list[dict[str, Any]],
         dw = r["dw"]
         print(f"| {r['rtt_ms']:g} | {low:.1f}..{high:.1f} | "
               + " | ".join(f"{r['median'][n]:.1f}" for n in STREAMS)
-              + f" | {r['best']} | {dw['chosen']} | {r['dw_share']:.3f} | {len(dw['samples'])} | "
+              + f" | {r['best']} | {dw['chosen'] or 'EOS failed'} | "
+                f"{'-' if r['dw_share'] is None else format(r['dw_share'], '.3f')} | "
+                f"{len(dw['samples'])} | "
                 f"{dw['sampling_s']:.1f} | {dw['job_s']:.1f} | {r['logged_rows']} |")
     logged = sorted({b for r in results for b in r["logged_bandwidth_mbps"]})
     unknown = sum(r["rtt_unknown"] for r in results)
@@ -199,7 +214,7 @@ def print_tables(results: list[dict[str, Any]], fits: list[dict[str, Any]],
         dw = r["dw"]
         shown = ", ".join(f"{n}: {v:.1f}" for n, v in dw["samples"])
         print(f"- {r['rtt_ms']:g} ms: {shown}; model {dw['model']}, {dw['source']}: "
-              f"{dw['reason']}")
+              f"{dw['reason']}" + (f"; EOS error: {dw['eos_error']}" if dw["eos_error"] else ""))
     print("\n## Held-out RTT: `stork_history analytics` on the sweep daemon's transfer log\n")
     print("| held-out RTT ms | model | chosen by CV | RMSE (Mbit/s) | mean relative error | "
           "R^2 there | rows held out / fitted on |")
@@ -229,9 +244,12 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=2, help="rounds of the sweep (2)")
     p.add_argument("--depth", type=int, default=3, help="DW_DEPTH (3)")
     p.add_argument("--width", type=int, default=2, help="DW_WIDTH (2)")
-    p.add_argument("--sample-size", default="8M", help="EOS_SAMPLE_SIZE of the d-w daemon (8M)")
-    p.add_argument("--sample-time", type=float, default=10.0,
-                   help="EOS_SAMPLE_TIME of the d-w daemon, seconds (10)")
+    p.add_argument("--sampler", default="iperf3", choices=("iperf3", "gridftp"),
+                   help="EOS_SAMPLER of the d-w daemon (iperf3)")
+    p.add_argument("--sample-time", type=float, default=3.0,
+                   help="EOS_SAMPLE_TIME of the d-w daemon, seconds (3)")
+    p.add_argument("--sample-size", default="8M",
+                   help="EOS_SAMPLE_SIZE of the d-w daemon, for --sampler gridftp (8M)")
     p.add_argument("--rtt-tolerance", type=float, default=0.25,
                    help="stork_history analytics --rtt-tolerance (0.25: the suite's RTTs are "
                         "at least twice apart)")
