@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.support import StorkServer, wait_for
+from tests.support import StorkServer
 from tests.testbed.cli import add_link_options, topologies
 from tests.testbed.dataset import Dataset, plan, problems, write
 from tests.testbed.grid import Cell, GridRow, default_timeout_s, parse_grid, sweep_grid
+from tests.testbed.jobs import finish, site_daemon
 from tests.testbed.netns import Testbed, TestbedUnavailable
 from tests.testbed.topology import Link
 
@@ -73,7 +74,6 @@ CASES = ("a", "b", "c", "d", "ca")
 CASE_NAMES = {"a": "(a) one job per file", "b": "(b) cc=1 p=1 pp=1", "c": "(c) defaults",
               "d": "(d) best cell", "ca": "(c) defaults, daemon in site a"}
 DEFAULT_GRID = "cc=8,16 p=1,4 pp=0,1 fast=1"
-DONE_STATES = ("COMPLETED", "FAILED", "REMOVED")
 
 
 @dataclass
@@ -141,28 +141,6 @@ def view(source: Path, dataset: Dataset, count: int) -> tuple[Dataset, Path]:
 
 
 # --- Stork runs ----------------------------------------------------------------------------
-
-def daemon(bed: Testbed, site: str, link: Link, max_num_jobs: int) -> StorkServer:
-    knobs = {"STORK_MAX_NUM_JOBS": str(max_num_jobs), "STORK_LINK_MBPS": f"{link.rate_mbps:g}"}
-    return StorkServer(bed.workdir / f"stork-{site}-{time.monotonic_ns()}", knobs,
-                       prefix=bed.argv(site, []))
-
-
-def finish(server: StorkServer, ids: list[int], timeout_s: float) -> list[dict[str, Any]]:
-    """Wait for the jobs to end (removing them after `timeout_s`); their summaries."""
-    def ended() -> bool:
-        answer = server.api("GET", "/v1/jobs", params={"columns": "id,state"}).json()
-        at = {column: i for i, column in enumerate(answer["columns"])}
-        states = {row[at["id"]]: row[at["state"]] for row in answer["rows"]}
-        return all(states.get(i) in DONE_STATES for i in ids)
-
-    try:
-        wait_for(ended, timeout_s, 0.5, what="jobs to finish")
-    except TimeoutError:
-        server.cli("stork_rm", *(str(i) for i in ids))
-        wait_for(ended, 120, 0.5, what="removed jobs to stop")
-    return [server.job(i)["job"] for i in ids]
-
 
 def per_file_jobs(server: StorkServer, bed: Testbed, part: Dataset, src: Path, dest: Path,
                   timeout_s: float) -> tuple[int, int, float, str]:
@@ -269,7 +247,6 @@ def run_case(case: str, key: str, bed: Testbed, servers: dict[str, StorkServer],
 
 def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
                 runs: list[Run], sweeps: dict[tuple[str, str], Sweep]) -> None:
-    link = bed.topology.links[0]
     cases = [c for c in CASES if c in args.only]
     sites = ["b"] + (["a"] if "ca" in cases and set(args.ca_datasets) & set(args.datasets)
                      else [])
@@ -277,7 +254,8 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
     swept: dict[str, Sweep] = {}
     try:
         for site in sites:
-            servers[site] = daemon(bed, site, link, args.max_num_jobs).start()
+            knobs = {"STORK_MAX_NUM_JOBS": str(args.max_num_jobs)}
+            servers[site] = site_daemon(bed, site, knobs).start()
         for key in args.datasets:
             dataset = plan(DATASETS[key].spec, args.seed)
             source = write(dataset, data / dataset.dirname)

@@ -44,6 +44,7 @@ from tests.support import StorkServer
 from tests.testbed.cli import add_link_options, topologies
 from tests.testbed.dataset import Dataset, plan, problems, write
 from tests.testbed.grid import GridLog, default_timeout_s, parse_grid
+from tests.testbed.jobs import finish, site_daemon
 from tests.testbed.netns import Testbed, TestbedUnavailable
 from tests.testbed.topology import Link
 
@@ -52,11 +53,9 @@ CASE_NAMES = {"default": "default", "harp": "harp", "eos": "eos (streams)",
               "best": "best cell"}
 
 
-def fresh_daemon(bed: Testbed, link: Link, history: list[Path]) -> StorkServer:
+def fresh_daemon(bed: Testbed, history: list[Path]) -> StorkServer:
     """A stork_server in site b whose transfer log holds the given sweep tables only."""
-    knobs = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}"}
-    server = StorkServer(bed.workdir / f"stork-b-{time.monotonic_ns()}", knobs,
-                         prefix=bed.argv("b", [])).start()
+    server = site_daemon(bed, "b").start()  # STORK_LINK_MBPS: the link's rate
     if history:
         answer = server.cli("stork_history", "import", *(str(p) for p in history), check=True)
         print(f"<!-- {answer.stdout.strip().replace(chr(10), '; ')} -->", flush=True)
@@ -69,12 +68,12 @@ def job(bed: Testbed, link: Link, history: list[Path], src: Path, part: Dataset,
     given); its summary, with the files checked."""
     dest = bed.site_dir("b") / "in"
     shutil.rmtree(dest, ignore_errors=True)
-    server = fresh_daemon(bed, link, history)
+    server = fresh_daemon(bed, history)
     try:
         [job_id] = server.submit(f'[ dap_type = transfer; src_url = "{bed.url("a", src)}/"; '
                                  f'dest_url = "{bed.url("b", dest)}/"; {extra}]\n')
         timeout = 4 * default_timeout_s(part, link)
-        [summary] = ds.finish(server, [job_id], min(timeout, cap_s) if cap_s else timeout)
+        [summary] = finish(server, [job_id], min(timeout, cap_s) if cap_s else timeout)
     finally:
         server.stop()
     broken = problems(part, dest)

@@ -13,7 +13,15 @@ import pytest
 
 from stork.analytics import bound as bounds
 from stork.analytics.models import Fit, fit_all, predict
-from stork.analytics.table import FLOWS, RTT, Table, from_rows, read_csv
+from stork.analytics.table import (
+    FLOWS,
+    RTT,
+    Table,
+    from_rows,
+    groups_text,
+    read_csv,
+    rtt_groups,
+)
 from stork.cli.history import main as history
 from stork.errors import AnalyticsError
 from tests.support import StorkServer
@@ -170,8 +178,10 @@ def test_the_command_names_what_is_wrong_with_a_table(
     table = tmp_path / "sweeps.csv"
     write_sweeps(table, synthetic(repeats=1))
     assert history(["analytics", str(table), "--hold-out-rtt", "55"]) == 1
-    assert "no rows at RTT 55 ms to hold out (measured: 10, 20, 40, 80, 160 ms)" in \
-        capsys.readouterr().err
+    assert "no rows at RTT 55 ms (within 10%) to hold out (measured: 10, 20, 40, 80, 160 ms)" \
+        in capsys.readouterr().err
+    assert history(["analytics", str(table), "--hold-out-rtt", "40", "--rtt-tolerance", "1"]) == 1
+    assert "--rtt-tolerance is a share in [0, 1), got 1" in capsys.readouterr().err
 
 
 def test_hold_out_rtt_prints_each_models_error_there(
@@ -180,10 +190,45 @@ def test_hold_out_rtt_prints_each_models_error_there(
     write_sweeps(table, synthetic(repeats=2))
     assert history(["analytics", str(table), "--hold-out-rtt", "40"]) == 0
     out = capsys.readouterr().out
-    assert "held out RTT 40 ms: 12 rows; fitted on 48 rows" in out
+    assert "held out RTT 40 ms: 12 rows (measured at 40 ms); fitted on 48 rows" in out
     assert "EXTRAPOLATED" not in out
     lines = [line for line in out.splitlines() if line.startswith("| polynomial |")]
     assert len(lines) == 1 and float(lines[0].split("|")[4]) < 0.15  # mean relative error
+
+
+def jittered(seed: int = 5) -> list[dict[str, float]]:
+    """The synthetic rows with each RTT as a TCP connect measures it: up to 3% above."""
+    rng = np.random.default_rng(seed)
+    return [{**r, RTT: r[RTT] * (1 + rng.uniform(0, 0.03))} for r in synthetic(repeats=2)]
+
+
+def test_rtt_groups_gather_measured_rtts() -> None:
+    rtts = np.array([40.9, 10.1, 40.2, 10.0, 160.0, 10.4, 44.5])
+    assert rtt_groups(rtts, 0.1) == [(10.0, 10.4, 3), (40.2, 40.9, 2), (44.5, 44.5, 1),
+                                     (160.0, 160.0, 1)]
+    assert rtt_groups(rtts, 0.2)[1] == (40.2, 44.5, 3)
+    assert groups_text(rtt_groups(rtts, 0.1)) == \
+        "10..10.4 (3 rows), 40.2..40.9 (2 rows), 44.5 (1 rows), 160 (1 rows)"
+    table = from_rows("t", [{RTT: v, FLOWS: float(i % 2 + 1), "concurrency": 1.0,
+                             "pipelining": 1.0, "file_mb": 1.0, "mbps": 1.0}
+                            for i, v in enumerate(rtts)])
+    assert table.near_rtt(40).tolist() == [True, False, True, False, False, False, False]
+    assert table.near_rtt(40, 0.15).sum() == 3
+    assert table.near_rtt(40.2, 0).tolist() == [False, False, True] + [False] * 4
+
+
+def test_hold_out_takes_the_measured_rtts_near_the_one_asked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "measured.csv"
+    write_sweeps(table, jittered())
+    assert history(["analytics", str(table), "--hold-out-rtt", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "held out RTT 40 ms: 12 rows (measured at 40." in out and "fitted on 48 rows" in out
+    assert history(["analytics", str(table), "--hold-out-rtt", "40", "--rtt-tolerance",
+                    "0"]) == 1
+    err = capsys.readouterr().err
+    assert ("no rows at RTT 40 ms (within 0%) to hold out (measured: 10.01..10.3, "
+            "20.04..20.58, 40..41.07, 80.36..81.93, 160.1..164.6 ms)") in err
 
 
 def test_reads_the_grid_format_and_the_transfer_log_through_the_daemon(

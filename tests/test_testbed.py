@@ -142,6 +142,7 @@ def test_daemon_in_a_site_moves_files_and_estimates(bed: Testbed) -> None:
                        f'dest_url = "{bed.url("b", dst_dir / "est.dat")}"; ]')
         answer = server.cli("stork_submit", str(est), check=True).stdout
         jobs = [server.wait_state(i, timeout_s=90) for i in ids]
+        rows = server.api("GET", "/v1/transfers").json()["transfers"]
     assert [j["state"] for j in jobs] == ["COMPLETED"] * 3
     for f in files:
         assert md5(dst_dir / f.name) == md5(f)
@@ -149,6 +150,10 @@ def test_daemon_in_a_site_moves_files_and_estimates(bed: Testbed) -> None:
     assert "optimal_streams" in answer and "samples" in answer
     # the data crossed the emulated link, not loopback
     assert "198.18." in (work / "state" / "stork_server.log").read_text()
+    # the transfer log rows carry the path's round trip as the daemon in site a measures it
+    # (its connect to site b's server; the link is 40 ms)
+    assert len(rows) == 3
+    assert all(0.036 <= r["rtt_s"] <= 0.06 for r in rows), [r["rtt_s"] for r in rows]
 
 
 SAMPLE = """

@@ -49,6 +49,13 @@ def test_file_ftp_file_and_third_party_with_4_streams(
     for job_id in ids:
         kinds = [int(e.type) for e in events if e.cluster == job_id]
         assert kinds == [0, 1, 5], (job_id, kinds)
+    # each finished transfer is a transfer log row with the path the daemon knows of: the
+    # round trip of a connect to the server (loopback here) and STORK_LINK_MBPS
+    rows = stork.api("GET", "/v1/transfers").json()["transfers"]
+    assert len(rows) == 3
+    assert all(r["p"] == 4 and r["bytes_moved"] == 50 * MB and r["throughput_mbps"] > 0
+               and r["bandwidth_bps"] == 1000e6 for r in rows), rows
+    assert all(r["rtt_s"] is not None and 0 < r["rtt_s"] < 0.5 for r in rows), rows
 
 
 def test_missing_source_fails_at_once_with_the_servers_error(

@@ -15,7 +15,9 @@ Two CSV formats are read, told apart by their header:
 path's round-trip time in milliseconds. A predictor other than those two that does not vary
 in the table is left out (a model cannot learn from a constant); RTT and flows are always
 kept, so a table at one RTT still fits, and a prediction at another RTT is flagged as outside
-the data.
+the data. RTTs the daemon measured (a TCP connect per transfer) jitter around the path's: a
+held-out RTT takes the rows within RTT_TOLERANCE of it (`Table.near_rtt`), and `rtt_groups`
+names the RTTs a table holds.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ FLOWS = "flows"
 OPTIONAL = ("concurrency", "pipelining", "file_mb")
 SWEEP_COLUMNS = ("P", "RTT", "Throughput")  # the parallelism sweeps' columns that must be there
 _MISSING = frozenset({"", "na", "n/a", "nan", "none", "null"})
+RTT_TOLERANCE = 0.1  # a measured RTT within this share of another is taken as the same RTT
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,12 @@ class Table:
             out[c] = float(values[int(np.argmax(counts))])
         return out
 
+    def near_rtt(self, rtt_ms: float, tolerance: float = RTT_TOLERANCE) -> npt.NDArray[np.bool_]:
+        """The rows whose RTT is within `tolerance` (a share of `rtt_ms`) of `rtt_ms`: a
+        measured RTT is never exactly the nominal one (0: the same value only)."""
+        rtts = self.column(RTT)
+        return np.isclose(rtts, rtt_ms) | (np.abs(rtts - rtt_ms) <= tolerance * abs(rtt_ms))
+
     def without(self, mask: npt.NDArray[np.bool_], source: str) -> Table:
         """The rows where `mask` is false."""
         keep = ~mask
@@ -75,6 +84,29 @@ class Table:
 
     def only(self, mask: npt.NDArray[np.bool_], source: str) -> Table:
         return Table(source, self.columns, self.x[mask], self.y[mask], self.skipped)
+
+
+def rtt_groups(rtts_ms: npt.NDArray[np.float64],
+               tolerance: float = RTT_TOLERANCE) -> list[tuple[float, float, int]]:
+    """Measured RTTs gathered into the RTTs they were measured at: in increasing order, a
+    value more than `tolerance` (a share) above its group's lowest starts a new group.
+    (lowest, highest, rows) per group."""
+    groups: list[tuple[float, float, int]] = []
+    for value in np.sort(np.asarray(rtts_ms, dtype=float)):
+        if groups and value <= groups[-1][0] * (1 + tolerance) + 1e-9:
+            low, _, count = groups[-1]
+            groups[-1] = (low, float(value), count + 1)
+        else:
+            groups.append((float(value), float(value), 1))
+    return groups
+
+
+def groups_text(groups: Sequence[tuple[float, float, int]]) -> str:
+    """`rtt_groups` as text: "10, 40.2..40.9 (12 rows)" (the rows only where they differ)."""
+    counts = {count for _, _, count in groups}
+    return ", ".join((f"{low:.4g}" if low == high else f"{low:.4g}..{high:.4g}")
+                     + (f" ({count} rows)" if len(counts) > 1 else "")
+                     for low, high, count in groups)
 
 
 def from_rows(source: str, rows: Sequence[dict[str, float]], skipped: int = 0) -> Table:

@@ -4,14 +4,15 @@ the daemon) or to CSV tables in the formats of the public transfer logs.
 
     stork_history analytics [FILE.csv ...] [-src HOST] [-dest HOST] [-since UNIX_TIME]
         [--folds K] [--predict RTT_MS,FLOWS ...] [--extrapolate] [--hold-out-rtt RTT_MS]
-        [--plot DIR]
+        [--rtt-tolerance SHARE] [--plot DIR]
 
 Prints per model the hyper-parameters chosen by k-fold cross-validation, the cross-validated
 RMSE and R^2, the R^2 of the fit, the out-of-bag RMSE (bagging), the predictors' importance
 and the generalization bound with its constants. `--predict` answers with each model's
 estimate; a point outside the measured range of a predictor is flagged and makes the command
 exit 1 unless `--extrapolate` is given. `--hold-out-rtt` fits on every other RTT and prints
-each model's error on the held-out RTT's rows. `--plot DIR` writes one PNG per model.
+each model's error on the held-out RTT's rows (the rows within --rtt-tolerance of it: RTTs the
+daemon measured jitter). `--plot DIR` writes one PNG per model.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from stork.analytics.table import RTT_TOLERANCE, groups_text, rtt_groups
 from stork.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -70,6 +72,9 @@ def main(argv: list[str]) -> int:
                         "(it is still flagged)")
     p.add_argument("--hold-out-rtt", type=float, metavar="RTT_MS",
                    help="fit on the other RTTs and print each model's error at this one")
+    p.add_argument("--rtt-tolerance", type=float, default=RTT_TOLERANCE, metavar="SHARE",
+                   help="--hold-out-rtt takes the rows whose RTT is within this share of it "
+                        f"(default {RTT_TOLERANCE:g}; 0: that value only)")
     p.add_argument("--plot", metavar="DIR", help="write fits against measurements here")
     args = p.parse_args(argv)
 
@@ -77,12 +82,15 @@ def main(argv: list[str]) -> int:
         if args.folds < 2:
             error(f"--folds must be 2 or more, got {args.folds}")
             return EXIT_FAILED
+        if not 0 <= args.rtt_tolerance < 1:
+            error(f"--rtt-tolerance is a share in [0, 1), got {args.rtt_tolerance:g}")
+            return EXIT_FAILED
         table = _table(args)
         print(f"table: {table.source}: {len(table)} rows used, {table.skipped} skipped")
         print("predictors: " + ", ".join(f"{c} {low:g}..{high:g}"
                                          for c, (low, high) in table.ranges().items()))
         if args.hold_out_rtt is not None:
-            return _hold_out(table, args.hold_out_rtt, args.folds)
+            return _hold_out(table, args.hold_out_rtt, args.folds, args.rtt_tolerance)
         from stork.analytics.models import fit_all, predict
 
         fits = fit_all(table, args.folds)
@@ -146,21 +154,24 @@ def _print_fits(fits: Sequence[Fit], folds: int) -> None:
         print(f"  {f.family}: I_hat(f) = {f.cv_rmse ** 2 / c2:.4g} C^2; {f.bound.text()}")
 
 
-def _hold_out(table: Table, rtt_ms: float, folds: int) -> int:
+def _hold_out(table: Table, rtt_ms: float, folds: int, tolerance: float) -> int:
     from stork.analytics.models import fit_all
 
-    rtts = table.column("rtt_ms")
-    mask = np.isclose(rtts, rtt_ms)
+    mask = table.near_rtt(rtt_ms, tolerance)
     if not mask.any():
-        known = ", ".join(f"{v:g}" for v in np.unique(rtts))
-        raise AnalyticsError(table.source, f"no rows at RTT {rtt_ms:g} ms to hold out "
-                                           f"(measured: {known} ms)")
+        known = groups_text(rtt_groups(table.column("rtt_ms"), max(tolerance, RTT_TOLERANCE)))
+        raise AnalyticsError(table.source, f"no rows at RTT {rtt_ms:g} ms (within "
+                                           f"{tolerance:.0%}) to hold out (measured: {known} ms)")
     train = table.without(mask, f"{table.source} without RTT {rtt_ms:g} ms")
     held = table.only(mask, f"RTT {rtt_ms:g} ms")
     fits = fit_all(train, folds)
     low, high = train.ranges()["rtt_ms"]
-    flag = "" if low <= rtt_ms <= high else f" (EXTRAPOLATED: trained on {low:g}..{high:g} ms)"
-    print(f"\nheld out RTT {rtt_ms:g} ms: {len(held)} rows; fitted on {len(train)} rows{flag}")
+    at_low, at_high = held.ranges()["rtt_ms"]
+    flag = "" if low <= at_low and at_high <= high else \
+        f" (EXTRAPOLATED: trained on {low:.4g}..{high:.4g} ms)"
+    where = f"{at_low:.4g}" if at_low == at_high else f"{at_low:.4g}..{at_high:.4g}"
+    print(f"\nheld out RTT {rtt_ms:g} ms: {len(held)} rows (measured at {where} ms); fitted on "
+          f"{len(train)} rows{flag}")
     print("\n| model | chosen by CV | RMSE at the held-out RTT (Mbit/s) | mean relative error | "
           "R^2 there |")
     print("| --- | --- | ---: | ---: | ---: |")

@@ -55,6 +55,7 @@ from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.proxy import ProxyFacts, check_proxy, expiry_warning, uses_proxy
 from stork.transfer.registry import Registry
 from stork.transfer.remote import X509_SCHEMES, RemoteEnds, common_checksum
+from stork.transfer.rtt import PathRtts
 from stork.translog import TransferRecord
 from stork.urls import parse_url
 from stork.userlog import executing, note
@@ -184,6 +185,7 @@ class Attempts:
         self.clock = clock
         self._on_end = on_end
         self._record_transfer = record_transfer
+        self._rtts = PathRtts()  # the transfer log's RTTs, each path measured every few minutes
         self._running: dict[int, _Running] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -399,11 +401,15 @@ class Attempts:
 
     def _log_transfer(self, job: Job, h: HistoryRecord, now: float, src_url: str,
                       dest_url: str) -> None:
-        """A finished single-file transfer into the transfer log (one file, cc 1, pp 1)."""
+        """A finished single-file transfer into the transfer log (one file, cc 1, pp 1), with
+        the path's round trip as the daemon's TCP connects to the ends measure it (right after
+        the transfer when the path's last measurement is older than a few minutes,
+        `stork.transfer.rtt.PathRtts`; None for a local copy or an end that did not answer)
+        and STORK_LINK_MBPS as its bottleneck."""
         moved = h.bytes_moved
         record = TransferRecord(
             time=now - h.duration_s, src_host=host_of(src_url), dest_host=host_of(dest_url),
-            rtt_s=None, bandwidth_bps=self.settings.link_mbps * 1e6,
+            rtt_s=self._rtts.of([src_url, dest_url]), bandwidth_bps=self.settings.link_mbps * 1e6,
             buffer_bytes=job.spec.options.tcp_buffer_bytes, file_size_bytes=float(moved),
             file_count=1, cc=1, p=h.streams, pp=1, fast=False, bytes_moved=moved,
             duration_s=h.duration_s,

@@ -40,7 +40,6 @@ import errno
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +72,7 @@ from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
 from stork.transfer.localfacts import local_facts
 from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
+from stork.transfer.rtt import connect_s, network_end
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -81,8 +81,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443, "davs": 443,
-                 "dav": 80, "root": 1094, "xroot": 1094}
 RTT_PROBE_TIMEOUT_S = 3.0
 RTT_UNKNOWN_S = 0.05  # when the server cannot be reached to time a connect
 
@@ -105,22 +103,13 @@ def through_gfal(src_url: str, dest_url: str) -> bool:
 
 
 def round_trip_s(urls: list[str]) -> float:
-    """The path's round trip, from the daemon: the longer of TCP connects to the servers
-    named. The daemon usually sits at one end of a third-party path, so its connect to the
-    *other* end is the path's round trip, and its connect to its own end is not; with both
-    ends remote it is an estimate from the longer leg."""
+    """The path's round trip for a pass's size classes (`stork.transfer.rtt`): the longer of
+    the daemon's TCP connects to the servers named; a server that does not answer counts as
+    RTT_UNKNOWN_S, and a pass with no server at all (both ends on this machine) as 1e-4."""
     times = []
-    for url in urls:
-        u = parse_url(url)
-        if u.scheme == "file" or not u.host:
-            continue
-        port = u.port or DEFAULT_PORTS.get(u.scheme, 21)
-        start = time.monotonic()
-        try:
-            with socket.create_connection((u.host, port), timeout=RTT_PROBE_TIMEOUT_S):
-                times.append(max(time.monotonic() - start, 1e-4))
-        except OSError:
-            times.append(RTT_UNKNOWN_S)
+    for end in dict.fromkeys(e for url in urls if (e := network_end(url)) is not None):
+        seconds = connect_s(*end, timeout_s=RTT_PROBE_TIMEOUT_S)
+        times.append(RTT_UNKNOWN_S if seconds is None else max(seconds, 1e-4))
     return max(times, default=1e-4)  # 1e-4: both ends on this machine
 
 
