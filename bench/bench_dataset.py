@@ -179,10 +179,10 @@ def flags_of(cell: Cell) -> str:
 
 
 def sweep(bed: Testbed, link: Link, name: str, part: Dataset, src: Path,
-          grid: tuple[Cell, ...]) -> Sweep:
+          grid: tuple[Cell, ...], stop_factor: float = 1.25) -> Sweep:
     """Every cell of `grid` once over `part`, the most streams first; a cell that runs
-    longer than 1.25 times the best time so far plus 5 s is stopped. Cells whose concurrency
-    exceeds the files (the same run as a smaller one) are left out."""
+    longer than `stop_factor` times the best time so far plus 5 s is stopped. Cells whose
+    concurrency exceeds the files (the same run as a smaller one) are left out."""
     done = Sweep(name, part.count)
     cells = [c for c in grid if c.cc <= part.count or not any(
         o.cc < c.cc and o.cc >= part.count and (o.p, o.pp, o.fast) == (c.p, c.pp, c.fast)
@@ -190,7 +190,7 @@ def sweep(bed: Testbed, link: Link, name: str, part: Dataset, src: Path,
     cells.sort(key=lambda c: (-min(c.cc, part.count) * c.p, -c.pp, -c.fast))
     best_s: float | None = None
     for cell in cells:
-        limit = default_timeout_s(part, link) if best_s is None else 1.25 * best_s + 5
+        limit = default_timeout_s(part, link) if best_s is None else stop_factor * best_s + 5
         result = sweep_grid(bed, link, link.a, link.b, part, src, [cell], timeout_s=limit)
         for row in result.rows:
             done.rows[cell] = row

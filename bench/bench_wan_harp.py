@@ -2,27 +2,31 @@
 
     .venv/bin/python bench/bench_wan_harp.py [--profile wan40 ...]
         [--datasets 2000x256K,500x2M,20x64M,mix] [--grid "cc=8,16 p=1,4 pp=0,1 fast=1"]
-        [--leave-out] [--out runs.jsonl]
+        [--cases default,harp,eos,best] [--sweep-stop 1.25] [--leave-out] [--cap S]
+        [--out runs.jsonl]
 
 Per link profile (default wan40) two sites are built and, for each dataset of
 `bench/bench_dataset.py` (seeded, the same files), the sweep of that benchmark's case (d) runs
-over the dataset's first files (`tests.testbed.grid`; one run a cell, a cell slower than 1.25
-times the best so far plus 5 s stopped). Every row the sweeps recorded is written in the HARP
-grid columns to WORKDIR/harp-history-PROFILE.csv: the history. Then, per dataset, four
-dataset jobs move the whole dataset from site a to site b, each submitted to a fresh
-stork_server inside site b (`STORK_LINK_MBPS` = the link's rate) whose transfer log holds
-only that history (`stork_history import`), so no job learns from another job of the run:
+over the dataset's first files (`tests.testbed.grid`; one run a cell, a cell slower than
+`--sweep-stop` (1.25) times the best so far plus 5 s stopped: it leaves no row). Every row the
+sweeps recorded is written in the HARP grid columns to WORKDIR/harp-history-PROFILE.csv: the
+history. Then, per dataset, four dataset jobs move the whole dataset from site a to site b,
+each submitted to a fresh stork_server inside site b (`STORK_LINK_MBPS` = the link's rate)
+whose transfer log holds only that history (`stork_history import`), so no job learns from
+another job of the run:
 
     default    no arguments: the defaults per size class (`stork.dataset.chunks`)
     harp       optimization = "harp": HARP from the history, probing with real files
-    eos        optimization = "eos": the streams-only EOS (cc and pp stay the defaults)
+    eos        optimization = "eos": the streams-only EOS (samples streams at cc = 1, pp = 1)
     best cell  the sweep's best cell as the job's arguments (bench_dataset's case d)
 
-With --leave-out, the history imported for a dataset's jobs leaves out that dataset's own
-sweep (HARP then learns only from the other datasets). Per job: throughput (bytes over the
-time from submission to the end) as a share of the link rate, and seconds; the table puts
-the four side by side with harp / default, harp / eos and harp / best cell. Needs root,
-/dev/net/tun and `ip netns`.
+`--cases` runs only some of them (the `eos` case, at cc = 1, takes minutes on datasets of
+many files). With --leave-out, the history imported for a dataset's jobs leaves out that
+dataset's own sweep (HARP then learns only from the other datasets). Per job: throughput
+(bytes over the time from submission to the end) as a share of the link rate, and seconds;
+the table puts the cases side by side with harp / default, harp / eos and harp / best cell
+("-": not run), and each optimizer's recorded reason per chunk. Needs root, /dev/net/tun
+and `ip netns`.
 """
 
 from __future__ import annotations
@@ -137,7 +141,8 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
             best[key], record = best_recorded(tables[key])
             out.append({"profile": name, "dataset": key, **record})
             continue
-        swept = ds.sweep(bed, link, key, *ds.view(source, dataset, ds.DATASETS[key].sweep), grid)
+        swept = ds.sweep(bed, link, key, *ds.view(source, dataset, ds.DATASETS[key].sweep), grid,
+                         args.sweep_stop)
         tables[key] = history_dir / f"{key}.csv"
         log = GridLog(tables[key])
         for row in swept.rows.values():
@@ -147,12 +152,13 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
             cell = swept.rows[swept.best]
             out.append({"profile": name, "dataset": key, "case": "sweep",
                         "best": swept.best.label, "files": swept.files,
-                        "mbps": cell.throughput_mbps, "rows": len(swept.rows)})
+                        "mbps": cell.throughput_mbps, "rows": len(swept.rows),
+                        "stopped": len(swept.stopped)})
     for key in args.datasets:
         dataset, src = sources[key]
         _, source = ds.view(src, dataset, dataset.count)  # the files alone, no manifest
         history = [p for k, p in tables.items() if not (args.leave_out and k == key)]
-        for case in CASES:
+        for case in args.cases:
             if case == "best" and key not in best:
                 continue
             began = time.monotonic()
@@ -213,13 +219,22 @@ def print_tables(out: list[dict[str, Any]], profiles: list[tuple[str, Link]],
             if r["case"] in CASES:
                 print(f"| {ds.DATASETS[r['dataset']].spec} | {CASE_NAMES[r['case']]} | "
                       f"{r['used']} |")
+        print(f"\n{name}: what each optimizer recorded as its reason, per chunk\n")
+        print("| dataset | case | chunk | params | reason |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in mine:
+            result = r.get("result") or {}
+            for key in sorted(k for k in result if k.startswith("optimizer_")):
+                info = result[key]
+                print(f"| {ds.DATASETS[r['dataset']].spec} | {CASE_NAMES[r['case']]} | "
+                      f"{key[10:]} | {info.get('params', '?')} | {info.get('reason', '?')} |")
         print(f"\n{name}: the sweeps (history rows per dataset, best cell on the first files)\n")
-        print("| dataset | files swept | rows | best cell | its Mbit/s |")
-        print("| --- | ---: | ---: | --- | ---: |")
+        print("| dataset | files swept | rows | stopped cells | best cell | its Mbit/s |")
+        print("| --- | ---: | ---: | ---: | --- | ---: |")
         for r in mine:
             if r["case"] == "sweep":
                 print(f"| {ds.DATASETS[r['dataset']].spec} | {r['files']} | {r['rows']} | "
-                      f"{r['best']} | {r['mbps']:.1f} |")
+                      f"{r.get('stopped', '?')} | {r['best']} | {r['mbps']:.1f} |")
 
 
 def main() -> int:
@@ -229,6 +244,11 @@ def main() -> int:
                         help="comma-separated, from: " + ", ".join(ds.DATASETS))
     parser.add_argument("--grid", default=ds.DEFAULT_GRID,
                         help=f"sweep grid, the history ({ds.DEFAULT_GRID})")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help="comma-separated jobs per dataset, from: " + ", ".join(CASES))
+    parser.add_argument("--sweep-stop", type=float, default=1.25, metavar="FACTOR",
+                        help="a sweep cell running longer than FACTOR x the best time so far "
+                             "+ 5 s is stopped and leaves no row (1.25)")
     parser.add_argument("--leave-out", action="store_true",
                         help="a dataset's jobs learn from the other datasets' sweeps only")
     parser.add_argument("--history-from", type=Path, metavar="DIR",
@@ -241,9 +261,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="JSON lines: every job and sweep")
     args = parser.parse_args()
     args.datasets = [d.strip() for d in args.datasets.split(",")]
-    bad = [d for d in args.datasets if d not in ds.DATASETS]
+    args.cases = [c.strip() for c in args.cases.split(",")]
+    bad = [d for d in args.datasets if d not in ds.DATASETS] + \
+        [c for c in args.cases if c not in CASES]
     if bad:
-        parser.error(f"unknown datasets: {bad}")
+        parser.error(f"unknown datasets or cases: {bad}")
     started = time.monotonic()
     out: list[dict[str, Any]] = []
     profiles = topologies(args, ("wan40",))
