@@ -5,37 +5,27 @@ database from N to N + 1."""
 
 from __future__ import annotations
 
-from stork.store.tables import (
-    JOBS_RUNNABLE_INDEX,
-    POSTGRES,
-    SCHEMA_VERSION_TABLE,
-    attempts_table,
-    events_tables,
-    files_tables,
-    history_tables,
-    jobs_table,
-    transfers_tables,
-)
+from stork.store import tables
 
 SCHEMA_VERSION = 1
 
 SCHEMA = (
-    SCHEMA_VERSION_TABLE,
-    jobs_table(POSTGRES, extra=(
+    tables.SCHEMA_VERSION_TABLE,
+    tables.jobs_table(tables.POSTGRES, extra=(
         "src_host TEXT NOT NULL DEFAULT ''",
         "dest_host TEXT NOT NULL DEFAULT ''",
         "claimed_by TEXT",
         "claimed_until DOUBLE PRECISION",
     )),
-    JOBS_RUNNABLE_INDEX,
+    tables.JOBS_RUNNABLE_INDEX,
     "CREATE INDEX jobs_running_src ON jobs (src_host) WHERE state = 'RUNNING'",
     "CREATE INDEX jobs_running_dest ON jobs (dest_host) WHERE state = 'RUNNING'",
     "CREATE INDEX jobs_claims ON jobs (claimed_by) WHERE state = 'RUNNING'",
-    *events_tables(POSTGRES),
-    *history_tables(POSTGRES),
-    attempts_table(POSTGRES, extra=("node TEXT",)),
-    *files_tables(POSTGRES),
-    *transfers_tables(POSTGRES),
+    *tables.events_tables(tables.POSTGRES),
+    *tables.history_tables(tables.POSTGRES),
+    tables.attempts_table(tables.POSTGRES, extra=("node TEXT",)),
+    *tables.files_tables(tables.POSTGRES),
+    *tables.transfers_tables(tables.POSTGRES),
     """CREATE TABLE nodes (
         name TEXT PRIMARY KEY,
         pid INTEGER NOT NULL,

@@ -22,6 +22,7 @@ from typing import Any
 from stork.dataset.expand import DatasetFile
 from stork.errors import InvalidRequest, JobNotFound, StoreUnavailable
 from stork.job import DapType, DatasetFileRow, Event, FileState, Job, JobSpec, JobState
+from stork.store import rows, tables
 from stork.store.base import (
     Attempt,
     FileResult,
@@ -31,57 +32,21 @@ from stork.store.base import (
     Outage,
     Transition,
 )
-from stork.store.rows import (
-    EVENT_COLUMNS,
-    FILE_COLUMNS,
-    FILE_STATES,
-    JOB_COLUMNS,
-    TRANSFER_COLUMNS,
-    TRANSFER_FIELDS,
-    bytes_total,
-    counter_changes,
-    end_detail,
-    event_from_row,
-    file_from_row,
-    file_result_values,
-    history_from_row,
-    history_insert,
-    history_query,
-    history_values,
-    job_from_row,
-    merged_result,
-    numbered_transfer,
-    only_job,
-    transfer_from_row,
-    transfers_query,
-)
 from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
-from stork.store.tables import (
-    JOBS_RUNNABLE_INDEX,
-    SCHEMA_VERSION_TABLE,
-    SQLITE,
-    attempts_table,
-    events_tables,
-    files_tables,
-    history_tables,
-    jobs_table,
-    prepare,
-    transfers_tables,
-)
 from stork.translog import TransferRecord
 
 SCHEMA_VERSION = 3
 
-FILES_SCHEMA = files_tables(SQLITE, suffix=" WITHOUT ROWID")
-TRANSFERS_SCHEMA = transfers_tables(SQLITE)
+FILES_SCHEMA = tables.files_tables(tables.SQLITE, suffix=" WITHOUT ROWID")
+TRANSFERS_SCHEMA = tables.transfers_tables(tables.SQLITE)
 
 SCHEMA = (
-    SCHEMA_VERSION_TABLE,
-    jobs_table(SQLITE),
-    JOBS_RUNNABLE_INDEX,
-    *events_tables(SQLITE),
-    *history_tables(SQLITE),
-    attempts_table(SQLITE),
+    tables.SCHEMA_VERSION_TABLE,
+    tables.jobs_table(tables.SQLITE),
+    tables.JOBS_RUNNABLE_INDEX,
+    *tables.events_tables(tables.SQLITE),
+    *tables.history_tables(tables.SQLITE),
+    tables.attempts_table(tables.SQLITE),
     *FILES_SCHEMA,
     *TRANSFERS_SCHEMA,
 )
@@ -102,12 +67,12 @@ _gc_paused = GcPause()
 def _select_jobs(db: sqlite3.Connection, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
     cursor = db.cursor()
     cursor.row_factory = None  # plain tuples: the listing hot path
-    rows = cursor.execute(f"SELECT {JOB_COLUMNS} FROM jobs {where}", params).fetchall()  # noqa: S608 - constant SQL; values are bound
-    return [job_from_row(row) for row in rows]
+    found = cursor.execute(f"SELECT {rows.JOB_COLUMNS} FROM jobs {where}", params).fetchall()  # noqa: S608 - constant SQL; values are bound
+    return [rows.job_from_row(row) for row in found]
 
 
 def _get(db: sqlite3.Connection, job_id: int) -> Job:
-    return only_job(_select_jobs(db, "WHERE id = ?", (job_id,)), job_id)
+    return rows.only_job(_select_jobs(db, "WHERE id = ?", (job_id,)), job_id)
 
 
 def _event(db: sqlite3.Connection, job_id: int, now: float, kind: str,
@@ -126,7 +91,8 @@ def _merge_result(db: sqlite3.Connection, job_id: int, values: dict[str, Any]) -
     row = db.execute("SELECT result FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if row is None:
         raise JobNotFound(job_id)
-    db.execute("UPDATE jobs SET result = ? WHERE id = ?", (merged_result(row[0], values), job_id))
+    db.execute("UPDATE jobs SET result = ? WHERE id = ?",
+               (rows.merged_result(row[0], values), job_id))
 
 
 def _insert_files(db: sqlite3.Connection, job_id: int, files: Sequence[DatasetFile]) -> None:
@@ -136,7 +102,7 @@ def _insert_files(db: sqlite3.Connection, job_id: int, files: Sequence[DatasetFi
                    ((job_id, i, f.src_url, f.dest_url, f.rel_path, f.size_bytes)
                     for i, f in enumerate(files)))
     db.execute("UPDATE jobs SET files_total = ?, bytes_total = ? WHERE id = ?",
-               (len(files), bytes_total(files), job_id))
+               (len(files), rows.bytes_total(files), job_id))
 
 
 @dataclass
@@ -173,8 +139,8 @@ class SqliteStore(JobStore):
             exists = db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
             ).fetchone() is not None
-            prepare(db, exists=exists, schema=SCHEMA, version=SCHEMA_VERSION,
-                    migrations=MIGRATIONS, mark="?", name=self.path)
+            tables.prepare(db, exists=exists, schema=SCHEMA, version=SCHEMA_VERSION,
+                           migrations=MIGRATIONS, mark="?", name=self.path)
 
     @property
     def outage(self) -> Outage | None:
@@ -185,8 +151,8 @@ class SqliteStore(JobStore):
         with self._database.reader() as db:
             cursor = db.cursor()
             cursor.row_factory = None
-            rows: list[tuple[Any, ...]] = cursor.execute(sql, params).fetchall()
-            return rows
+            found: list[tuple[Any, ...]] = cursor.execute(sql, params).fetchall()
+            return found
 
     def _read_jobs(self, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
         with self._database.reader() as db, _gc_paused():
@@ -266,7 +232,7 @@ class SqliteStore(JobStore):
         return ids
 
     def get(self, job_id: int) -> Job:
-        return only_job(self._read_jobs("WHERE id = ?", (job_id,)), job_id)
+        return rows.only_job(self._read_jobs("WHERE id = ?", (job_id,)), job_id)
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
         if states is None:
@@ -289,9 +255,9 @@ class SqliteStore(JobStore):
                                (JobState.IDLE.value, now, DapType.TRANSFER.value, limit))
 
     def waiting_transfers(self) -> list[tuple[int, float]]:
-        rows = self._read("SELECT id, next_attempt_at FROM jobs WHERE state = ? AND dap_type = ?",
-                          (JobState.IDLE.value, DapType.TRANSFER.value))
-        return [(int(r[0]), float(r[1])) for r in rows]
+        found = self._read("SELECT id, next_attempt_at FROM jobs WHERE state = ? AND dap_type = ?",
+                           (JobState.IDLE.value, DapType.TRANSFER.value))
+        return [(int(r[0]), float(r[1])) for r in found]
 
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str, limit: HostLimit | None = None) -> Job | None:
@@ -356,7 +322,7 @@ class SqliteStore(JobStore):
                 (now, t.exit_code, t.outcome, t.error, t.bytes_done, job_id, attempt))
             if t.result:
                 _merge_result(db, job_id, t.result)
-            _event(db, job_id, now, t.event, end_detail(attempt, t))
+            _event(db, job_id, now, t.event, rows.end_detail(attempt, t))
             return _get(db, job_id)
 
         job = self._database.write(f"end of job {job_id} attempt {attempt}", body)
@@ -426,9 +392,9 @@ class SqliteStore(JobStore):
         if states is not None:
             where += f" AND state IN ({', '.join('?' for _ in states)})"
             params += [s.value for s in states]
-        rows = self._read(f"SELECT {FILE_COLUMNS} FROM files WHERE {where} ORDER BY idx "  # noqa: S608 - constant SQL; values are bound
-                          "LIMIT ? OFFSET ?", (*params, -1 if limit is None else limit, offset))
-        return [file_from_row(row) for row in rows]
+        found = self._read(f"SELECT {rows.FILE_COLUMNS} FROM files WHERE {where} ORDER BY idx "  # noqa: S608 - constant SQL; values are bound
+                           "LIMIT ? OFFSET ?", (*params, -1 if limit is None else limit, offset))
+        return [rows.file_from_row(row) for row in found]
 
     def start_files(self, job_id: int, attempt: int, indexes: Sequence[int],
                     chunk: str) -> None:
@@ -453,13 +419,14 @@ class SqliteStore(JobStore):
                                  "idx = ?", (job_id, r.index)).fetchone()
                 if old is None:
                     continue
-                d_done, d_failed, d_moved = counter_changes(FILE_STATES[old[0]], old[1], r)
+                was = rows.FILE_STATES[old[0]]
+                d_done, d_failed, d_moved = rows.counter_changes(was, old[1], r)
                 done, failed, moved = done + d_done, failed + d_failed, moved + d_moved
                 db.execute(
                     "UPDATE files SET state = ?, bytes_done = ?, failures = failures + ?, "
                     "next_attempt_at = ?, last_error = ?, failure_kind = ?, "
                     "checksum = COALESCE(?, checksum), in_doubt = 0 WHERE job_id = ? AND idx = ?",
-                    file_result_values(job_id, r))
+                    rows.file_result_values(job_id, r))
             db.execute("UPDATE jobs SET files_done = files_done + ?, files_failed = files_failed "
                        "+ ?, bytes_done = bytes_done + ?, rate_mbps = COALESCE(?, rate_mbps) "
                        "WHERE id = ?", (done, failed, moved, rate_mbps, job_id))
@@ -471,15 +438,15 @@ class SqliteStore(JobStore):
         return changed
 
     def events(self, job_id: int) -> list[Event]:
-        rows = self._read(f"SELECT {EVENT_COLUMNS} FROM events WHERE job_id = ? ORDER BY seq",  # noqa: S608 - constant SQL; values are bound
-                          (job_id,))
-        return [event_from_row(r) for r in rows]
+        found = self._read(f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE job_id = ? "  # noqa: S608 - constant SQL; values are bound
+                           "ORDER BY seq", (job_id,))
+        return [rows.event_from_row(r) for r in found]
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self._database.reader() as db:  # sqlite3.Row: by column name
-            rows = db.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY number",
-                              (job_id,)).fetchall()
-        return [Attempt(**dict(row)) for row in rows]
+            found = db.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY number",
+                               (job_id,)).fetchall()
+        return [Attempt(**dict(row)) for row in found]
 
     def purge_finished(self, before: float) -> int:
         terminal = [s.value for s in JobState if s.terminal]
@@ -504,41 +471,41 @@ class SqliteStore(JobStore):
 
     def add_history(self, entry: HistoryEntry) -> None:
         def body(db: sqlite3.Connection) -> None:
-            db.execute(history_insert("?"), history_values(entry))
+            db.execute(rows.history_insert("?"), rows.history_values(entry))
 
         self._database.write(f"history of {entry.src_host} -> {entry.dest_host}", body)
 
     def history(self, src_host: str, dest_host: str, *, symmetric: bool,
                 arguments: str | None = None, kind: str | None = None,
                 since: float = 0.0, limit: int = 100) -> list[HistoryEntry]:
-        rows = self._read(*history_query(src_host, dest_host, symmetric=symmetric,
-                                         arguments=arguments, kind=kind, since=since,
-                                         limit=limit, mark="?"))
-        return [history_from_row(r) for r in rows]
+        found = self._read(*rows.history_query(src_host, dest_host, symmetric=symmetric,
+                                               arguments=arguments, kind=kind, since=since,
+                                               limit=limit, mark="?"))
+        return [rows.history_from_row(r) for r in found]
 
     # -- the transfer log ------------------------------------------------------------------
 
     def add_transfers(self, records: Sequence[TransferRecord]) -> int:
-        marks = ", ".join("?" for _ in TRANSFER_FIELDS)
+        marks = ", ".join("?" for _ in rows.TRANSFER_FIELDS)
 
         def body(db: sqlite3.Connection) -> int:
-            db.executemany(f"INSERT INTO transfers ({TRANSFER_COLUMNS}) VALUES ({marks})",  # noqa: S608 - constant SQL; values are bound
-                           ([getattr(r, f) for f in TRANSFER_FIELDS] for r in records))
+            db.executemany(f"INSERT INTO transfers ({rows.TRANSFER_COLUMNS}) VALUES ({marks})",  # noqa: S608 - constant SQL; values are bound
+                           ([getattr(r, f) for f in rows.TRANSFER_FIELDS] for r in records))
             return len(records)
 
         return self._database.write(f"{len(records)} transfer log rows", body) if records else 0
 
     def transfers(self, src_host: str | None = None, dest_host: str | None = None, *,
                   since: float = 0.0, limit: int | None = None) -> list[TransferRecord]:
-        rows = self._read(*transfers_query(src_host, dest_host, since,
-                                           -1 if limit is None else limit, mark="?"))
-        return [transfer_from_row(row) for row in rows]
+        found = self._read(*rows.transfers_query(src_host, dest_host, since,
+                                                 -1 if limit is None else limit, mark="?"))
+        return [rows.transfer_from_row(row) for row in found]
 
     def transfers_after(self, row_id: int = 0, limit: int | None = None
                         ) -> list[tuple[int, TransferRecord]]:
-        rows = self._read(f"SELECT id, {TRANSFER_COLUMNS} FROM transfers WHERE id > ? "  # noqa: S608 - constant SQL; values are bound
-                          "ORDER BY id LIMIT ?", (row_id, -1 if limit is None else limit))
-        return [numbered_transfer(row) for row in rows]
+        found = self._read(f"SELECT id, {rows.TRANSFER_COLUMNS} FROM transfers WHERE id > ? "  # noqa: S608 - constant SQL; values are bound
+                           "ORDER BY id LIMIT ?", (row_id, -1 if limit is None else limit))
+        return [rows.numbered_transfer(row) for row in found]
 
     def close(self) -> None:
         self._database.close()
