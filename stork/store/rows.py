@@ -178,7 +178,8 @@ def transfers_query(src_host: str | None, dest_host: str | None, since: float, l
                     mark: str) -> tuple[str, list[Any]]:
     """The SELECT of `JobStore.transfers` and its values, with the backend's placeholder;
     `limit` is the backend's value for LIMIT (its "no limit" for None)."""
-    where, params = [f"time >= {mark}"], [since]  # type: tuple[list[str], list[Any]]
+    where: list[str] = [f"time >= {mark}"]
+    params: list[Any] = [since]
     for column, value in (("src_host", src_host), ("dest_host", dest_host)):
         if value is not None:
             where.append(f"{column} = {mark}")
