@@ -3,7 +3,8 @@
 Any store keeps one `OutageTracker` and reports each write's fate to it. The tracker logs
 the start of an outage once (per kind of consequence: writes retried, submissions refused,
 progress dropped) and its end once, so a full disk gives a few log lines, not one traceback
-per request, and it answers `JobStore.outage` without I/O.
+per request, and it answers `JobStore.outage` without I/O. `Writes` is the loop both
+databases write through: retried until the write lands, or tried once.
 """
 
 from __future__ import annotations
@@ -11,11 +12,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Generic, TypeVar
 
+from stork.errors import StoreError, StoreUnavailable
 from stork.store.base import Outage
 
 log = logging.getLogger(__name__)
+
+C = TypeVar("C")  # a connection
+T = TypeVar("T")
 
 RETRY_FIRST_S = 0.05  # first pause before a failed write is tried again
 RETRY_MAX_S = 2.0  # pauses double up to this
@@ -97,3 +105,78 @@ class OutageTracker:
         log.warning("store writable again after %.1f s of %s; %s; %d write(s) "
                     "were retried and landed", self._clock() - since, cause, self.location,
                     retried)
+
+
+class Writes(ABC, Generic[C]):
+    """`write` (retried until it lands) and `write_once` over a database's transactions,
+    each write's fate reported to `health`: what the SQLite and the PostgreSQL databases
+    (`sqlite_db`, `postgres_db`) share. A database sets `name` (how messages name it),
+    `health`, `errors` (its driver's exceptions) and `_closed` (set by its `close`), and
+    defines `tx`, `error` and `transient_cause`."""
+
+    name: str
+    health: OutageTracker
+    errors: tuple[type[BaseException], ...]
+    _closed: threading.Event
+
+    @abstractmethod
+    def tx(self) -> AbstractContextManager[C]:
+        """One write transaction: committed at the end, rolled back on any error."""
+
+    @abstractmethod
+    def error(self, doing: str, exc: BaseException) -> StoreError:
+        """The exception for a failed database call: StoreUnavailable when the database
+        cannot be written now, StoreError otherwise."""
+
+    @abstractmethod
+    def transient_cause(self, exc: BaseException) -> str | None:
+        """What keeps the database from being written now, when `exc` says so; None for an
+        error that retrying cannot cure."""
+
+    def write(self, what: str, body: Callable[[C], T]) -> T:
+        """Run `body` in a write transaction until it commits. A transient failure is
+        retried with capped backoff, outside any lock of `tx`, so that other writes (a
+        submission to refuse) are not held up meanwhile; a permanent one raises StoreError,
+        and `body`'s own exceptions pass through. `close` ends the retries with
+        StoreUnavailable."""
+        delays = retry_delays_s()
+        retrying = False
+        try:
+            while True:
+                try:
+                    with self.tx() as db:
+                        result = body(db)
+                except self.errors as exc:
+                    cause = self.transient_cause(exc)
+                    if cause is None:
+                        raise self.error(what, exc) from exc
+                    self.health.failed(cause, what, "retry")
+                    if not retrying:
+                        retrying = True
+                        self.health.retry_started()
+                    if self._closed.wait(next(delays)):
+                        raise StoreUnavailable(f"{self.name}: closed while retrying {what} "
+                                               f"({cause})") from exc
+                    continue
+                if retrying:
+                    retrying = False
+                    self.health.retry_ended()
+                self.health.landed()
+                return result
+        finally:
+            if retrying:
+                self.health.retry_ended()
+
+    def write_once(self, what: str, body: Callable[[C], T], consequence: str) -> T:
+        """Run `body` in one write transaction; StoreUnavailable when the database cannot be
+        written now (reported to `health` with `consequence`, "refuse", "drop" or "fail")."""
+        try:
+            with self.tx() as db:
+                result = body(db)
+        except self.errors as exc:
+            cause = self.transient_cause(exc)
+            if cause is not None:
+                self.health.failed(cause, what, consequence)
+            raise self.error(what, exc) from exc
+        self.health.landed()
+        return result

@@ -1,6 +1,7 @@
 """The shared job store: one PostgreSQL database for several stork_servers (nodes).
 
-The tables are SQLite's (`stork.store.sqlite`) with what sharing needs:
+The tables are SQLite's (`stork.store.tables`; columns and row conversions in
+`stork.store.rows`) with what sharing needs:
 
 - `jobs.claimed_by` / `jobs.claimed_until`: the node running the job's attempt and its
   lease, in unix seconds *by the database's clock* (nodes' clocks never compare). A node
@@ -43,10 +44,10 @@ from stork.errors import (
     HostLimitReached,
     InvalidRequest,
     JobNotFound,
-    SchemaError,
     StoreUnavailable,
 )
 from stork.job import DapType, DatasetFileRow, Event, FileState, Job, JobSpec, JobState
+from stork.store import rows, tables
 from stork.store.base import (
     Attempt,
     FileResult,
@@ -59,7 +60,6 @@ from stork.store.base import (
 )
 from stork.store.postgres_db import PostgresDatabase
 from stork.store.postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from stork.store.sqlite import _FILE_COLUMNS, _JOB_COLUMNS, _TRANSFER_FIELDS, _file_row, _job
 from stork.translog import TransferRecord
 
 log = logging.getLogger(__name__)
@@ -83,15 +83,12 @@ def _key(text: str) -> int:
 
 
 def _select_jobs(db: Conn, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
-    rows = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {where}", params).fetchall()  # noqa: S608 - constant SQL; values are bound
-    return [_job(row) for row in rows]
+    found = db.execute(f"SELECT {rows.JOB_COLUMNS} FROM jobs {where}", params).fetchall()  # noqa: S608 - constant SQL; values are bound
+    return [rows.job_from_row(row) for row in found]
 
 
 def _get(db: Conn, job_id: int) -> Job:
-    jobs = _select_jobs(db, "WHERE id = %s", (job_id,))
-    if not jobs:
-        raise JobNotFound(job_id)
-    return jobs[0]
+    return rows.only_job(_select_jobs(db, "WHERE id = %s", (job_id,)), job_id)
 
 
 def _event(db: Conn, job_id: int, now: float, kind: str,
@@ -104,9 +101,8 @@ def _merge_result(db: Conn, job_id: int, values: dict[str, Any]) -> None:
     row = db.execute("SELECT result FROM jobs WHERE id = %s FOR UPDATE", (job_id,)).fetchone()
     if row is None:
         raise JobNotFound(job_id)
-    merged = {**json.loads(row[0]), **values}
     db.execute("UPDATE jobs SET result = %s WHERE id = %s",
-               (json.dumps(merged, sort_keys=True), job_id))
+               (rows.merged_result(row[0], values), job_id))
 
 
 def _insert_files(db: Conn, job_id: int, files: Sequence[DatasetFile]) -> None:
@@ -114,10 +110,8 @@ def _insert_files(db: Conn, job_id: int, files: Sequence[DatasetFile]) -> None:
                           "FROM STDIN") as copy:
         for i, f in enumerate(files):
             copy.write_row((job_id, i, f.src_url, f.dest_url, f.rel_path, f.size_bytes))
-    sizes = [f.size_bytes for f in files]
-    total = None if any(size is None for size in sizes) else sum(s or 0 for s in sizes)
     db.execute("UPDATE jobs SET files_total = %s, bytes_total = %s WHERE id = %s",
-               (len(files), total, job_id))
+               (len(files), rows.bytes_total(files), job_id))
 
 
 class PostgresStore(JobStore):
@@ -148,20 +142,9 @@ class PostgresStore(JobStore):
         with self._database.tx() as db:
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             exists = db.execute("SELECT to_regclass('schema_version')").fetchone()
-            if exists is None or exists[0] is None:
-                for statement in SCHEMA:
-                    db.execute(statement)
-                db.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
-                return
-            row = db.execute("SELECT version FROM schema_version").fetchone()
-            found = int(row[0]) if row else -1
-            while found in MIGRATIONS:
-                for statement in MIGRATIONS[found]:
-                    db.execute(statement)
-                found += 1
-                db.execute("UPDATE schema_version SET version = %s", (found,))
-            if found != SCHEMA_VERSION:
-                raise SchemaError(self.name, found, SCHEMA_VERSION)
+            tables.prepare(db, exists=exists is not None and exists[0] is not None,
+                           schema=SCHEMA, version=SCHEMA_VERSION, migrations=MIGRATIONS,
+                           mark="%s", name=self.name)
 
     @property
     def outage(self) -> Outage | None:
@@ -244,10 +227,7 @@ class PostgresStore(JobStore):
         return ids
 
     def get(self, job_id: int) -> Job:
-        jobs = self._read_jobs("WHERE id = %s", (job_id,))
-        if not jobs:
-            raise JobNotFound(job_id)
-        return jobs[0]
+        return rows.only_job(self._read_jobs("WHERE id = %s", (job_id,)), job_id)
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
         if states is None:
@@ -260,9 +240,9 @@ class PostgresStore(JobStore):
                                (_IDLE, now, DapType.TRANSFER.value, limit))
 
     def waiting_transfers(self) -> list[tuple[int, float]]:
-        rows = self._read("SELECT id, next_attempt_at FROM jobs WHERE state = %s AND "
-                          "dap_type = %s", (_IDLE, DapType.TRANSFER.value))
-        return [(int(r[0]), float(r[1])) for r in rows]
+        found = self._read("SELECT id, next_attempt_at FROM jobs WHERE state = %s AND "
+                           "dap_type = %s", (_IDLE, DapType.TRANSFER.value))
+        return [(int(r[0]), float(r[1])) for r in found]
 
     def _check_limit(self, db: Conn, job_id: int, limit: HostLimit) -> None:
         """Raise HostLimitReached when a host of the job is at the cluster-wide limit. The
@@ -357,10 +337,7 @@ class PostgresStore(JobStore):
                 (now, t.exit_code, t.outcome, t.error, t.bytes_done, job_id, attempt))
             if t.result:
                 _merge_result(db, job_id, t.result)
-            detail = {"attempt": attempt, "exit_code": t.exit_code, **t.detail}
-            if t.error:
-                detail["error"] = t.error
-            _event(db, job_id, now, t.event, detail)
+            _event(db, job_id, now, t.event, rows.end_detail(attempt, t))
             self._announce(db, [job_id])
             return _get(db, job_id)
 
@@ -445,9 +422,9 @@ class PostgresStore(JobStore):
         if states is not None:
             where += " AND state = ANY(%s)"
             params.append([s.value for s in states])
-        rows = self._read(f"SELECT {_FILE_COLUMNS} FROM files WHERE {where} ORDER BY idx "  # noqa: S608 - constant SQL; values are bound
-                          "LIMIT %s OFFSET %s", (*params, limit, offset))
-        return [_file_row(row) for row in rows]
+        found = self._read(f"SELECT {rows.FILE_COLUMNS} FROM files WHERE {where} ORDER BY idx "  # noqa: S608 - constant SQL; values are bound
+                           "LIMIT %s OFFSET %s", (*params, limit, offset))
+        return [rows.file_from_row(row) for row in found]
 
     def start_files(self, job_id: int, attempt: int, indexes: Sequence[int],
                     chunk: str) -> None:
@@ -470,22 +447,19 @@ class PostgresStore(JobStore):
                 "SELECT idx, state, bytes_done FROM files WHERE job_id = %s AND idx = ANY(%s)",
                 (job_id, [r.index for r in results])).fetchall()}
             done = failed = moved = 0
-            rows = []
+            found = []
             for r in results:
                 if r.index not in old:
                     continue
-                was, now_ = FileState(old[r.index][0]), r.state
-                done += (now_ is FileState.DONE) - (was is FileState.DONE)
-                failed += (now_ is FileState.FAILED) - (was is FileState.FAILED)
-                moved += (r.bytes_done if now_ is FileState.DONE else 0) - (
-                    old[r.index][1] if was is FileState.DONE else 0)
-                rows.append((r.state.value, r.bytes_done, int(r.count_failure), r.next_attempt_at,
-                             r.error, r.failure_kind, r.checksum, job_id, r.index))
+                was = rows.FILE_STATES[old[r.index][0]]
+                d_done, d_failed, d_moved = rows.counter_changes(was, old[r.index][1], r)
+                done, failed, moved = done + d_done, failed + d_failed, moved + d_moved
+                found.append(rows.file_result_values(job_id, r))
             db.cursor().executemany(
                 "UPDATE files SET state = %s, bytes_done = %s, failures = failures + %s, "
                 "next_attempt_at = %s, last_error = %s, failure_kind = %s, "
                 "checksum = COALESCE(%s, checksum), in_doubt = 0 WHERE job_id = %s AND idx = %s",
-                rows)
+                found)
             db.execute("UPDATE jobs SET files_done = files_done + %s, files_failed = "
                        "files_failed + %s, bytes_done = bytes_done + %s, "
                        "rate_mbps = COALESCE(%s, rate_mbps) WHERE id = %s",
@@ -501,17 +475,16 @@ class PostgresStore(JobStore):
     # -- events, attempts, housekeeping ---------------------------------------------------------
 
     def events(self, job_id: int) -> list[Event]:
-        rows = self._read("SELECT seq, job_id, time, kind, detail FROM events WHERE job_id = %s "
-                          "ORDER BY seq", (job_id,))
-        return [Event(job_id=int(r[1]), time=r[2], kind=r[3], detail=json.loads(r[4]),
-                      seq=int(r[0])) for r in rows]
+        found = self._read(f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE job_id = %s "  # noqa: S608 - constant SQL; values are bound
+                           "ORDER BY seq", (job_id,))
+        return [rows.event_from_row(r) for r in found]
 
     def attempts(self, job_id: int) -> list[Attempt]:
         with self._database.reader() as db:
             cursor = db.cursor(row_factory=dict_row)
-            rows = cursor.execute("SELECT * FROM attempts WHERE job_id = %s ORDER BY number",
-                                  (job_id,)).fetchall()
-        return [Attempt(**row) for row in rows]
+            found = cursor.execute("SELECT * FROM attempts WHERE job_id = %s ORDER BY number",
+                                   (job_id,)).fetchall()
+        return [Attempt(**row) for row in found]
 
     def purge_finished(self, before: float) -> int:
         def body(db: Conn) -> int:
@@ -530,81 +503,44 @@ class PostgresStore(JobStore):
 
     def add_history(self, entry: HistoryEntry) -> None:
         def body(db: Conn) -> None:
-            db.execute(
-                "INSERT INTO history (time, src_host, dest_host, arguments, kind, streams, "
-                "throughput_mbps, bytes_moved, duration_s, model, samples, job_id) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (entry.time, entry.src_host, entry.dest_host, entry.arguments, entry.kind,
-                 entry.streams, entry.throughput_mbps, entry.bytes_moved, entry.duration_s,
-                 entry.model, json.dumps(entry.samples), entry.job_id))
+            db.execute(rows.history_insert("%s"), rows.history_values(entry))
 
         self._database.write(f"history of {entry.src_host} -> {entry.dest_host}", body)
 
     def history(self, src_host: str, dest_host: str, *, symmetric: bool,
                 arguments: str | None = None, kind: str | None = None,
                 since: float = 0.0, limit: int = 100) -> list[HistoryEntry]:
-        pair = "(src_host = %s AND dest_host = %s)"
-        params: list[Any] = [src_host, dest_host]
-        if symmetric:
-            pair = f"({pair} OR (src_host = %s AND dest_host = %s))"
-            params += [dest_host, src_host]
-        where = [pair, "time >= %s"]
-        params.append(since)
-        if arguments is not None:
-            where.append("arguments = %s")
-            params.append(arguments)
-        if kind is not None:
-            where.append("kind = %s")
-            params.append(kind)
-        with self._database.reader() as db:
-            cursor = db.cursor(row_factory=dict_row)
-            rows = cursor.execute(
-                "SELECT time, src_host, dest_host, arguments, kind, streams, throughput_mbps, "  # noqa: S608 - constant SQL; values are bound
-                "bytes_moved, duration_s, model, samples, job_id FROM history WHERE "
-                + " AND ".join(where) + " ORDER BY time DESC, id DESC LIMIT %s",
-                (*params, limit)).fetchall()
-        return [HistoryEntry(**{**r, "samples": json.loads(r["samples"])}) for r in rows]
+        found = self._read(*rows.history_query(src_host, dest_host, symmetric=symmetric,
+                                               arguments=arguments, kind=kind, since=since,
+                                               limit=limit, mark="%s"))
+        return [rows.history_from_row(r) for r in found]
 
     def add_transfers(self, records: Sequence[TransferRecord]) -> int:
         if not records:
             return 0
-        columns = ", ".join(_TRANSFER_FIELDS)
 
         def body(db: Conn) -> int:
             # writers one at a time, so that row ids are committed in their order and
             # `transfers_after` never passes a row another node has not committed yet
             db.execute("LOCK TABLE transfers IN EXCLUSIVE MODE")
-            with db.cursor().copy(f"COPY transfers ({columns}) FROM STDIN") as copy:
+            with db.cursor().copy(f"COPY transfers ({rows.TRANSFER_COLUMNS}) FROM STDIN") as copy:
                 for r in records:
                     copy.write_row([int(v) if isinstance(v, bool) else v
-                                    for v in (getattr(r, f) for f in _TRANSFER_FIELDS)])
+                                    for v in (getattr(r, f) for f in rows.TRANSFER_FIELDS)])
             return len(records)
 
         return self._database.write(f"{len(records)} transfer log rows", body)
 
     def transfers(self, src_host: str | None = None, dest_host: str | None = None, *,
                   since: float = 0.0, limit: int | None = None) -> list[TransferRecord]:
-        where, params = ["time >= %s"], [since]  # type: tuple[list[str], list[Any]]
-        for column, value in (("src_host", src_host), ("dest_host", dest_host)):
-            if value is not None:
-                where.append(f"{column} = %s")
-                params.append(value)
-        rows = self._read(f"SELECT {', '.join(_TRANSFER_FIELDS)} FROM transfers "  # noqa: S608 - constant SQL; values are bound
-                          f"WHERE {' AND '.join(where)} ORDER BY time DESC, id DESC LIMIT %s",
-                          (*params, limit))
-        fast = _TRANSFER_FIELDS.index("fast")
-        return [TransferRecord(**{**dict(zip(_TRANSFER_FIELDS, row, strict=True)),
-                                  "fast": bool(row[fast])}) for row in rows]
+        found = self._read(*rows.transfers_query(src_host, dest_host, since, limit, mark="%s"))
+        return [rows.transfer_from_row(row) for row in found]
 
     def transfers_after(self, row_id: int = 0, limit: int | None = None
                         ) -> list[tuple[int, TransferRecord]]:
-        rows = self._read(f"SELECT id, {', '.join(_TRANSFER_FIELDS)} FROM transfers "  # noqa: S608 - constant SQL; values are bound
-                          "WHERE id > %s ORDER BY id LIMIT %s", (row_id, limit))
-        fast = _TRANSFER_FIELDS.index("fast")
-        return [(int(row[0]), TransferRecord(**{
-                    **dict(zip(_TRANSFER_FIELDS, row[1:], strict=True)),
-                    "fast": bool(row[1 + fast])}))
-                for row in rows]
+        found = self._read(f"SELECT id, {rows.TRANSFER_COLUMNS} FROM transfers WHERE id > %s "  # noqa: S608 - constant SQL; values are bound
+                           "ORDER BY id LIMIT %s", (row_id, limit))
+        return [rows.numbered_transfer(row) for row in found]
 
     # -- nodes and leases -------------------------------------------------------------------
 
@@ -623,26 +559,26 @@ class PostgresStore(JobStore):
             return set()
 
         def body(db: Conn) -> set[int]:
-            rows = db.execute(f"UPDATE jobs SET claimed_until = {NOW} + %s WHERE "  # noqa: S608 - constant SQL; values are bound
-                              f"id = ANY(%s) AND {self._HELD} RETURNING id",
-                              (self.lease_s, list(job_ids), self.node)).fetchall()
-            return {int(r[0]) for r in rows}
+            found = db.execute(f"UPDATE jobs SET claimed_until = {NOW} + %s WHERE "  # noqa: S608 - constant SQL; values are bound
+                               f"id = ANY(%s) AND {self._HELD} RETURNING id",
+                               (self.lease_s, list(job_ids), self.node)).fetchall()
+            return {int(r[0]) for r in found}
 
         return self._database.write_once(f"lease renewal of node {self.node}", body, "fail")
 
     def nodes(self) -> list[NodeInfo]:
-        rows = self._read(f"SELECT n.name, n.pid, n.started_at, {NOW} - n.last_seen, "  # noqa: S608 - constant SQL; values are bound
-                          "(SELECT count(*) FROM jobs j WHERE j.state = %s AND "
-                          "j.claimed_by = n.name) FROM nodes n ORDER BY n.name", (_RUNNING,))
+        found = self._read(f"SELECT n.name, n.pid, n.started_at, {NOW} - n.last_seen, "  # noqa: S608 - constant SQL; values are bound
+                           "(SELECT count(*) FROM jobs j WHERE j.state = %s AND "
+                           "j.claimed_by = n.name) FROM nodes n ORDER BY n.name", (_RUNNING,))
         return [NodeInfo(r[0], int(r[1]), float(r[2]), max(0.0, float(r[3])), int(r[4]))
-                for r in rows]
+                for r in found]
 
     def host_load(self) -> dict[str, int]:
-        rows = self._read("SELECT host, count(*) FROM (SELECT src_host AS host FROM jobs WHERE "
-                          "state = %s AND claimed_by <> %s UNION ALL SELECT dest_host FROM jobs "
-                          "WHERE state = %s AND claimed_by <> %s) AS h GROUP BY host",
-                          (_RUNNING, self.node, _RUNNING, self.node))
-        return {str(r[0]): int(r[1]) for r in rows if r[0]}
+        found = self._read("SELECT host, count(*) FROM (SELECT src_host AS host FROM jobs WHERE "
+                           "state = %s AND claimed_by <> %s UNION ALL SELECT dest_host FROM jobs "
+                           "WHERE state = %s AND claimed_by <> %s) AS h GROUP BY host",
+                           (_RUNNING, self.node, _RUNNING, self.node))
+        return {str(r[0]): int(r[1]) for r in found if r[0]}
 
     @contextlib.contextmanager
     def _pair_lock(self, host_a: str, host_b: str) -> Iterator[object]:

@@ -6,17 +6,17 @@ snapshot, never waiting for a writer under MVCC), a write is one explicit transa
 Connections are checked when taken from the pool, so a server restart or a cut network
 costs a failed try, not a dead pool. A write that failed for a transient cause (the server
 unreachable, a serialization conflict or deadlock, a full disk) is retried until it lands
-(`write`), or raises `StoreUnavailable` (`write_once`); any other database error is a
-`StoreError` naming the database.
+(`write`, from `stork.store.outage.Writes`), or raises `StoreUnavailable` (`write_once`); any
+other database error is a `StoreError` naming the database.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -24,11 +24,11 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from stork.errors import StoreError, StoreUnavailable
-from stork.store.outage import OutageTracker, retry_delays_s
+from stork.store.outage import OutageTracker, Writes
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
 
 CONNECT_TIMEOUT_S = 5  # one connection attempt (libpq's connect_timeout)
 POOL_WAIT_S = 5.0  # longest wait for a free connection of the pool
@@ -66,7 +66,9 @@ def transient_cause(exc: BaseException) -> str | None:
     return None
 
 
-class PostgresDatabase:
+class PostgresDatabase(Writes[Conn]):
+    errors = (psycopg.Error, PoolTimeout)
+
     def __init__(self, url: str, pool_max: int = POOL_MAX) -> None:
         self.url = url
         self.name = safe_url(url)
@@ -91,66 +93,24 @@ class PostgresDatabase:
             return StoreUnavailable(f"{self.name}: {doing}: {cause} ({str(exc).strip()})")
         return StoreError(f"{self.name}: {doing}: {str(exc).strip()}")
 
+    def transient_cause(self, exc: BaseException) -> str | None:
+        return transient_cause(exc)
+
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+    def connection(self) -> Iterator[Conn]:
         if self._closed.is_set():
             raise StoreUnavailable(f"{self.name}: the job store is closed")
         with self.pool.connection() as conn:
             yield conn
 
     @contextmanager
-    def tx(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+    def tx(self) -> Iterator[Conn]:
         """One write transaction: committed at the end, rolled back on any error."""
         with self.connection() as conn, conn.transaction():
             yield conn
 
-    def write(self, what: str, body: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
-        """Run `body` in a transaction until it commits; transient failures are retried with
-        capped backoff, others raise StoreError; `body`'s own exceptions pass through."""
-        delays = retry_delays_s()
-        retrying = False
-        try:
-            while True:
-                try:
-                    with self.tx() as db:
-                        result = body(db)
-                except (psycopg.Error, PoolTimeout) as exc:
-                    cause = transient_cause(exc)
-                    if cause is None:
-                        raise self.error(what, exc) from exc
-                    self.health.failed(cause, what, "retry")
-                    if not retrying:
-                        retrying = True
-                        self.health.retry_started()
-                    if self._closed.wait(next(delays)):
-                        raise StoreUnavailable(f"{self.name}: closed while retrying {what} "
-                                               f"({cause})") from exc
-                    continue
-                if retrying:
-                    retrying = False
-                    self.health.retry_ended()
-                self.health.landed()
-                return result
-        finally:
-            if retrying:
-                self.health.retry_ended()
-
-    def write_once(self, what: str, body: Callable[[psycopg.Connection[tuple[Any, ...]]], T],
-                   consequence: str) -> T:
-        """One try; StoreUnavailable when the database cannot be written now."""
-        try:
-            with self.tx() as db:
-                result = body(db)
-        except (psycopg.Error, PoolTimeout) as exc:
-            cause = transient_cause(exc)
-            if cause is not None:
-                self.health.failed(cause, what, consequence)
-            raise self.error(what, exc) from exc
-        self.health.landed()
-        return result
-
     @contextmanager
-    def reader(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+    def reader(self) -> Iterator[Conn]:
         """A connection for reads (autocommit: each statement sees the last commit)."""
         try:
             with self.connection() as conn:

@@ -1,4 +1,6 @@
-"""The embedded job store: one SQLite file in WAL mode (connections in `sqlite_db`).
+"""The embedded job store: one SQLite file in WAL mode (connections in `sqlite_db`; the
+tables, columns and row conversions it shares with the PostgreSQL store in `tables` and
+`rows`).
 
 Every state change and its event are written in one ``BEGIN IMMEDIATE`` transaction; reads
 use read-only connections and never wait for a write. When the database cannot be written
@@ -13,13 +15,14 @@ import json
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
 from stork.dataset.expand import DatasetFile
-from stork.errors import InvalidRequest, JobNotFound, SchemaError, StoreUnavailable
+from stork.errors import InvalidRequest, JobNotFound, StoreUnavailable
 from stork.job import DapType, DatasetFileRow, Event, FileState, Job, JobSpec, JobState
+from stork.store import rows, tables
 from stork.store.base import (
     Attempt,
     FileResult,
@@ -34,125 +37,16 @@ from stork.translog import TransferRecord
 
 SCHEMA_VERSION = 3
 
-FILES_SCHEMA = (
-    """CREATE TABLE files (
-        job_id INTEGER NOT NULL,
-        idx INTEGER NOT NULL,
-        src_url TEXT NOT NULL,
-        dest_url TEXT NOT NULL,
-        rel_path TEXT NOT NULL,
-        size_bytes INTEGER,
-        state TEXT NOT NULL DEFAULT 'PENDING',
-        bytes_done INTEGER NOT NULL DEFAULT 0,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        failures INTEGER NOT NULL DEFAULT 0,
-        next_attempt_at REAL NOT NULL DEFAULT 0,
-        last_error TEXT,
-        failure_kind TEXT,
-        checksum TEXT,
-        chunk TEXT,
-        in_doubt INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (job_id, idx)
-    ) WITHOUT ROWID""",
-    """CREATE INDEX files_state ON files (job_id, state, idx)""",
-)
-
-# The transfer log: one row per finished chunk or file (stork.translog.TransferRecord); rows
-# are added, never rewritten.
-TRANSFERS_SCHEMA = (
-    """CREATE TABLE transfers (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        time REAL NOT NULL,
-        src_host TEXT NOT NULL,
-        dest_host TEXT NOT NULL,
-        rtt_s REAL,
-        bandwidth_bps REAL,
-        buffer_bytes INTEGER,
-        file_size_bytes REAL NOT NULL,
-        file_count INTEGER NOT NULL,
-        cc INTEGER NOT NULL,
-        p INTEGER NOT NULL,
-        pp INTEGER NOT NULL,
-        fast INTEGER NOT NULL,
-        bytes_moved INTEGER NOT NULL,
-        duration_s REAL NOT NULL,
-        throughput_mbps REAL NOT NULL,
-        sharing INTEGER NOT NULL,
-        outcome TEXT NOT NULL,
-        origin TEXT NOT NULL
-    )""",
-    """CREATE INDEX transfers_pair ON transfers (src_host, dest_host, time)""",
-)
-_TRANSFER_FIELDS = tuple(f.name for f in fields(TransferRecord))
+FILES_SCHEMA = tables.files_tables(tables.SQLITE, suffix=" WITHOUT ROWID")
+TRANSFERS_SCHEMA = tables.transfers_tables(tables.SQLITE)
 
 SCHEMA = (
-    """CREATE TABLE schema_version (version INTEGER NOT NULL)""",
-    """CREATE TABLE jobs (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        owner_uid INTEGER NOT NULL,
-        owner TEXT NOT NULL,
-        state TEXT NOT NULL,
-        spec TEXT NOT NULL,
-        dap_type TEXT NOT NULL,
-        src_url TEXT NOT NULL,
-        dest_url TEXT NOT NULL,
-        submitted_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        failures INTEGER NOT NULL DEFAULT 0,
-        next_attempt_at REAL NOT NULL DEFAULT 0,
-        started_at REAL,
-        finished_at REAL,
-        last_error TEXT,
-        failure_kind TEXT,
-        bytes_done INTEGER NOT NULL DEFAULT 0,
-        rate_mbps REAL NOT NULL DEFAULT 0,
-        pid INTEGER,
-        result TEXT NOT NULL DEFAULT '{}',
-        files_total INTEGER NOT NULL DEFAULT 0,
-        files_done INTEGER NOT NULL DEFAULT 0,
-        files_failed INTEGER NOT NULL DEFAULT 0,
-        bytes_total INTEGER
-    )""",
-    """CREATE INDEX jobs_runnable ON jobs (state, next_attempt_at, id)""",
-    """CREATE TABLE events (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id INTEGER NOT NULL,
-        time REAL NOT NULL,
-        kind TEXT NOT NULL,
-        detail TEXT NOT NULL DEFAULT '{}'
-    )""",
-    """CREATE INDEX events_job ON events (job_id, seq)""",
-    """CREATE TABLE history (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        time REAL NOT NULL,
-        src_host TEXT NOT NULL,
-        dest_host TEXT NOT NULL,
-        arguments TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        streams INTEGER NOT NULL,
-        throughput_mbps REAL NOT NULL,
-        bytes_moved INTEGER NOT NULL DEFAULT 0,
-        duration_s REAL NOT NULL DEFAULT 0,
-        model TEXT NOT NULL DEFAULT '',
-        samples TEXT NOT NULL DEFAULT '[]',
-        job_id INTEGER
-    )""",
-    """CREATE INDEX history_pair ON history (src_host, dest_host, kind, time)""",
-    """CREATE TABLE attempts (
-        job_id INTEGER NOT NULL,
-        number INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        src_url TEXT NOT NULL,
-        dest_url TEXT NOT NULL,
-        module TEXT NOT NULL,
-        ended_at REAL,
-        exit_code INTEGER,
-        outcome TEXT,
-        error TEXT,
-        bytes_done INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (job_id, number)
-    )""",
+    tables.SCHEMA_VERSION_TABLE,
+    tables.jobs_table(tables.SQLITE),
+    tables.JOBS_RUNNABLE_INDEX,
+    *tables.events_tables(tables.SQLITE),
+    *tables.history_tables(tables.SQLITE),
+    tables.attempts_table(tables.SQLITE),
     *FILES_SCHEMA,
     *TRANSFERS_SCHEMA,
 )
@@ -167,45 +61,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: TRANSFERS_SCHEMA,  # 2 -> 3: the transfer log
 }
 
-_JOB_COLUMNS = ("id, owner_uid, owner, state, spec, dap_type, src_url, dest_url, submitted_at, "
-                "updated_at, attempts, failures, next_attempt_at, started_at, finished_at, "
-                "last_error, failure_kind, bytes_done, rate_mbps, pid, result, files_total, "
-                "files_done, files_failed, bytes_total")
-# Job's fields in _JOB_COLUMNS order (the spec column holds Job.spec_json)
-_JOB_FIELDS = tuple("spec_json" if c == "spec" else c for c in _JOB_COLUMNS.split(", "))
-if tuple(f.name for f in fields(Job)) != _JOB_FIELDS or hasattr(Job, "__post_init__"):
-    raise ImportError("stork.job.Job changed: update _JOB_COLUMNS and _job in "
-                      "stork/store/sqlite.py")
-
-_STATES = {state.value: state for state in JobState}
-
 _gc_paused = GcPause()
-
-
-def _job(row: Sequence[Any]) -> Job:
-    """A Job from a row of _JOB_COLUMNS. The listing hot path: it fills the instance's
-    fields directly instead of through the frozen dataclass's __init__ (a third of the cost
-    of listing 100,000 jobs); the import-time check above keeps the two in step."""
-    values = dict(zip(_JOB_FIELDS, row, strict=True))
-    values["state"] = _STATES[row[3]]
-    values["result"] = json.loads(row[20]) if row[20] != "{}" else {}
-    job = object.__new__(Job)
-    object.__setattr__(job, "__dict__", values)
-    return job
 
 
 def _select_jobs(db: sqlite3.Connection, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
     cursor = db.cursor()
     cursor.row_factory = None  # plain tuples: the listing hot path
-    rows = cursor.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {where}", params).fetchall()  # noqa: S608 - constant SQL; values are bound
-    return [_job(row) for row in rows]
+    found = cursor.execute(f"SELECT {rows.JOB_COLUMNS} FROM jobs {where}", params).fetchall()  # noqa: S608 - constant SQL; values are bound
+    return [rows.job_from_row(row) for row in found]
 
 
 def _get(db: sqlite3.Connection, job_id: int) -> Job:
-    jobs = _select_jobs(db, "WHERE id = ?", (job_id,))
-    if not jobs:
-        raise JobNotFound(job_id)
-    return jobs[0]
+    return rows.only_job(_select_jobs(db, "WHERE id = ?", (job_id,)), job_id)
 
 
 def _event(db: sqlite3.Connection, job_id: int, now: float, kind: str,
@@ -224,21 +91,8 @@ def _merge_result(db: sqlite3.Connection, job_id: int, values: dict[str, Any]) -
     row = db.execute("SELECT result FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if row is None:
         raise JobNotFound(job_id)
-    merged = {**json.loads(row["result"]), **values}
     db.execute("UPDATE jobs SET result = ? WHERE id = ?",
-               (json.dumps(merged, sort_keys=True), job_id))
-
-
-_FILE_STATES = {state.value: state for state in FileState}
-_FILE_COLUMNS = ("job_id, idx, src_url, dest_url, rel_path, size_bytes, state, bytes_done, "
-                 "attempts, failures, next_attempt_at, last_error, failure_kind, checksum, "
-                 "chunk, in_doubt")
-
-
-def _file_row(row: Sequence[Any]) -> DatasetFileRow:
-    return DatasetFileRow(row[0], row[1], row[2], row[3], row[4], row[5], _FILE_STATES[row[6]],
-                          row[7], row[8], row[9], row[10], row[11], row[12], row[13], row[14],
-                          bool(row[15]))
+               (rows.merged_result(row[0], values), job_id))
 
 
 def _insert_files(db: sqlite3.Connection, job_id: int, files: Sequence[DatasetFile]) -> None:
@@ -247,10 +101,8 @@ def _insert_files(db: sqlite3.Connection, job_id: int, files: Sequence[DatasetFi
                    "VALUES (?, ?, ?, ?, ?, ?)",
                    ((job_id, i, f.src_url, f.dest_url, f.rel_path, f.size_bytes)
                     for i, f in enumerate(files)))
-    sizes = [f.size_bytes for f in files]
-    total = None if any(size is None for size in sizes) else sum(s or 0 for s in sizes)
     db.execute("UPDATE jobs SET files_total = ?, bytes_total = ? WHERE id = ?",
-               (len(files), total, job_id))
+               (len(files), rows.bytes_total(files), job_id))
 
 
 @dataclass
@@ -286,29 +138,21 @@ class SqliteStore(JobStore):
         with self._database.tx() as db:
             exists = db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-            ).fetchone()
-            if not exists:
-                for statement in SCHEMA:
-                    db.execute(statement)
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-                return
-            row = db.execute("SELECT version FROM schema_version").fetchone()
-            found = row["version"] if row else -1
-            while found in MIGRATIONS:
-                for statement in MIGRATIONS[found]:
-                    db.execute(statement)
-                found += 1
-                db.execute("UPDATE schema_version SET version = ?", (found,))
-            if found != SCHEMA_VERSION:
-                raise SchemaError(self.path, found, SCHEMA_VERSION)
+            ).fetchone() is not None
+            tables.prepare(db, exists=exists, schema=SCHEMA, version=SCHEMA_VERSION,
+                           migrations=MIGRATIONS, mark="?", name=self.path)
 
     @property
     def outage(self) -> Outage | None:
         return self._database.health.outage
 
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows as plain tuples (cheaper than sqlite3.Row)."""
         with self._database.reader() as db:
-            return db.execute(sql, params).fetchall()
+            cursor = db.cursor()
+            cursor.row_factory = None
+            found: list[tuple[Any, ...]] = cursor.execute(sql, params).fetchall()
+            return found
 
     def _read_jobs(self, where: str = "", params: Sequence[Any] = ()) -> list[Job]:
         with self._database.reader() as db, _gc_paused():
@@ -388,10 +232,7 @@ class SqliteStore(JobStore):
         return ids
 
     def get(self, job_id: int) -> Job:
-        jobs = self._read_jobs("WHERE id = ?", (job_id,))
-        if not jobs:
-            raise JobNotFound(job_id)
-        return jobs[0]
+        return rows.only_job(self._read_jobs("WHERE id = ?", (job_id,)), job_id)
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
         if states is None:
@@ -414,9 +255,9 @@ class SqliteStore(JobStore):
                                (JobState.IDLE.value, now, DapType.TRANSFER.value, limit))
 
     def waiting_transfers(self) -> list[tuple[int, float]]:
-        rows = self._read("SELECT id, next_attempt_at FROM jobs WHERE state = ? AND dap_type = ?",
-                          (JobState.IDLE.value, DapType.TRANSFER.value))
-        return [(int(r[0]), float(r[1])) for r in rows]
+        found = self._read("SELECT id, next_attempt_at FROM jobs WHERE state = ? AND dap_type = ?",
+                           (JobState.IDLE.value, DapType.TRANSFER.value))
+        return [(int(r[0]), float(r[1])) for r in found]
 
     def start_attempt(self, job_id: int, now: float, src_url: str, dest_url: str,
                       module: str, limit: HostLimit | None = None) -> Job | None:
@@ -481,10 +322,7 @@ class SqliteStore(JobStore):
                 (now, t.exit_code, t.outcome, t.error, t.bytes_done, job_id, attempt))
             if t.result:
                 _merge_result(db, job_id, t.result)
-            detail = {"attempt": attempt, "exit_code": t.exit_code, **t.detail}
-            if t.error:
-                detail["error"] = t.error
-            _event(db, job_id, now, t.event, detail)
+            _event(db, job_id, now, t.event, rows.end_detail(attempt, t))
             return _get(db, job_id)
 
         job = self._database.write(f"end of job {job_id} attempt {attempt}", body)
@@ -554,13 +392,9 @@ class SqliteStore(JobStore):
         if states is not None:
             where += f" AND state IN ({', '.join('?' for _ in states)})"
             params += [s.value for s in states]
-        with self._database.reader() as db:
-            cursor = db.cursor()
-            cursor.row_factory = None
-            rows = cursor.execute(
-                f"SELECT {_FILE_COLUMNS} FROM files WHERE {where} ORDER BY idx "  # noqa: S608 - constant SQL; values are bound
-                "LIMIT ? OFFSET ?", (*params, -1 if limit is None else limit, offset)).fetchall()
-        return [_file_row(row) for row in rows]
+        found = self._read(f"SELECT {rows.FILE_COLUMNS} FROM files WHERE {where} ORDER BY idx "  # noqa: S608 - constant SQL; values are bound
+                           "LIMIT ? OFFSET ?", (*params, -1 if limit is None else limit, offset))
+        return [rows.file_from_row(row) for row in found]
 
     def start_files(self, job_id: int, attempt: int, indexes: Sequence[int],
                     chunk: str) -> None:
@@ -585,17 +419,14 @@ class SqliteStore(JobStore):
                                  "idx = ?", (job_id, r.index)).fetchone()
                 if old is None:
                     continue
-                was, now_ = _FILE_STATES[old[0]], r.state
-                done += (now_ is FileState.DONE) - (was is FileState.DONE)
-                failed += (now_ is FileState.FAILED) - (was is FileState.FAILED)
-                moved += (r.bytes_done if now_ is FileState.DONE else 0) - (
-                    old[1] if was is FileState.DONE else 0)
+                was = rows.FILE_STATES[old[0]]
+                d_done, d_failed, d_moved = rows.counter_changes(was, old[1], r)
+                done, failed, moved = done + d_done, failed + d_failed, moved + d_moved
                 db.execute(
                     "UPDATE files SET state = ?, bytes_done = ?, failures = failures + ?, "
                     "next_attempt_at = ?, last_error = ?, failure_kind = ?, "
                     "checksum = COALESCE(?, checksum), in_doubt = 0 WHERE job_id = ? AND idx = ?",
-                    (r.state.value, r.bytes_done, int(r.count_failure), r.next_attempt_at,
-                     r.error, r.failure_kind, r.checksum, job_id, r.index))
+                    rows.file_result_values(job_id, r))
             db.execute("UPDATE jobs SET files_done = files_done + ?, files_failed = files_failed "
                        "+ ?, bytes_done = bytes_done + ?, rate_mbps = COALESCE(?, rate_mbps) "
                        "WHERE id = ?", (done, failed, moved, rate_mbps, job_id))
@@ -607,14 +438,15 @@ class SqliteStore(JobStore):
         return changed
 
     def events(self, job_id: int) -> list[Event]:
-        rows = self._read("SELECT seq, job_id, time, kind, detail FROM events WHERE job_id = ? "
-                          "ORDER BY seq", (job_id,))
-        return [Event(job_id=r["job_id"], time=r["time"], kind=r["kind"],
-                      detail=json.loads(r["detail"]), seq=r["seq"]) for r in rows]
+        found = self._read(f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE job_id = ? "  # noqa: S608 - constant SQL; values are bound
+                           "ORDER BY seq", (job_id,))
+        return [rows.event_from_row(r) for r in found]
 
     def attempts(self, job_id: int) -> list[Attempt]:
-        rows = self._read("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,))
-        return [Attempt(**dict(row)) for row in rows]
+        with self._database.reader() as db:  # sqlite3.Row: by column name
+            found = db.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY number",
+                               (job_id,)).fetchall()
+        return [Attempt(**dict(row)) for row in found]
 
     def purge_finished(self, before: float) -> int:
         terminal = [s.value for s in JobState if s.terminal]
@@ -639,83 +471,41 @@ class SqliteStore(JobStore):
 
     def add_history(self, entry: HistoryEntry) -> None:
         def body(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO history (time, src_host, dest_host, arguments, kind, streams, "
-                "throughput_mbps, bytes_moved, duration_s, model, samples, job_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (entry.time, entry.src_host, entry.dest_host, entry.arguments, entry.kind,
-                 entry.streams, entry.throughput_mbps, entry.bytes_moved, entry.duration_s,
-                 entry.model, json.dumps(entry.samples), entry.job_id))
+            db.execute(rows.history_insert("?"), rows.history_values(entry))
 
         self._database.write(f"history of {entry.src_host} -> {entry.dest_host}", body)
 
     def history(self, src_host: str, dest_host: str, *, symmetric: bool,
                 arguments: str | None = None, kind: str | None = None,
                 since: float = 0.0, limit: int = 100) -> list[HistoryEntry]:
-        pair = "(src_host = ? AND dest_host = ?)"
-        params: list[Any] = [src_host, dest_host]
-        if symmetric:
-            pair = f"({pair} OR (src_host = ? AND dest_host = ?))"
-            params += [dest_host, src_host]
-        where = [pair, "time >= ?"]
-        params.append(since)
-        if arguments is not None:
-            where.append("arguments = ?")
-            params.append(arguments)
-        if kind is not None:
-            where.append("kind = ?")
-            params.append(kind)
-        rows = self._read(
-            "SELECT time, src_host, dest_host, arguments, kind, streams, throughput_mbps, "  # noqa: S608 - constant SQL; values are bound
-            "bytes_moved, duration_s, model, samples, job_id FROM history WHERE "
-            + " AND ".join(where) + " ORDER BY time DESC, id DESC LIMIT ?", (*params, limit))
-        return [HistoryEntry(**{**dict(r), "samples": json.loads(r["samples"])}) for r in rows]
+        found = self._read(*rows.history_query(src_host, dest_host, symmetric=symmetric,
+                                               arguments=arguments, kind=kind, since=since,
+                                               limit=limit, mark="?"))
+        return [rows.history_from_row(r) for r in found]
 
     # -- the transfer log ------------------------------------------------------------------
 
     def add_transfers(self, records: Sequence[TransferRecord]) -> int:
-        columns = ", ".join(_TRANSFER_FIELDS)
-        marks = ", ".join("?" for _ in _TRANSFER_FIELDS)
+        marks = ", ".join("?" for _ in rows.TRANSFER_FIELDS)
 
         def body(db: sqlite3.Connection) -> int:
-            db.executemany(f"INSERT INTO transfers ({columns}) VALUES ({marks})",  # noqa: S608 - constant SQL; values are bound
-                           ([getattr(r, f) for f in _TRANSFER_FIELDS] for r in records))
+            db.executemany(f"INSERT INTO transfers ({rows.TRANSFER_COLUMNS}) VALUES ({marks})",  # noqa: S608 - constant SQL; values are bound
+                           ([getattr(r, f) for f in rows.TRANSFER_FIELDS] for r in records))
             return len(records)
 
         return self._database.write(f"{len(records)} transfer log rows", body) if records else 0
 
     def transfers(self, src_host: str | None = None, dest_host: str | None = None, *,
                   since: float = 0.0, limit: int | None = None) -> list[TransferRecord]:
-        where, params = ["time >= ?"], [since]  # type: tuple[list[str], list[Any]]
-        for column, value in (("src_host", src_host), ("dest_host", dest_host)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        with self._database.reader() as db:
-            cursor = db.cursor()
-            cursor.row_factory = None
-            rows = cursor.execute(
-                f"SELECT {', '.join(_TRANSFER_FIELDS)} FROM transfers "  # noqa: S608 - constant SQL; values are bound
-                f"WHERE {' AND '.join(where)} ORDER BY time DESC, id DESC LIMIT ?",
-                (*params, -1 if limit is None else limit)).fetchall()
-        return [TransferRecord(**{**dict(zip(_TRANSFER_FIELDS, row, strict=True)),
-                                  "fast": bool(row[_TRANSFER_FIELDS.index("fast")])})
-                for row in rows]
+        found = self._read(*rows.transfers_query(src_host, dest_host, since,
+                                                 -1 if limit is None else limit, mark="?"))
+        return [rows.transfer_from_row(row) for row in found]
 
     def transfers_after(self, row_id: int = 0, limit: int | None = None
                         ) -> list[tuple[int, TransferRecord]]:
-        with self._database.reader() as db:
-            cursor = db.cursor()
-            cursor.row_factory = None
-            rows = cursor.execute(
-                f"SELECT id, {', '.join(_TRANSFER_FIELDS)} FROM transfers "  # noqa: S608 - constant SQL; values are bound
-                "WHERE id > ? ORDER BY id LIMIT ?",
-                (row_id, -1 if limit is None else limit)).fetchall()
-        fast = _TRANSFER_FIELDS.index("fast")
-        return [(int(row[0]), TransferRecord(**{
-                    **dict(zip(_TRANSFER_FIELDS, row[1:], strict=True)),
-                    "fast": bool(row[1 + fast])}))
-                for row in rows]
+        found = self._read(f"SELECT id, {rows.TRANSFER_COLUMNS} FROM transfers WHERE id > ? "  # noqa: S608 - constant SQL; values are bound
+                           "ORDER BY id LIMIT ?", (row_id, -1 if limit is None else limit))
+        return [rows.numbered_transfer(row) for row in found]
 
     def close(self) -> None:
         self._database.close()

@@ -8,8 +8,9 @@ write lock. A pool rather than one connection per thread, because the API serves
 request connection on a thread of its own.
 
 A failed write transaction is always rolled back (SQLite may have done it already after a
-full disk or an I/O error), so the connection is usable afterwards; `write` retries a write
-that failed for a transient cause until it lands, `write_once` raises `StoreUnavailable`.
+full disk or an I/O error), so the connection is usable afterwards; `write` (from
+`stork.store.outage.Writes`) retries a write that failed for a transient cause until it
+lands, `write_once` raises `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -20,16 +21,13 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
 
 from stork.errors import StoreError, StoreUnavailable
-from stork.store.outage import OutageTracker, retry_delays_s
+from stork.store.outage import OutageTracker, Writes
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 BUSY_TIMEOUT_S = 30.0  # how long one try of a write waits for another process's write lock
 MAX_IDLE_READERS = 8  # read connections kept open between reads
@@ -54,9 +52,12 @@ def transient_cause(exc: BaseException) -> str | None:
     return _TRANSIENT.get(code & 0xFF)
 
 
-class SqliteDatabase:
+class SqliteDatabase(Writes[sqlite3.Connection]):
+    errors = (sqlite3.Error,)
+
     def __init__(self, path: str) -> None:
         self.path = path
+        self.name = path  # as messages name the database
         self.directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(self.directory, mode=0o755, exist_ok=True)
         self.health = OutageTracker(f"state directory {self.directory}")
@@ -87,9 +88,7 @@ class SqliteDatabase:
             self._writer_db = db
         return self._writer_db
 
-    def error(self, doing: str, exc: sqlite3.Error) -> StoreError:
-        """The exception for a failed database call: StoreUnavailable when the database
-        cannot be written now, StoreError otherwise."""
+    def error(self, doing: str, exc: BaseException) -> StoreError:
         cause = transient_cause(exc)
         if cause is not None:
             return StoreUnavailable(f"{self.path}: {doing}: {cause} ({exc}); state directory "
@@ -113,6 +112,9 @@ class SqliteDatabase:
                 self._rollback(db)
                 raise
 
+    def transient_cause(self, exc: BaseException) -> str | None:
+        return transient_cause(exc)
+
     def _rollback(self, db: sqlite3.Connection) -> None:
         """End a failed transaction so the next one can begin. SQLite may have rolled it
         back already (disk full, I/O error); when the rollback fails too, the connection is
@@ -126,55 +128,6 @@ class SqliteDatabase:
             self._writer_db = None
             with contextlib.suppress(sqlite3.Error):
                 db.close()
-
-    def write(self, what: str, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `body` in a write transaction until it commits. A transient failure (disk full,
-        I/O error, locked) is retried with capped backoff, outside the lock, so that other
-        writes (a submission to refuse) are not held up meanwhile; a permanent one raises
-        StoreError, and `body`'s own exceptions pass through. `close` ends the retries with
-        StoreUnavailable."""
-        delays = retry_delays_s()
-        retrying = False
-        try:
-            while True:
-                try:
-                    with self.tx() as db:
-                        result = body(db)
-                except sqlite3.Error as exc:
-                    cause = transient_cause(exc)
-                    if cause is None:
-                        raise self.error(what, exc) from exc
-                    self.health.failed(cause, what, "retry")
-                    if not retrying:
-                        retrying = True
-                        self.health.retry_started()
-                    if self._closed.wait(next(delays)):
-                        raise StoreUnavailable(f"{self.path}: closed while retrying {what} "
-                                               f"({cause})") from exc
-                    continue
-                if retrying:
-                    retrying = False
-                    self.health.retry_ended()
-                self.health.landed()
-                return result
-        finally:
-            if retrying:
-                self.health.retry_ended()
-
-    def write_once(self, what: str, body: Callable[[sqlite3.Connection], T],
-                   consequence: str) -> T:
-        """Run `body` in one write transaction; StoreUnavailable when the database cannot be
-        written now (reported to `health` with `consequence`, "drop" or "fail")."""
-        try:
-            with self.tx() as db:
-                result = body(db)
-        except sqlite3.Error as exc:
-            cause = transient_cause(exc)
-            if cause is not None:
-                self.health.failed(cause, what, consequence)
-            raise self.error(what, exc) from exc
-        self.health.landed()
-        return result
 
     # -- reading ------------------------------------------------------------------------------
 
