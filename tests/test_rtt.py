@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from stork.server.dataset_run import RTT_UNKNOWN_S, round_trip_s
+from stork.server.dataset_run import round_trip_s
 from stork.transfer import rtt
 from stork.transfer.rtt import PathRtts, connect_s, network_end, path_rtt_s
 
@@ -49,8 +49,8 @@ def test_the_path_is_the_longest_connect_and_unknown_when_an_end_is_silent(
     assert path_rtt_s(["file:///tmp/a", "file:///tmp/b"]) is None  # a local copy
     silent = f"ftp://127.0.0.1:{closed_port()}/b"
     assert path_rtt_s([here, silent], timeout_s=1) is None
-    # dataset passes keep their fallbacks for the size classes
-    assert round_trip_s([here, silent]) == RTT_UNKNOWN_S
+    # a dataset pass: unknown is None (the log gets no made-up RTT), a local copy near zero
+    assert round_trip_s([here, silent]) is None
     assert round_trip_s(["file:///tmp/a", "file:///tmp/b"]) == 1e-4
     assert 1e-4 <= round_trip_s([here, "file:///tmp/b"]) < 1
 

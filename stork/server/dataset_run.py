@@ -82,7 +82,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RTT_PROBE_TIMEOUT_S = 3.0
-RTT_UNKNOWN_S = 0.05  # when the server cannot be reached to time a connect
+RTT_UNKNOWN_S = 0.05  # what size classes assume when a server cannot be reached to time a
+# connect (the transfer log records the RTT as unknown)
 
 
 def file_urls(src_url: str, dest_url: str, alt_protocols: tuple[tuple[str, str], ...],
@@ -102,14 +103,16 @@ def through_gfal(src_url: str, dest_url: str) -> bool:
     return any(parse_url(url).scheme in GFAL_SCHEMES for url in (src_url, dest_url))
 
 
-def round_trip_s(urls: list[str]) -> float:
-    """The path's round trip for a pass's size classes (`stork.transfer.rtt`): the longer of
-    the daemon's TCP connects to the servers named; a server that does not answer counts as
-    RTT_UNKNOWN_S, and a pass with no server at all (both ends on this machine) as 1e-4."""
+def round_trip_s(urls: list[str]) -> float | None:
+    """The path's round trip (`stork.transfer.rtt`): the longer of the daemon's TCP connects
+    to the servers named; 1e-4 for a pass with no server at all (both ends on this machine),
+    None when a server did not answer (the longer leg may be the one missing)."""
     times = []
     for end in dict.fromkeys(e for url in urls if (e := network_end(url)) is not None):
         seconds = connect_s(*end, timeout_s=RTT_PROBE_TIMEOUT_S)
-        times.append(RTT_UNKNOWN_S if seconds is None else max(seconds, 1e-4))
+        if seconds is None:
+            return None
+        times.append(max(seconds, 1e-4))
     return max(times, default=1e-4)  # 1e-4: both ends on this machine
 
 
@@ -267,16 +270,19 @@ class DatasetRun:
         if not rows:
             return outcome
         opts = spec.options
-        rtt = self.rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
+        self.rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
+        rtt = RTT_UNKNOWN_S if self.rtt_s is None else self.rtt_s
         bdp = self.settings.link_mbps * 1e6 / 8 * rtt
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
                              cc=opts.concurrency, p=opts.streams, pp=opts.pipelining)
         outcome.chunks = [f"{c.label()}: {len(c.indexes)} files" for c in chunks]
-        log.info("job %d pass %d: %d files, RTT %.1f ms, BDP %.0f bytes; %s", job.id,
-                 self.attempt_no, len(rows), rtt * 1000, bdp, "; ".join(outcome.chunks))
+        known = "" if self.rtt_s is not None else " assumed (a server did not answer a connect)"
+        log.info("job %d pass %d: %d files, RTT %.1f ms%s, BDP %.0f bytes; %s", job.id,
+                 self.attempt_no, len(rows), rtt * 1000, known, bdp, "; ".join(outcome.chunks))
+        rtt_key = "dataset_rtt_ms" if self.rtt_s is not None else "dataset_rtt_assumed_ms"
         self.store.update_result(job.id, {"dataset_chunks": outcome.chunks,
                                           "dataset_bdp_bytes": int(bdp),
-                                          "dataset_rtt_ms": round(rtt * 1000, 3)})
+                                          rtt_key: round(rtt * 1000, 3)})
         threads = [threading.Thread(target=self._chunk_guarded, args=(c, rows),
                                     name=f"chunk-{self.job.id}-{c.size_class.value}",
                                     daemon=True) for c in chunks]
