@@ -200,7 +200,9 @@ def print_tables(out: list[dict[str, Any]], profiles: list[tuple[str, Link]],
         if not mine:
             continue
         by = {(r["dataset"], r["case"]): r for r in mine}
-        print(f"\n### {name}: {link.label}; history: the sweeps (`{args.grid}`)"
+        source = (f"the sweep tables in {args.history_from}" if args.history_from
+                  else f"the sweeps (`{args.grid}`)")
+        print(f"\n### {name}: {link.label}; history: {source}"
               f"{', leaving out the dataset its own' if args.leave_out else ''}\n")
         print("| dataset | default | harp | eos (streams) | best cell | harp/default | "
               "harp/eos | harp/best |")
