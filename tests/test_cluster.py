@@ -99,7 +99,10 @@ def test_three_nodes_300_transfers_one_killed_every_job_completes_once(
             done = query(url, "SELECT count(*) FROM jobs WHERE state = 'COMPLETED'")[0][0]
             mine = query(url, "SELECT count(*) FROM jobs WHERE state = 'RUNNING' AND "
                               "claimed_by = 'node2'")[0][0]
-            return done >= N_JOBS // 4 and mine >= 2
+            # one running transfer is enough to kill into: two of the cluster's PER_HOST slots
+            # at once may never come to node2 (a node the host limit refused tries again
+            # after HOST_BUSY_RETRY_S, while the others take a freed slot at once)
+            return done >= N_JOBS // 4 and mine >= 1
 
         wait_for(victim_busy, 120, 0.005, what="node2 running transfers a quarter in")
         nodes[1].kill9()
