@@ -82,8 +82,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RTT_PROBE_TIMEOUT_S = 3.0
-RTT_UNKNOWN_S = 0.05  # what size classes assume when a server cannot be reached to time a
-# connect (the transfer log records the RTT as unknown)
+# what size classes assume when a server cannot be reached to time a connect (the transfer
+# log then records the RTT as unknown)
+RTT_UNKNOWN_S = 0.05
 
 
 def file_urls(src_url: str, dest_url: str, alt_protocols: tuple[tuple[str, str], ...],
