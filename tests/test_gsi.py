@@ -101,11 +101,11 @@ def test_a_corrupted_gsiftp_destination_is_caught_by_the_checksum_and_removed(
           checksum = "adler32:{adler32(src)}";
           src_url = "{site_a.url(src)}"; dest_url = "{site_b.url(out / 'expected.dat')}" ]""")
         verified, expected = (server.wait_state(i) for i in ids)
-    assert verified["state"] == "FAILED" and verified["failure_kind"] == "checksum"
-    assert verified["attempts"] == 2  # a mismatch may be corruption on the way: retried
-    assert "differs from source md5" in verified["last_error"]
-    assert expected["state"] == "FAILED" and expected["failure_kind"] == "checksum"
-    assert f"is not the expected {adler32(src)}" in expected["last_error"]
+    assert verified["state"] == "FAILED" and verified["failure_kind"] == "checksum", verified
+    assert verified["attempts"] == 2, verified  # a mismatch may be corruption on the way
+    assert "differs from source md5" in verified["last_error"], verified
+    assert expected["state"] == "FAILED" and expected["failure_kind"] == "checksum", expected
+    assert f"is not the expected {adler32(src)}" in expected["last_error"], expected
     assert list(out.iterdir()) == []  # the bad destinations were removed
 
 

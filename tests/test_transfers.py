@@ -197,6 +197,38 @@ def test_a_short_destination_is_never_reported_as_success(stork: StorkServer,
     assert not (tmp_path / "d.dat").exists()
 
 
+def test_an_end_that_does_not_answer_the_verification_is_asked_once_more(
+        stork: StorkServer, tmp_path: Path) -> None:
+    """A module that exits 0 while its copy lands a second later: the first size query finds
+    no destination, the second (VERIFY_REASK_S later) finds it, and the job completes in one
+    attempt. A destination that never lands fails as `verify`, saying it was asked twice."""
+    import signal
+    import stat
+
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    late = modules / "stork.transfer.file-file"
+    late.write_text("#!/bin/sh\ncase \"$2\" in *never*) exit 0;; esac\n"
+                    "(sleep 1; cp \"${1#file://}\" \"${2#file://}\") </dev/null >/dev/null 2>&1 &\n"
+                    "exit 0\n")
+    late.chmod(late.stat().st_mode | stat.S_IEXEC)
+    stork.write_config(STORK_MODULE_DIR=modules)
+    stork.signal(signal.SIGHUP)
+    time.sleep(1.0)
+    src = make_file(tmp_path / "s.dat", 5000)
+    landed, never = stork.submit(f"""
+    [ dap_type = transfer; max_retries = 0;
+      src_url = "file://{src}"; dest_url = "file://{tmp_path}/late.dat" ]
+    [ dap_type = transfer; max_retries = 0;
+      src_url = "file://{src}"; dest_url = "file://{tmp_path}/never.dat" ]""")
+    job = stork.wait_state(landed)
+    assert job["state"] == "COMPLETED" and job["attempts"] == 1, job
+    assert md5(tmp_path / "late.dat") == md5(src)
+    job = stork.wait_state(never)
+    assert job["state"] == "FAILED" and job["failure_kind"] == "verify", job
+    assert "never.dat" in job["last_error"] and "asked twice" in job["last_error"], job
+
+
 def test_the_ads_stork_server_picks_the_server(stork: StorkServer, tmp_path: Path) -> None:
     other = StorkServer(tmp_path / "other")  # the config names a server that is not running
     src = make_file(tmp_path / "s.dat", 1000)

@@ -62,6 +62,8 @@ from stork.userlog import executing, note
 
 log = logging.getLogger(__name__)
 
+VERIFY_REASK_S = 2.0  # an end that did not answer the verification is asked once more
+
 # a finished transfer for the EOS history: (src, dest, arguments, streams, bytes, seconds, job)
 RecordTransfer = Callable[[str, str, str, int, int, float, int], None]
 # the dispatcher's hook: (job id, when to try again or None), after the attempt's end
@@ -521,35 +523,46 @@ def verify_destination(plan: Plan) -> tuple[TransferError | None, int | None]:
     looked at as the job's owner with the job's proxy (`Plan.ends`): sizes; the ad's
     `checksum` (the expected value, FTS3-style) at the destination; with `verify_checksum`
     the strongest checksum type both ends answer. A checksum that differs is
-    `ChecksumMismatch`; anything else `DestinationMismatch`."""
+    `ChecksumMismatch`; anything else `DestinationMismatch`. An end that does not answer is
+    asked once more after VERIFY_REASK_S: a query costs far less than sending the file again."""
+    try:
+        return _compare_ends(plan)
+    except verify.VerifyError as first:
+        log.warning("job %s: %s; asking again in %g s", plan.job.id, first, VERIFY_REASK_S)
+    time.sleep(VERIFY_REASK_S)
+    try:
+        return _compare_ends(plan)
+    except verify.VerifyError as exc:
+        return DestinationMismatch(f"{exc} (asked twice, {VERIFY_REASK_S:g} s apart)"), None
+
+
+def _compare_ends(plan: Plan) -> tuple[TransferError | None, int | None]:
+    """verify_destination's one pass; VerifyError when an end cannot be read."""
     ends = plan.ends
     src, dest = plan.src_url, plan.dest_url
-    try:
-        sizes = verify.sizes_of([src, dest], ends)
-        if sizes[src] is not None and sizes[dest] is not None and sizes[src] != sizes[dest]:
-            return (DestinationMismatch(f"destination size {sizes[dest]} differs from source "
-                                        f"size {sizes[src]}"), sizes[dest])
-        expected = plan.job.spec.checksum
-        if expected:
-            kind, _, value = expected.partition(":")
-            have = verify.checksum_of(dest, kind, ends)
-            if have != value:
-                return (ChecksumMismatch(f"destination {kind} {have} is not the expected "
-                                         f"{value} (checksum = \"{expected}\")"), sizes[dest])
-        if plan.request.verify_checksum:
-            common = common_checksum(parse_url(src).scheme, parse_url(dest).scheme)
-            if common is None:
-                if not plan.module.verifies_checksum:
-                    return (DestinationMismatch("verify_checksum is set but no checksum type "
-                                                "is answered by both ends"), sizes[dest])
-            else:
-                src_sum, dest_sum = verify.checksum_of(src, common, ends), \
-                    verify.checksum_of(dest, common, ends)
-                if src_sum != dest_sum:
-                    return (ChecksumMismatch(f"destination {common} {dest_sum} differs from "
-                                             f"source {common} {src_sum}"), sizes[dest])
-    except verify.VerifyError as exc:
-        return DestinationMismatch(str(exc)), None
+    sizes = verify.sizes_of([src, dest], ends)
+    if sizes[src] is not None and sizes[dest] is not None and sizes[src] != sizes[dest]:
+        return (DestinationMismatch(f"destination size {sizes[dest]} differs from source "
+                                    f"size {sizes[src]}"), sizes[dest])
+    expected = plan.job.spec.checksum
+    if expected:
+        kind, _, value = expected.partition(":")
+        have = verify.checksum_of(dest, kind, ends)
+        if have != value:
+            return (ChecksumMismatch(f"destination {kind} {have} is not the expected "
+                                     f"{value} (checksum = \"{expected}\")"), sizes[dest])
+    if plan.request.verify_checksum:
+        common = common_checksum(parse_url(src).scheme, parse_url(dest).scheme)
+        if common is None:
+            if not plan.module.verifies_checksum:
+                return (DestinationMismatch("verify_checksum is set but no checksum type "
+                                            "is answered by both ends"), sizes[dest])
+        else:
+            src_sum, dest_sum = verify.checksum_of(src, common, ends), \
+                verify.checksum_of(dest, common, ends)
+            if src_sum != dest_sum:
+                return (ChecksumMismatch(f"destination {common} {dest_sum} differs from "
+                                         f"source {common} {src_sum}"), sizes[dest])
     return None, sizes[dest]
 
 
