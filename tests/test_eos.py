@@ -14,10 +14,12 @@ import pytest
 
 from stork import config
 from stork.eos.samplers import (
+    MODE_E_BLOCK,
     GridFtpSampler,
     Iperf3Sampler,
     Sampler,
     SamplingError,
+    Steady,
     steady_rate,
 )
 from stork.eos.sampling import Sample
@@ -109,6 +111,32 @@ def test_steady_rate_leaves_out_the_start_up() -> None:
     assert whole is not None and whole.mbps == pytest.approx(13.33, rel=1e-3)
     assert steady_rate(points[:3]) is None  # one point with data: cannot tell a rate
     assert steady_rate([(0.5, 1), (0.55, 2), (0.6, 3)]) is None  # under 0.2 s of data
+
+
+def test_steady_rate_widens_where_the_size_jumps_a_block_per_stream() -> None:
+    """Polls of a real 32 MiB sample with 32 streams at 366 ms (the size in MiB where it
+    changed): the size jumps 8 MiB (32 blocks of 256 KiB) at once and stands while the gaps
+    fill, so its slope in the steady part says nothing; from the first byte to the end the
+    sample ran at about 34 Mbit/s."""
+    mib = 1 << 20
+    jumps = [(6.35, 0.5), (6.65, 8.25), (7.15, 8.5), (7.55, 16.25), (8.05, 16.75),
+             (8.15, 24.0), (8.76, 26.25), (8.86, 28.0), (8.96, 29.75), (9.06, 30.0),
+             (9.36, 30.25), (9.46, 31.25), (10.16, 32.0), (14.09, 32.0)]
+    points = [(t, int(m * mib)) for t, m in jumps]
+    blind = steady_rate(points, total=32 * mib)
+    assert blind is not None and blind.mbps < 5 and not blind.widened
+    steady = steady_rate(points, total=32 * mib, lead_bytes=32 * MODE_E_BLOCK)
+    assert steady is not None and steady.widened
+    assert steady.mbps == pytest.approx(31.5 * mib * 8 / 1e6 / (14.09 - 6.35))
+    assert (steady.setup_s, steady.startup_s, steady.finish_s) == (6.35, 0.0, 0.0)
+    # a sample stopped early, 5 MiB of lead: the steady part (3.0 -> 7.0 s) moved 4 MiB
+    stopped = [(t, m * mib) for t, m in ((1.0, 1), (2.0, 3), (3.0, 5), (4.0, 6), (5.0, 7),
+                                         (6.0, 8), (7.0, 9))]
+    steady = steady_rate(stopped, lead_bytes=20 * MODE_E_BLOCK)
+    assert steady == Steady(8 * mib * 8 / 1e6 / 6.0, 1.0, 0.0, 1 * mib, 0.0, widened=True)
+    # one stream's lead (256 KiB): the steady part (3.0 -> 7.0 s) moved 16 leads, and is kept
+    assert steady_rate(stopped, lead_bytes=MODE_E_BLOCK) == steady_rate(stopped)
+    assert steady_rate(stopped) == Steady(8.388608, 1.0, 2.0, 5 * mib, 0.0)
 
 
 def test_iperf3_sampler_reads_the_json_report(iperf3_server: int) -> None:

@@ -50,6 +50,10 @@ from stork.urls import parse_url
 _SAMPLE_TIME = "sample time"  # the stop reason of a sample stopped after `seconds`
 IN_PLACE_SHARE = 0.5  # in-place samples stay within this share of the file (the rest is sent
 # with the chosen streams)
+MODE_E_BLOCK = 256 * 1024  # globus-url-copy's block in extended block mode: each stream
+# writes a block at its own offset, so the size (the highest offset) leads the bytes that have
+# arrived by up to a block per stream
+LEAD_TRUST = 4  # the size's slope is a rate only over an advance of this many leads
 CHECKABLE = ("file", "ftp")  # schemes whose size and MD5 Stork reads itself (stork.transfer.verify)
 
 
@@ -84,10 +88,11 @@ class Steady:
     startup_s: float  # from the first byte to the start of the steady part
     startup_bytes: int  # bytes at the destination by the start of the steady part
     finish_s: float = 0.0  # time at the end beyond the steady rate (streams filling gaps)
+    widened: bool = False  # the size moved too little against its lead: a longer stretch
 
 
-def steady_rate(points: list[Point], skip: float = 0.4,
-                total: int | None = None) -> Steady | None:
+def steady_rate(points: list[Point], skip: float = 0.4, total: int | None = None,
+                lead_bytes: int = 0) -> Steady | None:
     """The steady rate and the start-up before it, or None when the points are too few to
     tell. Pure: the points come from `SizeWatch`. The rate leaves out the first `skip` of the
     time data flowed: TCP's start-up, whose slow-start burst can run far above what a lossy
@@ -95,7 +100,15 @@ def steady_rate(points: list[Point], skip: float = 0.4,
     ahead of the bytes that have arrived; that lead is about the same at any two moments of
     the steady part, so the rate is taken between two polls inside it. For a sample that
     moved all of its `total` bytes, the polls after 95% of it are left out: there the size
-    stops growing while the streams behind fill their gaps."""
+    stops growing while the streams behind fill their gaps.
+
+    The lead is at most `lead_bytes` (a block per stream), and it is only about the same at
+    two moments when the size advanced by several leads between them (LEAD_TRUST). With many
+    streams on a long path it does not: the size jumps a block per stream at once, then
+    stands while the gaps fill (at 366 ms, 32 streams moved 32 MiB in 8 MiB steps, and the
+    steady part read 3 Mbit/s for a sample that ran at 35). Then the rate is the mean from
+    the first byte to the end, where a sample that ran through has no lead: it carries the
+    start-up, but no jump."""
     flowing = [(t, b) for t, b in points if b > 0]
     if len(flowing) < 3 or flowing[-1][0] - flowing[0][0] < 0.2:
         return None
@@ -109,9 +122,12 @@ def steady_rate(points: list[Point], skip: float = 0.4,
             last = inside[-1]
     if last[0] - start[0] < 0.2:
         start, last = first, end
+    widened = last[1] - start[1] < LEAD_TRUST * lead_bytes
+    if widened:  # the whole flow: its start-up included, no jump
+        start, last = first, end
     mbps = (last[1] - start[1]) * 8 / 1e6 / (last[0] - start[0])
     finish = (end[0] - last[0]) - (end[1] - last[1]) * 8 / 1e6 / max(mbps, 1e-9)
-    return Steady(mbps, first[0], start[0] - first[0], start[1], max(finish, 0.0))
+    return Steady(mbps, first[0], start[0] - first[0], start[1], max(finish, 0.0), widened)
 
 
 class SizeWatch:
@@ -280,9 +296,13 @@ class GridFtpSampler(Sampler):
         complete = not stopped_early
         if points and points[-1][1] < moved and complete:
             points.append((run.elapsed, moved))  # finished between two polls
-        steady = steady_rate(points, total=moved if complete else None)
+        steady = steady_rate(points, total=moved if complete else None,
+                             lead_bytes=streams * MODE_E_BLOCK)
         if steady is not None:
-            raw.update(method="destination size, steady part", polls=len(points))
+            raw.update(method="destination size, " + ("to the end (the steady part moved too "
+                                                      "little against the size's lead)"
+                                                      if steady.widened else "steady part"),
+                       polls=len(points))
             return Sample(streams, steady.mbps, run.elapsed, moved, raw, steady.setup_s,
                           steady.startup_s, steady.startup_bytes, steady.finish_s)
         marks = run.marks
