@@ -15,12 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 from pathlib import Path
 
-from tests.support import free_port, wait_for
+from tests.support import free_port, kill_group, listening, wait_for
 
 TOOLS = ("grid-ca-create", "grid-cert-request", "grid-ca-sign", "grid-proxy-init",
          "globus-gridftp-server", "globus-url-copy", "faketime")
@@ -160,23 +158,13 @@ class GsiGridFtpServer:
                 "-d", "ERROR", "-l", str(self.log)]
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
-
-        def listening() -> bool:
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return True
-            except OSError:
-                return False
-
-        wait_for(listening, 15, what=f"GSI GridFTP server on {self.host}:{self.port}")
+        wait_for(lambda: listening(self.host, self.port), 15,
+                 what=f"GSI GridFTP server on {self.host}:{self.port}")
         return self
 
     def stop(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
+        kill_group(self.proc)
+        self.proc = None
 
 
 XROOTD_USER = "nobody"  # xrootd refuses to run as root; it serves files as this user
@@ -236,24 +224,15 @@ http.listingdeny false
             stdout=subprocess.DEVNULL, stderr=open(self.run_dir / "xrootd.stderr", "wb"),  # noqa: SIM115
             start_new_session=True)
 
-        def listening() -> bool:
+        def serving() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"xrootd exited with {self.proc.returncode}: "
                                    f"{(self.run_dir / 'xrootd.stderr').read_text()[-2000:]}")
-            for port in (self.root_port, self.https_port):
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                        pass
-                except OSError:
-                    return False
-            return True
+            return listening("127.0.0.1", self.root_port, self.https_port)
 
-        wait_for(listening, 20, what="xrootd on 127.0.0.1")
+        wait_for(serving, 20, what="xrootd on 127.0.0.1")
         return self
 
     def stop(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
+        kill_group(self.proc)
+        self.proc = None

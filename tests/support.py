@@ -55,6 +55,25 @@ def answers(name: str, proc: subprocess.Popen[bytes] | None, stderr_path: Path,
         return False
 
 
+def listening(host: str, *ports: int) -> bool:
+    """Whether every one of `ports` on `host` accepts a connection now."""
+    for port in ports:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                pass
+        except OSError:
+            return False
+    return True
+
+
+def kill_group(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL a server started in its own session, with every child it forked; reap it."""
+    if proc is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 class GridFtpServer:
     """globus-gridftp-server in anonymous mode on a loopback address (forks per session)."""
 
@@ -77,23 +96,13 @@ class GridFtpServer:
                 "-data-interface", self.host, "-d", "ERROR", "-l", str(self.log)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
-
-        def listening() -> bool:
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return True
-            except OSError:
-                return False
-
-        wait_for(listening, 15, what=f"GridFTP server on {self.host}:{self.port}")
+        wait_for(lambda: listening(self.host, self.port), 15,
+                 what=f"GridFTP server on {self.host}:{self.port}")
         return self
 
     def stop(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
+        kill_group(self.proc)
+        self.proc = None
 
     def __enter__(self) -> GridFtpServer:
         return self.start()
