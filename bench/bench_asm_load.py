@@ -55,7 +55,7 @@ from tests.support import StorkServer, wait_for
 from tests.testbed.cli import add_link_options, topologies
 from tests.testbed.dataset import Dataset, plan, problems, write
 from tests.testbed.grid import GridLog, parse_grid, sweep_grid
-from tests.testbed.netns import Testbed, TestbedUnavailable
+from tests.testbed.netns import Testbed, TestbedUnavailable, terminate
 from tests.testbed.topology import Link
 
 METHODS = {"asm": "asm", "harp": "harp", "default": ""}  # name -> `optimization`
@@ -147,13 +147,7 @@ class Background:
             return
         flow.stopped = time.monotonic()
         for proc in (flow.proc, flow.server):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            terminate(proc)
 
     def stop_all(self) -> None:
         for flow in self.flows:

@@ -87,6 +87,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def terminate(proc: subprocess.Popen[Any], grace_s: float = 5.0) -> None:
+    """SIGTERM a process still running, SIGKILL it after `grace_s`; reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def remove_namespace(name: str) -> None:
     """Kill every process in namespace `name`, delete it and its /etc/netns files."""
     for _ in range(3):
@@ -302,13 +313,7 @@ class Testbed:
             for site in self.topology.sites:
                 remove_namespace(self.namespace(site))
             for link, proc, stats in self.emulators:
-                if proc.poll() is None:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                terminate(proc)
                 if stats.exists():
                     self.stats[f"{link.a}-{link.b}"] = json.loads(stats.read_text())
             self.emulators.clear()
