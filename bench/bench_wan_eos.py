@@ -153,7 +153,9 @@ def add_e2e_options(parser: argparse.ArgumentParser) -> None:
                        help="file of the stream sweep that picks the best fixed P (256M)")
     group.add_argument("--sweep-streams", default="4,8,16,32",
                        help="stream counts of that sweep, one run each (4,8,16,32)")
-    group.add_argument("--budget", default="0.1", help="EOS_SAMPLING_BUDGET (0.1)")
+    group.add_argument("--budget", default="0.1",
+                       help="EOS_SAMPLING_BUDGET, also for the estimation jobs (0.1; 0: sample "
+                            "whatever the size)")
     group.add_argument("--cap", type=float, default=0.0,
                        help="seconds after which a job is removed and recorded as slower "
                             "(0: no cap)")
@@ -335,7 +337,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.e2e:
         return run_e2e(args)
-    knobs = {"EOS_SAMPLING": args.sampling}
+    knobs = {"EOS_SAMPLING": args.sampling, "EOS_SAMPLING_BUDGET": args.budget}
     if args.sample_size:
         knobs["EOS_SAMPLE_SIZE"] = args.sample_size
     size = parse_size(args.size)
@@ -348,7 +350,8 @@ def main() -> int:
         print(f"bench_wan_eos: cannot build the testbed here: {exc}", file=sys.stderr)
         return 2
     print(f"\n## EOS on emulated paths ({args.size} file, sweep median of {args.repeat}, "
-          f"{args.sampling} sampling, {args.sample_size or 'default'} samples, {args.cc})\n")
+          f"{args.sampling} sampling, {args.sample_size or 'default'} samples, "
+          f"EOS_SAMPLING_BUDGET {args.budget}, {args.cc})\n")
     print("| link | best (streams: Mbit/s) | chosen | its Mbit/s | share of best | "
           "predicted | error | samples | sampling time | model |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
