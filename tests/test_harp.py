@@ -289,6 +289,33 @@ def test_harp_without_history_probes_the_heuristic() -> None:
     assert "no usable history" in decision.reason
 
 
+def test_harp_without_a_surface_probes_the_historys_best_cells_and_the_heuristic() -> None:
+    """Two similar datasets with too few cells for any surface: HARP probes each one's best
+    measured cell (the more similar first) and the heuristic's parameters, and keeps the
+    best probe."""
+    history = [record(4, 1, 1, 200.0), record(16, 4, 2, 900.0), record(32, 2, 1, 500.0),
+               record(8, 8, 1, 700.0, size=6e6, origin="u.csv"),
+               record(2, 2, 1, 100.0, size=6e6, origin="u.csv")]
+    heuristic = first_probe(small_dataset(), GRID_LIMITS)
+    assert heuristic not in (Params(16, 4, 2), Params(8, 8, 1))
+    today = {Params(16, 4, 2): 400.0, Params(8, 8, 1): 650.0, heuristic: 500.0}
+    probed: list[Params] = []
+
+    def probe(params: Params, size_bytes: int) -> ProbeResult:
+        probed.append(params)
+        return ProbeResult(params, today[params], size_bytes, 1.0, 2)
+
+    decision = HarpOptimizer().optimize(history, small_dataset(), GRID_LIMITS, probe)
+    assert probed == [Params(16, 4, 2), Params(8, 8, 1), heuristic]
+    assert decision.params == Params(8, 8, 1) and decision.predicted_mbps == 650.0
+    assert "0 surfaces" in decision.reason and "best measured cells" in decision.reason
+    # a single probe allowed: the heuristic's parameters alone
+    probed.clear()
+    one = HarpOptimizer(HarpSettings(max_probes=1)).optimize(history, small_dataset(),
+                                                             GRID_LIMITS, probe)
+    assert probed == [heuristic] and one.params == heuristic
+
+
 def test_harp_uses_at_most_its_probes() -> None:
     history = sweep((16, 4, 2), top=1000.0)
     for n in (1, 2, 3):

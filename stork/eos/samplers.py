@@ -88,7 +88,7 @@ class Steady:
     startup_s: float  # from the first byte to the start of the steady part
     startup_bytes: int  # bytes at the destination by the start of the steady part
     finish_s: float = 0.0  # time at the end beyond the steady rate (streams filling gaps)
-    widened: bool = False  # the size moved too little against its lead: a longer stretch
+    widened: bool = False  # the size moved too little against its lead: the whole flow's mean
 
 
 def steady_rate(points: list[Point], skip: float = 0.4, total: int | None = None,

@@ -141,18 +141,10 @@ class HarpOptimizer(Optimizer):
         s = self.settings
         if s.cc_at_most_files:
             limits = limits.at_most_cc(dataset.file_count)
-        models, found = self.models(history, dataset)
+        models, groups, found = self.models(history, dataset)
         size = self.probe_bytes(dataset)
         if not models:
-            start = first_probe(dataset, limits)
-            first = probe(start, size)
-            if first.empty:
-                return Decision(self.name, start, None, None, (),
-                                f"{found}: no usable history and no file left to probe, "
-                                "the heuristic's parameters")
-            return Decision(self.name, start, first.throughput_mbps,
-                            _band(first.throughput_mbps, s.band), (first,),
-                            f"{found}: no usable history, the heuristic's probed parameters")
+            return self._without_surfaces(groups, found, dataset, limits, probe, size)
         probes: list[ProbeResult] = []
         stop = ""
         if s.first_probe == "heuristic":
@@ -184,6 +176,32 @@ class HarpOptimizer(Optimizer):
                         tuple(probes), f"{found}; {how}; " + "; ".join(
                             notes + ([stop] if stop else [])),
                         unit_mbps=choice.unit_mbps(params))
+
+    def _without_surfaces(self, groups: Sequence[Group], found: str,
+                          dataset: DatasetDescription, limits: Limits, probe: Probe,
+                          size: int) -> Decision:
+        """No surface passed the gate (too few or too noisy rows): probe what the similar
+        history measured instead (`measured_best_cells`) beside the heuristic's parameters,
+        and keep the best probe. Without similar history: the heuristic's parameters."""
+        s = self.settings
+        heuristic = first_probe(dataset, limits)
+        cells = [c for c in measured_best_cells(groups, limits) if c != heuristic]
+        candidates = [*cells[:s.max_probes - 1], heuristic] if cells else [heuristic]
+        probes: list[ProbeResult] = []
+        for params in candidates:
+            result = probe(params, size)
+            if result.empty:
+                break
+            probes.append(result)
+        source = ("the similar history's best measured cells and the heuristic's parameters"
+                  if cells else "no usable history, the heuristic's parameters")
+        if not probes:
+            return Decision(self.name, heuristic, None, None, (),
+                            f"{found}: {source}; no file left to probe")
+        kept = best_probe(probes, s.tolerance)
+        return Decision(self.name, kept.params, kept.throughput_mbps,
+                        _band(kept.throughput_mbps, s.band), tuple(probes),
+                        f"{found}: {source} probed ({len(probes)}), the best kept")
 
     def _decide(self, choice: _Choice, probes: Sequence[ProbeResult], confirmed: bool
                 ) -> tuple[Params, float, list[str]]:
@@ -218,9 +236,9 @@ class HarpOptimizer(Optimizer):
         return next((c for c in choice.optima if c not in probed), None)
 
     def models(self, history: Sequence[TransferRecord], dataset: DatasetDescription
-               ) -> tuple[list[_Model], str]:
-        """The surfaces of the history similar to `dataset`, and a summary of how they were
-        found."""
+               ) -> tuple[list[_Model], tuple[Group, ...], str]:
+        """The surfaces of the history similar to `dataset`, the groups they were fitted to
+        (those too noisy for a surface included), and a summary of how they were found."""
         s = self.settings
         query = features(dataset.rtt_s, dataset.bandwidth_bps, dataset.buffer_bytes,
                          dataset.size_class, dataset.avg_file_bytes, dataset.file_count)
@@ -239,7 +257,7 @@ class HarpOptimizer(Optimizer):
         found = (f"{selection.rows} history rows of {selection.datasets} datasets at "
                  f"similarity >= {selection.threshold:.4f}, {len(models)} surfaces "
                  f"({rejected} groups below R^2 {s.min_r2})")
-        return models, found
+        return models, selection.groups, found
 
     def probe_bytes(self, dataset: DatasetDescription) -> int:
         """About how much one probe sends (see `HarpSettings`)."""
@@ -330,6 +348,20 @@ def _top(models: list[_Model], weights: Floats, n: int) -> list[_Model]:
 
 def _band(mbps: float, half_width: float) -> tuple[float, float]:
     return mbps * (1 - half_width), mbps * (1 + half_width)
+
+
+def measured_best_cells(groups: Sequence[Group], limits: Limits) -> list[Params]:
+    """Each group's best measured cell within the limits, the most similar groups first,
+    without repeats: what history says worked best for transfers like this one, with no
+    model between."""
+    cells: list[Params] = []
+    for group in sorted(groups, key=lambda g: -g.similarity):
+        if len(group.mbps):
+            cc, p, pp = (round(2 ** v) for v in group.cells[int(np.argmax(group.mbps))])
+            best = limits.nearest(Params(cc, p, pp))
+            if best not in cells:
+                cells.append(best)
+    return cells
 
 
 def first_probe(dataset: DatasetDescription, limits: Limits) -> Params:
