@@ -34,6 +34,10 @@ docs/OPTIMIZERS.md):
    predicts; then the best probed parameters.
 6. cc is at most the dataset's file count (`cc_at_most_files`): more channels than files
    have nothing to carry.
+7. No surface passed (a few noisy rows per group, as a testbed sweep leaves): the probes go
+   to each similar group's best measured cell, the most similar first, and the size class's
+   heuristic parameters (`_without_surfaces`); the best probe is kept. No similar history at
+   all: the heuristic's parameters, probed once.
 The decision's band is the prediction +- max(`band`, 2 x the cross-validated relative error
 of the weighted surfaces); `retune` (the base class's) asks again when a chunk leaves it.
 
