@@ -434,14 +434,16 @@ def test_no_retune_and_no_empty_probe_on_the_ad_when_no_file_is_left() -> None:
     saved: dict[str, dict[str, object]] = {}
     run = SimpleNamespace(job=SimpleNamespace(id=7), store=SimpleNamespace(
         update_result=lambda job_id, result: saved.update(result)))
+    now = [0.0]
     tuning = Tuning(run, SimpleNamespace(size_class=SizeClass.SMALL),
-                    Once(), [], small_dataset(), probe, files_left=lambda: left[0])
+                    Once(), [], small_dataset(), probe, files_left=lambda: left[0],
+                    clock=lambda: now[0])
     tuning.decide(Params(1, 1, 1))
     left[0] = 0  # the last batch took the chunk's last files
     assert tuning.after_batch(Params(2, 2, 1), 10.0) == Params(2, 2, 1)  # outside the band
     assert len(asked) == 1 and tuning.retunes == 0
-    left[0] = 3
-    tuning.after_batch(Params(2, 2, 1), 10.0)
+    left[0], now[0] = 3, 20.0
+    tuning.after_batch(Params(2, 2, 1), 10.0)  # the second batch in a row outside
     assert len(asked) == 2 and tuning.retunes == 1
     left[0] = 0
     tuning.decide(Params(2, 2, 1))  # an optimizer that probes with nothing left
@@ -450,6 +452,45 @@ def test_no_retune_and_no_empty_probe_on_the_ad_when_no_file_is_left() -> None:
     probes = saved["optimizer_small"]["probes"]
     assert isinstance(probes, list) and len(probes) == 2
     assert not any("over 0 files" in p for p in probes)
+
+
+def test_a_chunk_is_retuned_on_a_drift_not_on_one_batch_and_not_too_often() -> None:
+    """RETUNE_AFTER batches in a row outside the band ask the optimizer again, RETUNE_GAP_S
+    after its last decision at the soonest, MAX_RETUNES times at most."""
+    from types import SimpleNamespace
+
+    from stork.server.tuning import MAX_RETUNES, RETUNE_AFTER, RETUNE_GAP_S, Tuning
+
+    class Fixed(Optimizer):
+        name = "fixed"
+
+        def optimize(self, history: object, dataset: object, limits: Limits,
+                     probe: Probe) -> Decision:
+            return Decision("fixed", Params(2, 2, 1), 1000.0, (900.0, 1100.0), (), "x")
+
+    now = [0.0]
+    run = SimpleNamespace(job=SimpleNamespace(id=7))
+    tuning = Tuning(run, SimpleNamespace(size_class=SizeClass.SMALL), Fixed(), [],
+                    small_dataset(), lambda params, n: ProbeResult(params, 0.0),
+                    clock=lambda: now[0])
+    tuning.decide(Params(1, 1, 1))
+    assert RETUNE_AFTER == 2
+
+    def batch(at: float, mbps: float) -> int:
+        now[0] = at
+        tuning.after_batch(Params(2, 2, 1), mbps)
+        return len(tuning.decisions) - 1  # the decisions after the first
+
+    assert batch(1.0, 500.0) == 0  # one batch outside: noise
+    assert batch(2.0, 1000.0) == 0  # back inside: the count starts again
+    assert batch(3.0, 500.0) == 0 and batch(4.0, 1500.0) == 0  # two outside, too soon
+    assert batch(RETUNE_GAP_S, 500.0) == 1  # still outside, and the gap has passed
+    assert batch(RETUNE_GAP_S + 1, 500.0) == 1  # a new decision starts a new count
+    at = RETUNE_GAP_S
+    for _ in range(3 * MAX_RETUNES):
+        at += RETUNE_GAP_S
+        batch(at, 500.0)
+    assert tuning.retunes == MAX_RETUNES == len(tuning.decisions) - 1
 
 
 def test_retune_when_the_achieved_rate_leaves_the_band() -> None:

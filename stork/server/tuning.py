@@ -5,11 +5,12 @@ the transfer log (the newest HISTORY_ROWS rows), the chunk's description (mean f
 count, the RTT measured at the pass's start, STORK_LINK_MBPS, the TCP buffer), the limits,
 and a probe that sends real files of the chunk, not sent before, through the pass's own batch
 machinery (so a probed file is done and never sent again). Its decision runs the rest of the
-chunk; when a batch's throughput leaves the decision's band it is asked again (at most
-MAX_RETUNES times). What it did goes on the job's ad as `optimizer_<size class>`: the
-optimizer, the parameters, its reason, its probes, the predicted and the achieved
-throughput, how many times the parameters changed, and the known load (other transfers the
-daemon runs on the same link, `DatasetDescription.known_load`). An optimizer that fails
+chunk; when RETUNE_AFTER batches in a row leave the decision's band it is asked again (at
+least RETUNE_GAP_S after its last decision, at most MAX_RETUNES times). What it did goes on
+the job's ad as `optimizer_<size class>`: the optimizer, the parameters, its reason, its
+probes, the predicted and the achieved throughput, how many times the parameters changed,
+and the known load (other transfers the daemon runs on the same link,
+`DatasetDescription.known_load`). An optimizer that fails
 leaves the chunk to the defaults and says why. "asm" gets the model of its scheduled offline
 analysis (`stork.asm.state`) and then no history rows (it needs none).
 
@@ -43,7 +44,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HISTORY_ROWS = 100_000  # newest transfer log rows an optimizer learns from
-MAX_RETUNES = 2  # new decisions per chunk when batches leave the predicted band
+MAX_RETUNES = 6  # new decisions per chunk when batches leave the predicted band, at most
+RETUNE_AFTER = 2  # batches in a row outside the band: a drift, not one noisy batch
+RETUNE_GAP_S = 10.0  # least time between two decisions of a chunk (each change of parameters
+# costs new processes and a new slow start)
 MAX_TUNED_STREAMS = 32  # limits of an optimizer's choice: streams per file,
 MAX_TUNED_PIPELINING = 32  # pipelining depth,
 MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
@@ -83,8 +87,9 @@ def tuning_limits() -> Limits:
 
 class Tuning:
     """One chunk's optimizer at work: its decision (from history and probes with real files
-    of the chunk), a new decision when a batch's throughput leaves the predicted band (at
-    most MAX_RETUNES times), and what it did, on the job's ad."""
+    of the chunk), a new decision when the throughput of RETUNE_AFTER batches in a row
+    leaves the predicted band (RETUNE_GAP_S apart, at most MAX_RETUNES times), and what it
+    did, on the job's ad."""
 
     @classmethod
     def start(cls, run: DatasetRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
@@ -134,7 +139,8 @@ class Tuning:
                  history: list[TransferRecord], dataset: DatasetDescription,
                  probe: Callable[[Params, int], ProbeResult],
                  shared: SharedConcurrency | None = None,
-                 files_left: Callable[[], int] | None = None) -> None:
+                 files_left: Callable[[], int] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.run = run
         self.chunk = chunk
         self.optimizer = optimizer
@@ -146,6 +152,9 @@ class Tuning:
         self.failure: str | None = None
         self.achieved: list[float] = []
         self.retunes = 0
+        self.outside = 0  # batches in a row outside the last decision's band
+        self.clock = clock
+        self.decided_at = float("-inf")
         self.shared = shared or SharedConcurrency()
         self.shared_cc: list[int] = []  # the concurrency each batch ran with, when shared
         self.files_left = files_left or (lambda: 1)  # files of the chunk not sent yet
@@ -161,6 +170,7 @@ class Tuning:
             self.failure = f"{type(exc).__name__}: {exc}"
             return fallback
         self.decisions.append(decision)
+        self.decided_at, self.outside = self.clock(), 0
         log.info("job %d: %s chose %s for the %s chunk (%s)", self.run.job.id,
                  self.optimizer.name, decision.params.label(), self.chunk.size_class.value,
                  decision.reason)
@@ -191,10 +201,13 @@ class Tuning:
 
     def after_batch(self, params: Params, achieved_mbps: float) -> Params:
         self.achieved.append(achieved_mbps)
-        if not self.decisions or self.retunes >= MAX_RETUNES or not self.files_left():
-            return params  # (with no file left there is nothing to retune for, nor to probe)
-        if not self.optimizer.retune(self.decisions[-1], achieved_mbps):
+        if not self.decisions:
             return params
+        drifted = self.optimizer.retune(self.decisions[-1], achieved_mbps)
+        self.outside = self.outside + 1 if drifted else 0
+        if (self.outside < RETUNE_AFTER or self.retunes >= MAX_RETUNES
+                or self.clock() - self.decided_at < RETUNE_GAP_S or not self.files_left()):
+            return params  # (with no file left there is nothing to retune for, nor to probe)
         self.retunes += 1
         return self.decide(params)
 
