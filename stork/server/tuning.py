@@ -10,9 +10,9 @@ least RETUNE_GAP_S after its last decision, at most MAX_RETUNES times). What it 
 the job's ad as `optimizer_<size class>`: the optimizer, the parameters, its reason, its
 probes, the predicted and the achieved throughput, how many times the parameters changed,
 and the known load (other transfers the daemon runs on the same link,
-`DatasetDescription.known_load`). An optimizer that fails
-leaves the chunk to the defaults and says why. "asm" gets the model of its scheduled offline
-analysis (`stork.asm.state`) and then no history rows (it needs none).
+`DatasetDescription.known_load`). An optimizer that fails leaves the chunk to the defaults
+and says why. "asm" gets the model of its scheduled offline analysis (`stork.asm.state`) and
+then no history rows (it needs none).
 
 Chunks of several size classes tuned in one pass run together and share the concurrency
 (HARP's multi-chunk scheduling, `SharedConcurrency`): before each batch a chunk takes its
