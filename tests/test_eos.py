@@ -26,7 +26,15 @@ from stork.eos.sampling import Sample
 from stork.eos.service import EosService
 from stork.eos.types import EstimateRequest, EstimateResult
 from stork.store import SqliteStore
-from tests.support import GridFtpServer, StorkServer, free_port, make_file, md5, wait_for
+from tests.support import (
+    GridFtpServer,
+    StorkServer,
+    free_port,
+    listening,
+    make_file,
+    md5,
+    wait_for,
+)
 
 MB = 1024 * 1024
 # the sampling mechanics on 16 MiB files; the budget (which would not sample them) is tested
@@ -53,16 +61,7 @@ def iperf3_server() -> Iterator[int]:
     port = free_port()
     proc = subprocess.Popen(["iperf3", "-s", "-p", str(port), "-B", "127.0.0.1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import socket
-
-    def up() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return False
-
-    wait_for(up, 10, what="iperf3 server")
+    wait_for(lambda: listening("127.0.0.1", port), 10, what="iperf3 server")
     yield port
     proc.kill()
     proc.wait()

@@ -34,6 +34,7 @@ from tests.support import (
     GridFtpServer,
     StorkServer,
     free_port,
+    kill_group,
     make_file,
     md5,
     missing_tools,
@@ -185,8 +186,7 @@ def test_a_server_at_its_connection_limit_is_busy(gridftp_root: Path, tmp_path: 
         assert type(failure) is ServerBusy and failure.retryable
         assert failure.kind.value == "transient" and "421" in str(failure)
     finally:
-        os.killpg(busy.pid, signal.SIGKILL)
-        busy.wait()
+        kill_group(busy)
 
 
 def _connect(port: int) -> socket.socket | None:

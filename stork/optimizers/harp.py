@@ -355,11 +355,11 @@ def _band(mbps: float, half_width: float) -> tuple[float, float]:
 
 
 def measured_best_cells(groups: Sequence[Group], limits: Limits) -> list[Params]:
-    """Each group's best measured cell within the limits, the most similar groups first,
-    without repeats: what history says worked best for transfers like this one, with no
-    model between."""
+    """Each group's best measured cell within the limits, in the selection's order (the most
+    similar groups first), without repeats: what history says worked best for transfers like
+    this one, with no model between."""
     cells: list[Params] = []
-    for group in sorted(groups, key=lambda g: -g.similarity):
+    for group in groups:
         if len(group.mbps):
             cc, p, pp = (round(2 ** v) for v in group.cells[int(np.argmax(group.mbps))])
             best = limits.nearest(Params(cc, p, pp))
