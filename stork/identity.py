@@ -10,10 +10,10 @@ short-lived forked child that has dropped to the same user, and handed back as a
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,10 +64,9 @@ def _become(run_as: RunAs) -> None:
     os.setuid(run_as.uid)
 
 
-def open_as(run_as: RunAs | None, path: str, flags: int, mode: int = 0o644) -> int:
-    """os.open(path, flags, mode) with the rights of `run_as` (the daemon's own if None)."""
-    if run_as is None:
-        return os.open(path, flags, mode)
+def _fd_as(run_as: RunAs, path: str, flags: int, mode: int) -> int:
+    """os.open(path, flags, mode) in a forked child that dropped to `run_as`; the descriptor
+    is handed back over a socket pair. OSError (with the child's errno) when it fails."""
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     pid = os.fork()
     if pid == 0:  # the child: only system calls from here on, then _exit
@@ -75,7 +74,7 @@ def open_as(run_as: RunAs | None, path: str, flags: int, mode: int = 0o644) -> i
         try:
             parent.close()
             _become(run_as)
-            fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+            fd = os.open(path, flags, mode)
             socket.send_fds(child, [b"0"], [fd])
         except OSError as exc:
             child.send(str(exc.errno or 1).encode())
@@ -90,28 +89,81 @@ def open_as(run_as: RunAs | None, path: str, flags: int, mode: int = 0o644) -> i
         os.waitpid(pid, 0)
     if fds:
         return fds[0]
-    errno = int(message or b"1")
-    raise IdentityError(f"cannot open {path} as {run_as.name}: {os.strerror(errno)}")
+    number = int(message or b"1")
+    raise OSError(number, os.strerror(number), path)
 
 
-def unlink_as(run_as: RunAs | None, path: str) -> None:
-    """os.unlink(path) with the rights of `run_as`; a missing file is not an error."""
+def open_as(run_as: RunAs | None, path: str, flags: int, mode: int = 0o644) -> int:
+    """os.open(path, flags, mode) with the rights of `run_as` (the daemon's own if None);
+    as another user, a symlink in the last component is not followed."""
     if run_as is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
+        return os.open(path, flags, mode)
+    try:
+        return _fd_as(run_as, path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        raise IdentityError(f"cannot open {path} as {run_as.name}: "
+                            f"{os.strerror(exc.errno or 1)}") from None
+
+
+def stat_as(run_as: RunAs | None, path: str, *, follow: bool = True) -> os.stat_result:
+    """os.stat (`follow`) or os.lstat of `path` with the rights of `run_as`: an O_PATH
+    descriptor opened as them (nothing is opened for reading or writing, so a FIFO or a
+    device is not touched), then fstat. OSError as os.stat raises it."""
+    if run_as is None:
+        return os.stat(path) if follow else os.lstat(path)
+    flags = os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = _fd_as(run_as, path, flags, 0)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def create_as(run_as: RunAs | None, path: str, mode: int = 0o666) -> os.stat_result:
+    """Create `path` as a new empty file (O_EXCL: never an existing name, nor through a
+    symlink) with the rights of `run_as`, and return its stat. OSError when it cannot
+    (FileExistsError when the name is taken)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    fd = os.open(path, flags, mode) if run_as is None else _fd_as(run_as, path, flags, mode)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def unlink_as(run_as: RunAs | None, path: str,
+              only_if: Callable[[os.stat_result], bool] | None = None) -> bool:
+    """os.unlink(path) with the rights of `run_as`; a missing file is not an error. With
+    `only_if`, the path is looked at first (lstat, in the same process that removes it) and
+    removed only when `only_if` accepts what it names. True when it was removed."""
+    if run_as is None:
+        return _unlink_checked(path, only_if) == 0
     pid = os.fork()
-    if pid == 0:  # the child: only system calls from here on, then _exit
-        code = 0
+    if pid == 0:  # the child: system calls and the caller's pure check, then _exit
+        code = 1
         try:
             _become(run_as)
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+            code = _unlink_checked(path, only_if)
         except OSError:
             code = 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+    code = os.waitstatus_to_exitcode(status)
+    if code == 1:
         raise IdentityError(f"cannot remove {path} as {run_as.name}")
+    return code == 0
+
+
+_LEFT = 2  # _unlink_checked: nothing removed (not there, or not what `only_if` accepts)
+
+
+def _unlink_checked(path: str, only_if: Callable[[os.stat_result], bool] | None) -> int:
+    """0 removed, _LEFT not there or refused by `only_if`; OSError for anything else."""
+    try:
+        if only_if is not None and not only_if(os.lstat(path)):
+            return _LEFT
+        os.unlink(path)
+    except FileNotFoundError:
+        return _LEFT
+    return 0

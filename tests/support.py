@@ -315,11 +315,13 @@ print()
 
 
 def install_slow_module(module_dir: Path, src: str = "slow", dst: str = "file",
-                        delay_s: float = 0.2, chunk: int = 65536) -> Path:
-    """An external module stork.transfer.<src>-<dst> that copies slowly (for kill tests)."""
+                        delay_s: float = 0.2, chunk: int = 65536,
+                        python: str = sys.executable) -> Path:
+    """An external module stork.transfer.<src>-<dst> that copies slowly (for kill tests);
+    `python` runs it (the system's for a job of another user, who cannot reach root's)."""
     module_dir.mkdir(parents=True, exist_ok=True)
     path = module_dir / f"stork.transfer.{src}-{dst}"
-    path.write_text(SLOW_MODULE.format(python=sys.executable, delay=delay_s, chunk=chunk))
+    path.write_text(SLOW_MODULE.format(python=python, delay=delay_s, chunk=chunk))
     path.chmod(0o755)
     return path
 

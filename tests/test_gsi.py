@@ -261,3 +261,33 @@ def test_a_gsiftp_dataset_is_listed_with_the_proxy(
     assert job["files_total"] == 3 and job["bytes_total"] == sum(files.values())
     for rel in files:
         assert md5(out / rel) == md5(tree / rel)
+
+
+def test_gsiftp_into_a_device_and_a_fifo_keeps_them(
+        stork_gsi: StorkServer, site_a: GsiGridFtpServer, proxy: Path, area: Path,
+        tmp_path: Path) -> None:
+    """A GSI source into a null device of the test's own (a file and a dataset, with
+    verify_checksum, which a device cannot answer) and into a FIFO with a reader."""
+    from tests.test_destinations import FifoReader, fifo, null_node
+
+    src = make_file(area / "gsi-to-sink.dat", 3 * MB + 5, seed=40)
+    data = area / "gsi-set-to-sink"
+    data.mkdir()
+    for i in range(3):
+        make_file(data / f"f{i}.dat", 200_000 + i, seed=41 + i)
+    null = null_node(tmp_path / "null")
+    pipe = fifo(tmp_path / "pipe")
+    reader = FifoReader(pipe.path)
+    ids = stork_gsi.submit(f"""
+    [ dap_type = transfer; x509proxy = "{proxy}"; verify_checksum = true; arguments = "-p 4";
+      src_url = "{site_a.url(src)}"; dest_url = "file://{null.path}" ]
+    [ dap_type = transfer; x509proxy = "{proxy}"; verify_checksum = true;
+      src_url = "{site_a.url(data)}/"; dest_url = "file://{null.path}" ]
+    [ dap_type = transfer; x509proxy = "{proxy}"; arguments = "-p 4";
+      src_url = "{site_a.url(src)}"; dest_url = "file://{pipe.path}" ]""")
+    for job_id in ids:
+        job = stork_gsi.wait_state(job_id)
+        assert job["state"] == "COMPLETED", job
+    assert stork_gsi.job(ids[0])["job"]["result"]["source_checksum"] == f"md5:{md5(src)}"
+    assert null.intact() and pipe.intact()
+    assert reader.result() == (src.stat().st_size, md5(src))

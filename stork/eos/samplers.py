@@ -40,9 +40,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from stork.eos.sampling import Sample
 from stork.errors import SamplingError
-from stork.identity import RunAs, unlink_as
+from stork.identity import RunAs
 from stork.process import TIMEOUT, Child
-from stork.transfer import verify
+from stork.transfer import destination, verify
 from stork.transfer.base import Range, summarize_error
 from stork.transfer.remote import RemoteEnds
 from stork.urls import parse_url
@@ -243,7 +243,9 @@ class GridFtpSampler(Sampler):
         return self._sample(streams, run, self.sample_bytes)
 
     def _remove(self, url: str) -> None:
-        verify.remove(url, unlink=lambda path: unlink_as(self.run_as, path), ends=self.ends)
+        """A scratch copy or what in-place samples wrote: a regular file the samples made,
+        never a symlink, a device or a FIFO that stands at the destination's name."""
+        destination.remove(destination.written_by_samples(url), self.run_as, self.ends)
 
     def _run(self, streams: int, argv: list[str], target: str, baseline: int = 0) -> _Run:
         """Run one sample writing to `target` (at offset `baseline`); SamplingError when the

@@ -32,7 +32,7 @@ from stork.errors import (
     StorkError,
     TransferError,
 )
-from stork.identity import RunAs, unlink_as
+from stork.identity import RunAs
 from stork.job import FileState, Job
 from stork.server import events
 from stork.server.admission import host_of
@@ -49,8 +49,9 @@ from stork.server.judge import (
 )
 from stork.server.runner import AttemptProcess, AttemptResult, StopReason
 from stork.store.base import HostLimit, JobStore
-from stork.transfer import verify
+from stork.transfer import destination, verify
 from stork.transfer.base import Progress, Range, TransferModule, TransferRequest
+from stork.transfer.destination import Destination
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.proxy import ProxyFacts, check_proxy, expiry_warning, uses_proxy
 from stork.transfer.registry import Registry
@@ -96,6 +97,8 @@ class Plan:
     # bytes the EOS's samples already wrote into the destination (`request.ranges` is the rest)
     bytes_in_destination: int = 0
     proxy: ProxyFacts | None = None  # the job's x509proxy, checked when the attempt was planned
+    # what the destination is and what of it this attempt may remove (claimed at launch)
+    destination: Destination | None = None
 
     @property
     def ends(self) -> RemoteEnds:
@@ -122,6 +125,19 @@ class Plan:
         options = dataclasses.replace(self.request.options, streams=streams)
         return dataclasses.replace(self, request=dataclasses.replace(self.request, options=options),
                                    optimized=True)
+
+    def claimed(self, dest: Destination) -> Plan:
+        """The plan with its claimed destination. Into a sink the tool compares no checksum
+        (the destination's cannot be read; Stork records the source's), and a sink that
+        takes its bytes in order (a FIFO, a device other than null) gets one stream,
+        whatever was asked."""
+        if not dest.is_sink:
+            return dataclasses.replace(self, destination=dest)
+        options = self.request.options
+        if dest.ordered:
+            options = dataclasses.replace(options, streams=1)
+        request = dataclasses.replace(self.request, options=options, verify_checksum=False)
+        return dataclasses.replace(self, destination=dest, request=request)
 
     def with_rest(self, ranges: tuple[Range, ...], bytes_in_destination: int) -> Plan:
         """The plan that sends only `ranges`: the samples wrote the rest into the destination."""
@@ -211,6 +227,11 @@ class Attempts:
         job = plan.job
         job_id, attempt_no = job.id, plan.attempt_no
         process: AttemptProcess | DatasetRun
+        if not job.spec.is_dataset:  # before the tool exists: what it may write, and remove
+            dest = destination.claim(plan.dest_url, plan.run_as)
+            if plan.bytes_in_destination and dest.kind is destination.DestKind.REGULAR:
+                dest = dataclasses.replace(dest, created=True)  # the EOS's samples made it
+            plan = plan.claimed(dest)
         if job.spec.is_dataset:
             assert isinstance(plan.module, GridFtpModule)
             argv = ["dataset", f"pass {attempt_no}"]
@@ -237,11 +258,16 @@ class Attempts:
                                                plan.module.name, limit)
         except BaseException:
             self._forget(job.id)
+            self._unclaim(plan)
             raise
         if started is None:
             self._forget(job.id)
+            self._unclaim(plan)
             return False
         self._running[job.id].job = started
+        if plan.destination is not None:  # kept on the job: a crash removes no more
+            self.store.update_result(job.id, {"destination_claim": plan.destination.to_text(),
+                                              **plan.destination.facts()})
         if self.store.shared:  # the ad names the node of each attempt: attempt_nodes[N - 1]
             nodes = [*started.result.get("attempt_nodes", ()), self.store.node]
             self.store.update_result(job.id, {"attempt_nodes": nodes[-started.attempts:]})
@@ -257,6 +283,12 @@ class Attempts:
         if plan.proxy is not None:
             self._flag_proxy(plan, started, now)
         return True
+
+    @staticmethod
+    def _unclaim(plan: Plan) -> None:
+        """An attempt that did not start: the empty file its claim made goes."""
+        if plan.destination is not None and plan.destination.created:
+            remove_partial(plan.job, plan.destination)
 
     def _flag_proxy(self, plan: Plan, job: Job, now: float) -> None:
         """Flag on the job (ad and stork_status) a proxy that will expire before the
@@ -288,7 +320,7 @@ class Attempts:
         outcome = AttemptOutcome(started.attempts, AttemptResult(problem.exit_code, str(problem),
                                                                  0, 0.0), failure=problem.failure)
         self._apply(started, started.attempts, judge(started, outcome, self.settings, now), now,
-                    problem.src_url, "")
+                    problem.src_url, None)
 
     def _forget(self, job_id: int) -> None:
         with self._lock:
@@ -352,7 +384,7 @@ class Attempts:
                              failed[0].failure_kind if failed else None)
         now = self.clock()
         verdict = judge_dataset(job, facts, self.settings, now)
-        return self._apply(job, attempt_no, verdict, now, running.plan.src_url, "")
+        return self._apply(job, attempt_no, verdict, now, running.plan.src_url, None)
 
     def _finish(self, running: _Running, result: AttemptResult) -> float | None:
         plan = running.plan
@@ -360,7 +392,7 @@ class Attempts:
         now = self.clock()
         verdict = judge(running.job, outcome, self.settings, now)
         return self._apply(running.job, plan.attempt_no, verdict, now, plan.src_url,
-                           plan.dest_url)
+                           plan.destination)
 
     def _outcome(self, plan: Plan, result: AttemptResult) -> AttemptOutcome:
         """The facts the judge needs (this is where the destination is looked at)."""
@@ -372,18 +404,35 @@ class Attempts:
             failure = plan.module.judge(result.exit_code, result.stderr_tail)
             return dataclasses.replace(facts, failure=failure)
         problem, size = verify_destination(plan)
+        if plan.destination is not None and plan.destination.is_sink:
+            self._record_source_checksum(plan)
         if isinstance(problem, ChecksumMismatch):
             return dataclasses.replace(facts, checksum_error=str(problem))
         if problem is not None:
             return dataclasses.replace(facts, verify_error=str(problem))
         return dataclasses.replace(facts, dest_size=size)
 
+    def _record_source_checksum(self, plan: Plan) -> None:
+        """A sink's transfer records the source's checksum the job asked to verify (the
+        destination's cannot be read back); the ad's `checksum` was compared already."""
+        kind = source_checksum_type(plan)
+        if kind is None or plan.job.spec.checksum:
+            return
+        try:
+            value = verify.checksum_of(plan.src_url, kind, plan.ends)
+        except verify.VerifyError as exc:
+            log.warning("job %d: %s", plan.job.id, exc)
+            return
+        self.store.update_result(plan.job.id, {"source_checksum": f"{kind}:{value}"})
+
     def _apply(self, job: Job, attempt_no: int, verdict: Verdict, now: float, src_url: str,
-               dest_url: str) -> float | None:
+               dest: Destination | None) -> float | None:
         """Carry out a verdict; returns when to try again (None: not to be retried, or the
-        transition did not land because the job moved on)."""
-        if verdict.remove_partial and dest_url:
-            remove_partial(job, dest_url)
+        transition did not land because the job moved on). `dest`: the attempt's claimed
+        destination (None: no tool ran, or a dataset, whose files are its pass's)."""
+        dest_url = dest.url if dest is not None else ""
+        if verdict.remove_partial and dest is not None:
+            remove_partial(job, dest)
         if verdict.transition is None:
             return None
         done = self.store.finish_attempt(job.id, attempt_no, now, verdict.transition)
@@ -512,7 +561,8 @@ class Attempts:
             if job.pid:
                 kill_leftover(job.pid)
             if not job.spec.is_dataset:  # a dataset's files in doubt are checked next pass
-                remove_partial(job, urls_for_attempt(job, job.attempts)[1])
+                url = urls_for_attempt(job, job.attempts)[1]
+                remove_partial(job, destination.stored_claim(job.result, url))
             events.record(job, now, [note(f"attempt {job.attempts} interrupted: stork_server "
                                           "restarted; job requeued")])
         return jobs
@@ -538,10 +588,15 @@ def verify_destination(plan: Plan) -> tuple[TransferError | None, int | None]:
 
 def _compare_ends(plan: Plan) -> tuple[TransferError | None, int | None]:
     """verify_destination's one pass; VerifyError when an end cannot be read."""
+    if plan.destination is not None and plan.destination.is_sink:
+        return _check_source(plan)
     ends = plan.ends
     src, dest = plan.src_url, plan.dest_url
     sizes = verify.sizes_of([src, dest], ends)
     if sizes[src] is not None and sizes[dest] is not None and sizes[src] != sizes[dest]:
+        if plan.destination is not None and destination.untouched(plan.destination, plan.run_as):
+            raise verify.VerifyError("size", dest, "it is still the empty file the attempt "
+                                                   "created: the tool wrote nothing into it")
         return (DestinationMismatch(f"destination size {sizes[dest]} differs from source "
                                     f"size {sizes[src]}"), sizes[dest])
     expected = plan.job.spec.checksum
@@ -566,15 +621,41 @@ def _compare_ends(plan: Plan) -> tuple[TransferError | None, int | None]:
     return None, sizes[dest]
 
 
-def remove_partial(job: Job, dest_url: str) -> None:
-    """Delete a partial or bad destination with the rights of the job's owner (a remote
-    one with the job's proxy)."""
+def source_checksum_type(plan: Plan) -> str | None:
+    """The checksum type a transfer into a sink computes of its source with
+    verify_checksum: the strongest its end answers (None: no such check asked or possible)."""
+    if not plan.job.spec.verify_checksum:
+        return None
+    scheme = parse_url(plan.src_url).scheme
+    return common_checksum(scheme, scheme)
+
+
+def _check_source(plan: Plan) -> tuple[TransferError | None, int | None]:
+    """A sink (a device, a FIFO) cannot be read back: the attempt moved the source's size,
+    and the ad's `checksum` (the expected value) is compared with the source's."""
+    size = verify.size_of(plan.src_url, plan.ends)
+    expected = plan.job.spec.checksum
+    if expected:
+        kind, _, value = expected.partition(":")
+        have = verify.checksum_of(plan.src_url, kind, plan.ends)
+        if have != value:
+            return (ChecksumMismatch(f"source {kind} {have} is not the expected {value} "
+                                     f"(checksum = \"{expected}\"; the destination is a "
+                                     f"sink and cannot be read back)"), size)
+    return None, size
+
+
+def remove_partial(job: Job, dest: Destination) -> None:
+    """Remove what an attempt wrote of a partial or bad destination, and only that
+    (`destination.remove`), with the rights of the job's owner (a remote end with the
+    job's proxy)."""
     try:
         run_as = RunAs.for_owner(job.owner_uid)
     except IdentityError:
         return
-    verify.remove(dest_url, unlink=lambda path: unlink_as(run_as, path),
-                  ends=RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as))
+    done = destination.remove(dest, run_as, RemoteEnds(x509proxy=job.spec.x509proxy,
+                                                       run_as=run_as))
+    log.info("job %d: %s", job.id, done)
 
 
 def kill_leftover(pid: int) -> None:

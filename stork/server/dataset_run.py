@@ -59,13 +59,13 @@ from stork.errors import (
     RetryableTransferError,
     TransferError,
 )
-from stork.identity import RunAs, open_as, unlink_as
+from stork.identity import RunAs, open_as
 from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
 from stork.server.judge import DatasetOutcome, retry_delay_s, retry_limit
 from stork.server.runner import StopReason
 from stork.store.base import FileResult, JobStore
-from stork.transfer import verify
+from stork.transfer import destination, verify
 from stork.transfer.base import TransferModule, TransferRequest
 from stork.transfer.gfal import GfalModule
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
@@ -187,6 +187,8 @@ class DatasetRun:
         self.clock = clock
         self._sharing = sharing or (lambda src, dest: 0)
         self.rtt_s: float | None = None
+        # a dataset into a device or a FIFO: every file goes into it (`_sink`, each pass)
+        self.sink: destination.Destination | None = None
         self._running_chunks = 0  # chunks of this pass running now (they share the path)
         self.start_time = time.monotonic()
         self.pid: int | None = None
@@ -265,6 +267,7 @@ class DatasetRun:
         now = self.clock()
         rows = {r.index: r for r in self.store.files(job.id, [FileState.PENDING])
                 if r.next_attempt_at <= now}
+        self.sink = self._sink()
         settled = self._settle_in_doubt([r for r in rows.values() if r.in_doubt])
         for index in settled:
             rows.pop(index)
@@ -274,16 +277,23 @@ class DatasetRun:
         self.rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
         rtt = RTT_UNKNOWN_S if self.rtt_s is None else self.rtt_s
         bdp = self.settings.link_mbps * 1e6 / 8 * rtt
+        ordered = self.sink is not None and self.sink.ordered  # one file, one stream at a time
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
-                             cc=opts.concurrency, p=opts.streams, pp=opts.pipelining)
+                             cc=1 if ordered else opts.concurrency,
+                             p=1 if ordered else opts.streams, pp=opts.pipelining)
         outcome.chunks = [f"{c.label()}: {len(c.indexes)} files" for c in chunks]
         known = "" if self.rtt_s is not None else " assumed (a server did not answer a connect)"
         log.info("job %d pass %d: %d files, RTT %.1f ms%s, BDP %.0f bytes; %s", job.id,
                  self.attempt_no, len(rows), rtt * 1000, known, bdp, "; ".join(outcome.chunks))
         rtt_key = "dataset_rtt_ms" if self.rtt_s is not None else "dataset_rtt_assumed_ms"
+        facts = {} if self.sink is None else self.sink.facts()
         self.store.update_result(job.id, {"dataset_chunks": outcome.chunks,
                                           "dataset_bdp_bytes": int(bdp),
-                                          rtt_key: round(rtt * 1000, 3)})
+                                          rtt_key: round(rtt * 1000, 3), **facts})
+        if ordered:  # the chunks one after another: the sink takes its bytes in order
+            for chunk in chunks:
+                self._chunk_guarded(chunk, rows)
+            return outcome
         threads = [threading.Thread(target=self._chunk_guarded, args=(c, rows),
                                     name=f"chunk-{self.job.id}-{c.size_class.value}",
                                     daemon=True) for c in chunks]
@@ -292,6 +302,23 @@ class DatasetRun:
         for t in threads:
             t.join()
         return outcome
+
+    def _sink(self) -> destination.Destination | None:
+        """The device or FIFO the job's dest_url names (as the owner), when it is one: a
+        dataset into /dev/null (a throughput test) or a FIFO writes every file into it. The
+        files keep their names below it for the listing."""
+        spec = self.job.spec
+        if spec.url_list or not spec.dest_url:
+            return None
+        found = destination.look(spec.dest_url.rstrip("/"), self.run_as)
+        return found if found.is_sink else None
+
+    def file_urls(self, row: DatasetFileRow, attempt_no: int) -> tuple[str, str]:
+        """The file's URLs for its attempt `attempt_no` (`file_urls`), into the sink when
+        the dataset has one."""
+        src, dest = file_urls(row.src_url, row.dest_url, self.job.spec.alt_protocols,
+                              attempt_no)
+        return (src, self.sink.url) if self.sink is not None else (src, dest)
 
     def _chunk_guarded(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
         with self._lock:
@@ -338,7 +365,7 @@ class DatasetRun:
                 queue: list[int]) -> Tuning | None:
         """The chunk's optimizer, when the job asks for one (`optimization`). Imported
         here: the optimizers load scikit-learn, which only datasets that ask need."""
-        if not self.job.spec.optimization:
+        if not self.job.spec.optimization or (self.sink is not None and self.sink.ordered):
             return None
         from stork.server.tuning import SharedConcurrency, Tuning
 
@@ -359,8 +386,7 @@ class DatasetRun:
         throughput in Mbit/s (None when it was stopped)."""
         label = f"{what} {params.label()}"
         self.store.start_files(self.job.id, self.attempt_no, batch, label)
-        urls = {i: file_urls(rows[i].src_url, rows[i].dest_url, self.job.spec.alt_protocols,
-                             rows[i].attempts + 1) for i in batch}
+        urls = {i: self.file_urls(rows[i], rows[i].attempts + 1) for i in batch}
         gfal = [i for i in batch if through_gfal(*urls[i])]
         listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL
                   and i not in gfal]
@@ -371,7 +397,7 @@ class DatasetRun:
             argv = self.module.list_command(
                 cc=params.cc, p=params.p, pipelining=params.pipelining,
                 fast=self.settings.dataset_fast,
-                verify_checksum=self.job.spec.verify_checksum,
+                verify_checksum=self.job.spec.verify_checksum and self.sink is None,
                 tcp_buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
                 block_size_bytes=self.job.spec.options.block_size_bytes)
             code, _ = self._run_child(argv, list_input([urls[i] for i in listed]))
@@ -421,7 +447,7 @@ class DatasetRun:
     def _checksum_type(self, src: str, dest: str) -> str:
         """The checksum gfal2 compares for a file with `verify_checksum` (the strongest
         type both ends answer); "" for none."""
-        if not self.job.spec.verify_checksum:
+        if not self.job.spec.verify_checksum or self.sink is not None:
             return ""
         return common_checksum(parse_url(src).scheme, parse_url(dest).scheme) or ""
 
@@ -491,7 +517,8 @@ class DatasetRun:
                ) -> list[FileResult]:
         """Each file of a batch: done, or sent again alone (its own error decides). `clean`:
         the files whose tool ended without an error for them."""
-        sizes = dest_sizes([urls[i][1] for i in batch], self.run_as, self.job.spec.x509proxy)
+        sizes = {} if self.sink is not None else \
+            dest_sizes([urls[i][1] for i in batch], self.run_as, self.job.spec.x509proxy)
         results: list[FileResult] = []
         for i in batch:
             src, dest = urls[i]
@@ -513,15 +540,19 @@ class DatasetRun:
         return FileResult(index, FileState.DONE, bytes_done=size)
 
     def _alone(self, row: DatasetFileRow, src: str, dest: str, streams: int) -> FileResult:
-        """Send one file by itself; its own exit decides."""
+        """Send one file by itself; its own exit decides. Its destination is claimed first
+        (`destination.claim`): after a failure only what this send wrote is removed."""
         request = self._request(src, dest, streams)
         module: TransferModule = self.gfal if through_gfal(src, dest) else self.module
         argv = module.command(request)
         if module is self.gfal and (kind := self._checksum_type(src, dest)):
             argv[-2:-2] = ["--checksum", kind]  # before SRC DEST
+        claim = self.sink or destination.claim(dest, self.run_as)
         code, stderr = self._run_child(argv, module=module)
         if self.stopped():
             return FileResult(row.index, FileState.PENDING)
+        if code == 0 and self.sink is not None:  # nothing to read back
+            return self._done_result(row.index, row.size_bytes or 0)
         if code == 0:
             size = row.size_bytes
             have = self._size(dest)
@@ -531,7 +562,7 @@ class DatasetRun:
                 f"destination size {have} differs from source size {size}")
         else:
             failure = module.judge(code, stderr)
-        self._remove_partial(dest)
+        self._remove_partial(claim)
         failures = row.failures + 1
         limit = retry_limit(self.job, self.settings)
         error = str(failure)
@@ -543,20 +574,20 @@ class DatasetRun:
         return FileResult(row.index, FileState.FAILED, count_failure=True, error=error,
                           failure_kind=failure.kind.value)
 
-    def _remove_partial(self, dest: str) -> None:
+    def _remove_partial(self, claim: destination.Destination) -> None:
         try:
-            verify.remove(dest, unlink=lambda path: unlink_as(self.run_as, path),
-                          ends=self.ends)
+            log.info("job %d: %s", self.job.id, destination.remove(claim, self.run_as, self.ends))
         except Exception:  # noqa: BLE001 - best effort: a leftover is retried or reported
-            log.warning("job %d: cannot remove the partial file %s", self.job.id, dest)
+            log.warning("job %d: cannot remove the partial file %s", self.job.id, claim.url)
 
     def _settle_in_doubt(self, rows: list[DatasetFileRow]) -> set[int]:
         """Files a dead daemon was sending: done when the destination has the source's size
         and MD5 (nothing resent); the others are sent again."""
+        if self.sink is not None:  # a device or a FIFO cannot be read back: sent again
+            return set()
         results = []
         for row in rows:
-            src, dest = file_urls(row.src_url, row.dest_url, self.job.spec.alt_protocols,
-                                  max(row.attempts, 1))
+            src, dest = self.file_urls(row, max(row.attempts, 1))
             (src_size, src_md5), (dest_size, dest_md5) = self._facts(src), self._facts(dest)
             if (src_size is not None and src_size == dest_size and src_md5 is not None
                     and src_md5 == dest_md5):

@@ -37,6 +37,7 @@ from stork.eos.types import EstimateRequest, EstimateResult
 from stork.job import JobSpec
 from stork.server.attempts import Plan, remove_partial
 from stork.store.base import JobStore
+from stork.transfer import destination
 from stork.transfer.base import remaining_ranges
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,15 @@ def request_for(plan: Plan) -> EstimateRequest:
                            in_place=plan.module.writes_ranges)
 
 
+class _NotSampled(Exception):
+    """A destination no sample may be written into or beside (a device, a FIFO)."""
+
+    def __init__(self, sink: destination.Destination) -> None:
+        streams = "one stream, in order" if sink.ordered else "the default stream count"
+        super().__init__(f"not sampled: the destination is a {sink.kind.value}, which takes "
+                         f"no samples; {streams}")
+
+
 class Optimizations:
     def __init__(self, store: JobStore, estimator_for: EstimatorFor | None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -134,13 +144,19 @@ class Optimizations:
         job_id = plan.job.id
         chosen = plan
         wrote = False  # the EOS's samples wrote into the destination
+        sink = destination.look(plan.dest_url, plan.run_as)
         try:
             assert self.estimator_for is not None
+            if sink.is_sink:
+                raise _NotSampled(sink)
             result = self.estimator_for(plan.job.spec).estimate(request_for(plan))
+        except _NotSampled as exc:
+            attributes: dict[str, Any] = {"optimization_source": "destination",
+                                          "optimization_reason": str(exc)}
         except Exception as exc:  # noqa: BLE001 - any EOS failure falls back to the default
             log.warning("job %d: the EOS could not choose a stream count (%s); the transfer "
                         "runs with the default", job_id, exc)
-            attributes: dict[str, Any] = {"eos_error": str(exc)}
+            attributes = {"eos_error": str(exc)}
         else:
             chosen = plan.with_streams(result.optimal_streams)
             rest = rest_of(result)
@@ -154,8 +170,8 @@ class Optimizations:
         try:
             if not removed:
                 self.store.update_result(job_id, attributes)
-            elif wrote:  # as for a removed running attempt: the partial destination goes
-                remove_partial(plan.job, plan.dest_url)
+            elif wrote:  # as for a removed running attempt: what the samples wrote goes
+                remove_partial(plan.job, destination.written_by_samples(plan.dest_url))
         except Exception:
             log.exception("job %d: cannot record the EOS's answer", job_id)
         finally:

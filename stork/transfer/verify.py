@@ -126,7 +126,7 @@ def md5_of(url: str, ends: RemoteEnds | None = None) -> str | None:
     return checksum_of(url, "md5", ends)
 
 
-def remove(url: str, unlink: Callable[[str], None] = os.unlink,
+def remove(url: str, unlink: Callable[[str], object] = os.unlink,
            ends: RemoteEnds | None = None) -> None:
     """Delete a partial or bad destination file; ignore what is not there. `unlink` removes
     a local file (the daemon passes one that acts as the job's owner); a remote one is
