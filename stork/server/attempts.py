@@ -227,11 +227,8 @@ class Attempts:
         job = plan.job
         job_id, attempt_no = job.id, plan.attempt_no
         process: AttemptProcess | DatasetRun
-        if not job.spec.is_dataset:  # before the tool exists: what it may write, and remove
-            dest = destination.claim(plan.dest_url, plan.run_as)
-            if plan.bytes_in_destination and dest.kind is destination.DestKind.REGULAR:
-                dest = dataclasses.replace(dest, created=True)  # the EOS's samples made it
-            plan = plan.claimed(dest)
+        if not job.spec.is_dataset:  # what the tool may be asked (one stream into a FIFO)
+            plan = plan.claimed(destination.look(plan.dest_url, plan.run_as))
         if job.spec.is_dataset:
             assert isinstance(plan.module, GridFtpModule)
             argv = ["dataset", f"pass {attempt_no}"]
@@ -258,19 +255,16 @@ class Attempts:
                                                plan.module.name, limit)
         except BaseException:
             self._forget(job.id)
-            self._unclaim(plan)
             raise
         if started is None:
             self._forget(job.id)
-            self._unclaim(plan)
             return False
         self._running[job.id].job = started
-        if plan.destination is not None:  # kept on the job: a crash removes no more
-            self.store.update_result(job.id, {"destination_claim": plan.destination.to_text(),
-                                              **plan.destination.facts()})
         if self.store.shared:  # the ad names the node of each attempt: attempt_nodes[N - 1]
             nodes = [*started.result.get("attempt_nodes", ()), self.store.node]
             self.store.update_result(job.id, {"attempt_nodes": nodes[-started.attempts:]})
+        if not job.spec.is_dataset:  # the attempt is ours (another node may have lost it)
+            plan = self._claim(job.id, plan)
         if not (job.spec.is_dataset and started.attempts > 1):  # DAGMan: one execute event
             events.record(started, now, [executing()])
         chose = f" (EOS chose {plan.streams} streams)" if plan.optimized else ""
@@ -284,11 +278,16 @@ class Attempts:
             self._flag_proxy(plan, started, now)
         return True
 
-    @staticmethod
-    def _unclaim(plan: Plan) -> None:
-        """An attempt that did not start: the empty file its claim made goes."""
-        if plan.destination is not None and plan.destination.created:
-            remove_partial(plan.job, plan.destination)
+    def _claim(self, job_id: int, plan: Plan) -> Plan:
+        """Claim the destination of a started attempt before its tool exists (what it may
+        remove later), and keep the claim on the job, so a crash removes no more."""
+        dest = destination.claim(plan.dest_url, plan.run_as)
+        if plan.bytes_in_destination and dest.kind is destination.DestKind.REGULAR:
+            dest = dataclasses.replace(dest, created=True)  # the EOS's samples made it
+        plan = dataclasses.replace(plan, destination=dest)
+        self._running[job_id].plan = plan
+        self.store.update_result(job_id, {"destination_claim": dest.to_text(), **dest.facts()})
+        return plan
 
     def _flag_proxy(self, plan: Plan, job: Job, now: float) -> None:
         """Flag on the job (ad and stork_status) a proxy that will expire before the
