@@ -18,7 +18,7 @@ from stork.dataset import DatasetError, expand, is_dataset
 from stork.transfer.gfalhelper import EXIT_CHECKSUM
 from stork.transfer.remote import GFAL_PYTHON, HELPER
 from tests.gsi import TestCa, XrootdServer
-from tests.support import StorkServer, wait_for
+from tests.support import StorkServer, md5, wait_for
 from tests.test_dataset_jobs import assert_same, files_of, make_tree
 
 COUNT = 30
@@ -183,3 +183,31 @@ def test_kill_9_mid_gfal2_batch_settles_finished_files_without_resending_them(
         assert_same(made, out)
     finally:
         server.stop()
+
+
+def test_gfal2_copies_into_a_device_and_a_fifo_keep_them(
+        stork_x: StorkServer, xrootd: XrootdServer, export: Path) -> None:
+    """root:// and davs:// through gfal2 into a null device and a FIFO of the test's own:
+    a file and a dataset, with verify_checksum (which a device cannot answer)."""
+    from tests.test_destinations import FifoReader, fifo, null_node
+
+    made = make_tree(export / "to-sink", 4, 50_000)
+    single = export / "to-sink" / sorted(made)[0]
+    sinks = stork_x.workdir / "sinks"
+    sinks.mkdir()
+    null = null_node(sinks / "null")
+    pipe = fifo(sinks / "pipe")
+    reader = FifoReader(pipe.path)
+    ids = stork_x.submit(f"""
+    [ dap_type = transfer; verify_checksum = true;
+      src_url = "{xrootd.url('root', single)}"; dest_url = "file://{null.path}" ]
+    [ dap_type = transfer; verify_checksum = true; arguments = "-cc 4";
+      src_url = "{xrootd.url('root', export / 'to-sink')}/"; dest_url = "file://{null.path}" ]
+    [ dap_type = transfer;
+      src_url = "{xrootd.url('davs', single)}"; dest_url = "file://{pipe.path}" ]""")
+    for job_id in ids:
+        job = stork_x.wait_state(job_id)
+        assert job["state"] == "COMPLETED", job
+        assert null.intact() and pipe.intact()
+    assert stork_x.job(ids[1])["job"]["files_done"] == len(made)
+    assert reader.result() == (single.stat().st_size, md5(single))
