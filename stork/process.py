@@ -96,13 +96,15 @@ class Child:
                  stderr: BinaryIO | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
                  on_stdout: Callable[[bytes], None] | None = None,
-                 stdin: bytes | None = None) -> None:
+                 stdin: bytes | None = None, interactive: bool = False) -> None:
         """`env` is added to the daemon's environment (with the owner's HOME, USER and
         LOGNAME when `run_as` is set); `stdout` and `stderr` are open files the output is
         copied to; `on_stdout` sees every raw stdout chunk, `on_progress` every -vb line;
-        `stdin` is written to the child's standard input (else it reads /dev/null)."""
+        `stdin` is written to the child's standard input (else it reads /dev/null), or,
+        `interactive`, the input stays open for `send` until `close_input`."""
         self.argv = list(argv)
         self._stdin = stdin
+        self._interactive = interactive
         self.run_as = run_as
         extra = {**(run_as.env() if run_as else {}), **(env or {})}
         self.env = {**os.environ, **extra} if extra else None
@@ -130,14 +132,30 @@ class Child:
                 return
             self.start_time = time.monotonic()
             argv, extra = spawn_args(self.argv, self.run_as, self.env)
+            piped = self._stdin is not None or self._interactive
             self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL if self._stdin is None else subprocess.PIPE,
+                argv, stdin=subprocess.PIPE if piped else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                 close_fds=True, env=self.env, **extra)
             self.pid = self._proc.pid
             if self._stdin is not None:
                 threading.Thread(target=self._feed, args=(self._proc, self._stdin),
                                  daemon=True).start()
+
+    def send(self, data: bytes) -> None:
+        """Write `data` to an interactive child's input now (OSError once it is gone)."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or not self._interactive:
+            raise OSError(errno.EPIPE, "the child takes no input")
+        proc.stdin.write(data)
+        proc.stdin.flush()
+
+    def close_input(self) -> None:
+        """End an interactive child's input (it reads end of file)."""
+        proc = self._proc
+        if proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
 
     @staticmethod
     def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

@@ -12,10 +12,13 @@ import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from stork.errors import DestinationFull, FailureKind, RetryableTransferError, TransferError
 from stork.transfer.options import TransferOptions
+
+if TYPE_CHECKING:
+    from stork.transfer.worker import Worker, WorkerContext
 
 __all__ = ["FailureKind", "Progress", "Range", "TransferModule", "TransferRequest",
            "format_progress", "killed_message", "parse_progress", "read_progress",
@@ -164,6 +167,11 @@ class TransferModule(ABC):
         """The class of a non-zero exit. Modules that know their tool's exit statuses or
         error codes override this; a failure nothing recognises is retried."""
         return RetryableTransferError
+
+    def worker(self, context: WorkerContext) -> Worker | None:
+        """A worker for the transfer engine (`stork.transfer.worker`); None: this module
+        moves one whole file per attempt only."""
+        return None
 
     def judge(self, exit_code: int, stderr_tail: str) -> TransferError:
         """The failure of a non-zero exit, as an instance of its class: `kind`,

@@ -21,6 +21,7 @@ from stork.errors import TransferError
 from stork.transfer.base import TransferModule, TransferRequest
 from stork.transfer.failures import errno_class, exit_status_class
 from stork.transfer.remote import GFAL_PYTHON, HELPER
+from stork.transfer.worker import Worker, WorkerContext
 
 _GFAL_ERRNO = re.compile(r"gfal2 copy error: (\d+) ")
 
@@ -49,6 +50,12 @@ class GfalModule(TransferModule):
         if self.timeout_s:
             argv += ["--timeout", str(self.timeout_s)]
         return argv
+
+    def worker(self, context: WorkerContext) -> Worker:
+        """An engine worker: one long-lived gfal2 helper that keeps its sessions."""
+        from stork.transfer.gfal_worker import GfalWorker
+
+        return GfalWorker(context, self.python, self.timeout_s)
 
     def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
         """The system error gfal2 named, else the exit status's class."""

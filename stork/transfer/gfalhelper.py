@@ -23,6 +23,11 @@ Operations (one JSON object a line on stdout, for the metadata ones):
                          takes it, and the checksum to compare as its ``--checksum``), CC
                          at a time: per line, in the order they end, {"line", "size"} or
                          {"line", "errno", "error", "exit"}; exit 0
+    serve [--timeout S]  one copy a line of stdin as the lines come, every copy on one context,
+                         which keeps GridFTP sessions between copies (the gridftp plugin's
+                         SESSION_REUSE): a line is {"src", "dest", "streams", "checksum"};
+                         per copy, {"progress": bytes} as it moves, then {"size"} or
+                         {"errno", "error", "exit"}; exit 0 at the end of input
 
 ``copy`` is gfal2's own copy (what ``gfal-copy`` and FTS3 run): third-party where both ends
 allow it (GridFTP to GridFTP, XRootD to XRootD, WebDAV COPY), streamed through this process
@@ -222,6 +227,12 @@ def _copy_one(gfal2: Any, streams: int, timeout_s: int, line: int, src: str,
     """One pair of a list, with a context of its own (one per thread)."""
     ctx = gfal2.creat_context()
     params = _transfer_parameters(gfal2, ctx, streams, timeout_s, checksum)
+    return _copy_with(ctx, params, line, src, dest, checksum)
+
+
+def _copy_with(ctx: Any, params: Any, line: int, src: str, dest: str,
+               checksum: str) -> dict[str, Any]:
+    """One copy's answer: {"line", "size"} or {"line", "errno", "error", "exit"}."""
     try:
         ctx.filecopy(params, src, dest)
     except Exception as exc:  # noqa: BLE001 - gfal2.GError: reported for its pair
@@ -274,9 +285,26 @@ def op_copylist(gfal2: Any, args: list[str], text: str) -> int:
     return 0
 
 
+def op_serve(gfal2: Any, ctx: Any, args: list[str]) -> int:
+    timeout_s = int(args[1]) if args[:1] == ["--timeout"] and len(args) == 2 else 0
+    while raw := sys.stdin.readline():
+        try:
+            ask = json.loads(raw)
+            src, dest = str(ask["src"]), str(ask["dest"])
+            streams, checksum = int(ask.get("streams", 1)), str(ask.get("checksum", ""))
+        except (ValueError, KeyError, TypeError) as exc:
+            _emit({"errno": errno.EINVAL, "error": f"not a copy: {exc}", "exit": EXIT_PERMANENT})
+            continue
+        params = _transfer_parameters(gfal2, ctx, streams, timeout_s, checksum)
+        params.monitor_callback = lambda _s, _d, _a, _i, done, _e: _emit({"progress": int(done)})
+        _emit(_copy_with(ctx, params, 0, src, dest, checksum))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy|copylist ...\n")
+        sys.stderr.write("usage: gfalhelper.py stat|list|checksum|rm|mkdir|copy|copylist|serve "
+                         "...\n")
         return EXIT_PERMANENT
     # Stork retries failed attempts itself (with backoff, and alt_protocols): the XRootD
     # client's own reconnection (5 tries over 2 minutes each by default) would only hide an
@@ -305,6 +333,8 @@ def main(argv: list[str]) -> int:
         return op_copy(gfal2, ctx, rest)
     if op == "copylist":
         return op_copylist(gfal2, rest, sys.stdin.read())
+    if op == "serve":
+        return op_serve(gfal2, ctx, rest)
     sys.stderr.write(f"unknown operation {op!r}\n")
     return EXIT_PERMANENT
 

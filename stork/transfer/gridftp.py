@@ -63,6 +63,7 @@ from stork.transfer.base import (
     format_progress,
 )
 from stork.transfer.failures import errno_class, errno_of_text
+from stork.transfer.worker import Worker, WorkerContext
 
 
 class FtpReply(enum.IntEnum):
@@ -183,6 +184,12 @@ class GridFtpModule(TransferModule):
 
     def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
         return classify_output(stderr_tail)
+
+    def worker(self, context: WorkerContext) -> Worker:
+        """An engine worker: one globus-url-copy per call (`gridftp_worker`)."""
+        from stork.transfer.gridftp_worker import GridFtpWorker
+
+        return GridFtpWorker(self, context)
 
     def list_command(self, *, cc: int, p: int, pipelining: bool, fast: bool,
                      verify_checksum: bool = False, tcp_buffer_bytes: int | None = None,

@@ -1,0 +1,126 @@
+"""globus-url-copy as an engine worker.
+
+globus-url-copy reads its whole ``-f`` list before it moves a byte (measured: a list fed
+line by line through a pipe starts only at its end), so no process can be fed items while
+it runs. A call is therefore one process: a byte range alone (``-partial-offset O
+-partial-length L``, written in place), or a short list of whole files (``-f -`` with ``-cc
+1``: the engine's workers are the concurrency) that keeps one control and data channel
+across its files (``-fast``, ``-pp``). The engine sizes lists so a call lasts a few seconds,
+so a worker sets up its session once per call, and the workers' calls end at different
+times: the flow never stops as a whole.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from stork.process import Child
+from stork.transfer.base import TransferRequest
+from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input, partial
+from stork.transfer.options import TransferOptions
+from stork.transfer.worker import Item, ItemResult, Report, Setting, Worker, WorkerContext
+
+
+class _Marks:
+    """The tool's last performance marker: when, and how many bytes it had moved."""
+
+    def __init__(self, start_s: float) -> None:
+        self.t = start_s
+        self.done = 0
+
+    def reach(self, done: int, now: float, report: Report) -> None:
+        """A marker says `done` bytes at `now`: report what moved since the last one."""
+        if done > self.done:
+            report(self.t, now, done - self.done)
+            self.done = done
+        self.t = now
+
+
+class GridFtpWorker(Worker):
+    takes_lists = True
+
+    def __init__(self, module: GridFtpModule, context: WorkerContext) -> None:
+        self.module = module
+        self.context = context
+        self._lock = threading.Lock()
+        self._child: Child | None = None
+        self._stopped = False
+
+    def argv(self, items: Sequence[Item], setting: Setting) -> tuple[list[str], bytes | None]:
+        """The command line of a call, and its stdin (the list, for whole files)."""
+        c = self.context
+        length = items[0].length if len(items) == 1 else None
+        if length is not None:
+            item = items[0]
+            argv = [self.module.executable, "-vb", "-p", str(setting.p)]
+            if c.tcp_buffer_bytes:
+                argv += ["-tcp-bs", str(c.tcp_buffer_bytes)]
+            if c.block_size_bytes:
+                argv += ["-bs", str(c.block_size_bytes)]
+            return [*argv, *partial(item.offset, length),
+                    item.file.src_url, item.file.dest_url], None
+        if any(i.is_range for i in items):
+            raise ValueError("a range is sent alone")
+        if len(items) == 1 and max(len(items[0].file.src_url),
+                                   len(items[0].file.dest_url)) > MAX_LIST_URL:
+            request = TransferRequest(items[0].file.src_url, items[0].file.dest_url,
+                                      TransferOptions(streams=setting.p,
+                                                      tcp_buffer_bytes=c.tcp_buffer_bytes,
+                                                      block_size_bytes=c.block_size_bytes),
+                                      setting.p, c.verify_checksum)
+            return self.module.command(request), None
+        argv = self.module.list_command(
+            cc=1, p=setting.p, pipelining=setting.pp >= 2, fast=c.fast,
+            verify_checksum=c.verify_checksum, tcp_buffer_bytes=c.tcp_buffer_bytes,
+            block_size_bytes=c.block_size_bytes)
+        return argv, list_input([(i.file.src_url, i.file.dest_url) for i in items])
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        """One globus-url-copy for the listable items; a file whose URL is too long for a
+        list line (MAX_LIST_URL) goes alone, named on the command line."""
+        alone = [i for i in items if max(len(i.file.src_url), len(i.file.dest_url)) > MAX_LIST_URL
+                 and not i.is_range]
+        listed = [i for i in items if i not in alone]
+        results = self._call(listed, setting, report) if listed else []
+        for item in alone:
+            results += self._call([item], setting, report)
+        return results
+
+    def _call(self, items: Sequence[Item], setting: Setting,
+              report: Report) -> list[ItemResult]:
+        argv, stdin = self.argv(items, setting)
+        marks = _Marks(time.monotonic())
+        child = Child(argv, env=self.context.env, run_as=self.context.run_as, stdin=stdin,
+                      stdout=self.context.stdout, stderr=self.context.stderr,
+                      on_progress=lambda p: marks.reach(p.bytes_done, time.monotonic(), report))
+        with self._lock:
+            if self._stopped:
+                return [ItemResult(i, None) for i in items]
+            self._child = child
+        try:
+            child.start()
+        except OSError as exc:
+            failure = self.module.judge(127, f"cannot run {argv[0]}: {exc.strerror}")
+            return [ItemResult(i, False, failure) for i in items]
+        ended = child.wait()
+        with self._lock:
+            self._child = None
+        if ended.stopped:
+            return [ItemResult(i, None) for i in items]
+        moved = sum(i.size_bytes for i in items)
+        if ended.code == 0:
+            marks.reach(moved, time.monotonic(), report)  # what no marker said (a short call)
+            return [ItemResult(i, True) for i in items]
+        failure = self.module.judge(ended.code, ended.stderr_tail)
+        if len(items) == 1:
+            return [ItemResult(items[0], False, failure)]
+        return [ItemResult(i, None, failure) for i in items]  # which file failed: unknown
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            child = self._child
+        if child is not None:
+            child.stop("stopped")

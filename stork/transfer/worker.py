@@ -1,0 +1,118 @@
+"""What the transfer engine asks of a module: a worker that moves items for one slot.
+
+The engine (`stork.engine`) keeps `cc` workers busy; each takes the next item (a whole file,
+or a byte range of a large file written in place) the moment its last one ends. The module
+of the URLs' schemes supplies the worker (`TransferModule.worker`), so the engine knows no
+tool by name, and the worker keeps what its protocol allows between items (a session). A
+worker's `run` moves one *call*: a byte range alone, or whole files (several at once where
+the tool takes a list, `Worker.takes_lists`), at the setting's streams and pipelining, and
+reports the bytes its tool says it moved as they move.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from stork.errors import TransferError
+from stork.identity import RunAs
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The engine's parameters: items in flight, streams each, and the pipelining depth
+    (the transfer log's `pp`: 1 is off; globus-url-copy's ``-pp`` takes no depth and is on
+    from 2)."""
+
+    cc: int
+    p: int
+    pp: int
+
+    def label(self) -> str:
+        return f"cc={self.cc} p={self.p} pp={self.pp}"
+
+
+@dataclass(frozen=True)
+class FileWork:
+    """One file of a job: its index (the job's per-file row), URLs and size (None: unknown,
+    never split)."""
+
+    index: int
+    src_url: str
+    dest_url: str
+    size_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Item:
+    """What one worker moves at a time: a whole file, or `length` bytes at `offset`."""
+
+    file: FileWork
+    offset: int = 0
+    length: int | None = None  # None: the whole file
+
+    @property
+    def is_range(self) -> bool:
+        return self.length is not None
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes the item moves (0 for a file of unknown size)."""
+        if self.length is not None:
+            return self.length
+        return self.file.size_bytes or 0
+
+    def label(self) -> str:
+        where = f"[{self.offset}+{self.length}]" if self.length is not None else ""
+        return f"{self.file.src_url}{where}"
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """A worker's word on one item: done (`ok` True), failed with the tool's `failure`
+    (`ok` False), or unknown (`ok` None: a list call that failed without saying which
+    file; the engine's caller looks at the destination)."""
+
+    item: Item
+    ok: bool | None
+    failure: TransferError | None = None
+
+
+# (t0, t1, bytes): bytes the tool said it moved between two of its reports (monotonic s)
+Report = Callable[[float, float, int], None]
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What every worker of a job shares: whose rights, which credentials, the tool's own
+    options (`-tcp-bs`, `-bs`, `-fast`), and where the tools' output goes."""
+
+    run_as: RunAs | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    fast: bool = False
+    tcp_buffer_bytes: int | None = None
+    block_size_bytes: int | None = None
+    verify_checksum: bool = False
+    stdout: BinaryIO | None = None  # the job's `output`: the tools' own words
+    stderr: BinaryIO | None = None  # the job's `err`
+
+
+class Worker(ABC):
+    """One slot of the engine. `run` is called from one thread at a time; `stop` from any
+    thread ends the call in flight (its items come back as not done)."""
+
+    takes_lists: bool = False  # whole files may go several to a call
+    writes_ranges: bool = True  # byte ranges of a file, written in place
+
+    @abstractmethod
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        """Move `items` (one range, or whole files) and answer each."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """End the call in flight now (from another thread)."""
+
+    def close(self) -> None:  # noqa: B027 - a hook: workers that keep nothing need none
+        """The worker is retired: let go of what it kept (a session)."""

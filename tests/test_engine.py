@@ -1,0 +1,253 @@
+"""The transfer engine: items, the measured flow, and workers kept busy while the setting
+changes, against a real GridFTP server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes, split
+from stork.engine.items import RANGE_FLOOR_BYTES
+from stork.transfer.gfal_worker import GfalWorker
+from stork.transfer.gridftp import GridFtpModule
+from stork.transfer.remote import helper_available
+from stork.transfer.worker import (
+    FileWork,
+    Item,
+    ItemResult,
+    Report,
+    Setting,
+    Worker,
+    WorkerContext,
+)
+from tests.support import GridFtpServer, make_file, md5, wait_for
+
+MB = 1 << 20
+S1 = Setting(1, 1, 1)
+
+
+# -- items (pure) -------------------------------------------------------------------------
+
+def test_ranges_are_many_bdps_and_at_least_the_floor() -> None:
+    assert range_bytes(0) == RANGE_FLOOR_BYTES
+    assert range_bytes(10 * MB) == 160 * MB  # 16 BDPs of 10 MiB
+    assert range_bytes(10e6) == 153 * MB  # 160e6 bytes, rounded up to a whole MiB
+    assert range_bytes(1.5 * MB, floor_bytes=MB) == 24 * MB
+
+
+def test_a_file_is_split_only_when_it_holds_two_ranges() -> None:
+    small = FileWork(0, "ftp://h/a", "file:///a", 2 * MB - 1)
+    assert split(small, MB) == [Item(small)]
+    big = FileWork(1, "ftp://h/b", "file:///b", 5 * MB + 3)
+    items = split(big, 2 * MB)
+    assert [(i.offset, i.length) for i in items] == [(0, 2 * MB), (2 * MB, 2 * MB),
+                                                     (4 * MB, MB + 3)]
+    assert sum(i.size_bytes for i in items) == big.size_bytes
+    unknown = FileWork(2, "ftp://h/c", "file:///c", None)
+    assert split(unknown, MB) == [Item(unknown)]
+
+
+def test_ranges_landed_before_are_not_planned_and_assembly_says_when_a_file_is_whole() -> None:
+    big = FileWork(7, "ftp://h/b", "file:///b", 4 * MB)
+    other = FileWork(8, "ftp://h/o", "file:///o", 10)
+    done = {7: [(0, MB)]}
+    items = plan_items([big, other], MB, done)
+    assert [(i.file.index, i.offset) for i in items] == [(7, MB), (7, 2 * MB), (7, 3 * MB),
+                                                         (8, 0)]
+    assembly = Assembly.of(items, done)
+    assert [assembly.land(i) for i in items] == [False, False, True, True]
+    assert assembly.ranges_landed(7) == [(0, MB), (MB, MB), (2 * MB, MB), (3 * MB, MB)]
+
+
+# -- the flow (pure) ------------------------------------------------------------------------
+
+def test_reports_are_spread_over_their_interval_into_windows() -> None:
+    flow = Flow(100.0, S1, window_s=1.0)
+    flow.add(100.0, 102.0, 2_000_000)  # 8 Mbit/s over two windows
+    flow.add(102.0, 102.5, 250_000)
+    flow.tick(104.0)  # a quiet second is a window at 0
+    rates = [round(w.rate_mbps, 3) for w in flow.windows()]
+    assert rates == [8.0, 8.0, 2.0, 0.0]
+    assert flow.total_bytes == 2_250_000
+
+
+def test_a_change_of_setting_or_load_ends_the_window_and_the_stretch() -> None:
+    flow = Flow(0.0, S1, window_s=1.0)
+    for t in range(4):
+        flow.add(t, t + 1, 1_000_000 + 250_000 * (t % 2))  # 8 and 10 Mbit/s in turn
+    fast = Setting(4, 2, 1)
+    flow.set(4.5, fast)
+    flow.add(4.5, 6.5, 8_000_000)
+    flow.set_load(6.5, 2)
+    flow.add(6.5, 7.5, 1_000_000)
+    first, second, third = flow.stretches(7.5)
+    assert first.setting == S1 and first.windows == 4 and first.seconds == 4.5
+    assert first.mean_mbps == pytest.approx(36 / 4.5)  # the half window at 0 counts
+    assert first.stdev_mbps == pytest.approx(1.1547, abs=1e-3)  # of 8, 10, 8, 10
+    assert second.setting == fast and second.load == 0 and second.mean_mbps == 32.0
+    assert third.load == 2 and third.mean_mbps == 8.0
+    flow.add(7.5, 7.75, 500_000)  # the window still open counts in the stretch as it stands
+    assert flow.stretches(7.75)[-1].bytes == 1_500_000
+    assert sum(s.bytes for s in flow.stretches(7.75)) == flow.total_bytes
+    assert {w.setting for w in flow.windows(since_s=4.5)} == {fast}
+
+
+def test_the_flow_keeps_a_bounded_series() -> None:
+    flow = Flow(0.0, S1, window_s=1.0, keep=10)
+    flow.add(0.0, 100.0, 100_000_000)
+    assert len(flow.windows()) == 10
+    assert flow.stretches()[0].windows == 100  # the stretch still counts them all
+
+
+# -- the engine, through a worker of the test's own ------------------------------------------
+
+class CountingWorker(Worker):
+    """Answers each item after a short sleep, reporting its bytes: the engine's scheduling
+    alone, with no tool (the tools' own workers are tested below, with a real server)."""
+
+    takes_lists = True
+    alive = 0
+    most = 0
+    lock = threading.Lock()
+
+    def __init__(self, delay_s: float = 0.05) -> None:
+        self.delay_s = delay_s
+        with CountingWorker.lock:
+            CountingWorker.alive += 1
+            CountingWorker.most = max(CountingWorker.most, CountingWorker.alive)
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        for item in items:
+            t0 = time.monotonic()
+            time.sleep(self.delay_s)
+            report(t0, time.monotonic(), item.size_bytes)
+        return [ItemResult(i, True) for i in items]
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        with CountingWorker.lock:
+            CountingWorker.alive -= 1
+
+
+def test_cc_changes_start_and_retire_workers_and_no_item_is_sent_twice() -> None:
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 2 * MB) for i in range(240)]  # 2 a call
+    answered: Counter[int] = Counter()
+    engine = Engine([Item(f) for f in files], CountingWorker, Setting(2, 1, 1),
+                    lambda _, rs: answered.update(r.item.file.index for r in rs), call_s=0.0)
+    CountingWorker.most = 0
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    wait_for(lambda: sum(answered.values()) >= 10, 10, what="items answered")
+    assert engine.workers() <= 2
+    engine.set(Setting(6, 2, 1))
+    wait_for(lambda: engine.workers() == 6, 10, what="six workers")
+    engine.set(Setting(1, 1, 1))
+    wait_for(lambda: engine.workers() <= 1, 10, what="the workers above cc retired")
+    runner.join(60)
+    assert not runner.is_alive()
+    assert answered == Counter(range(240))  # every item once
+    assert CountingWorker.most == 6 and CountingWorker.alive == 0
+    settings = {w.setting for w in engine.flow.windows()}
+    assert Setting(6, 2, 1) in settings and Setting(1, 1, 1) in settings
+
+
+# -- the engine with globus-url-copy workers, against a real server -------------------------
+
+def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = gridftp_root / "engine-src"
+    src.mkdir()
+    small = [make_file(src / f"s{i:03d}.dat", 64_000 + i, seed=100 + i) for i in range(40)]
+    large = make_file(src / "large.dat", 9 * MB + 7, seed=99)
+    out = tmp_path / "out"
+    out.mkdir()
+    files = [FileWork(i, gridftp.url(p), f"file://{out}/{p.name}", p.stat().st_size)
+             for i, p in enumerate([*small, large])]
+    items = plan_items(files, 2 * MB)
+    assert sum(i.is_range for i in items) == 5  # 2+2+2+2+1 MiB and 7 bytes
+    assembly = Assembly.of(items)
+    whole: list[int] = []
+    answers: list[ItemResult] = []
+    lock = threading.Lock()
+
+    def on_results(_: Taken, results: list[ItemResult]) -> None:
+        with lock:
+            answers.extend(results)
+            whole.extend(r.item.file.index for r in results if r.ok and assembly.land(r.item))
+
+    module = GridFtpModule()
+    engine = Engine(items, lambda: module.worker(WorkerContext(fast=True)), Setting(3, 2, 2),
+                    on_results)
+    engine.run()
+    assert all(r.ok for r in answers) and len(answers) == len(items)
+    assert sorted(whole) == list(range(len(files)))  # the large file once, when whole
+    for path in [*small, large]:
+        assert md5(out / path.name) == md5(path)
+    assert engine.flow.total_bytes == sum(p.stat().st_size for p in [*small, large])
+
+
+def test_a_stopped_engine_answers_the_calls_in_flight_as_not_done(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    big = make_file(gridftp_root / "engine-stop.dat", 64 * MB, seed=98)
+    files = [FileWork(0, gridftp.url(big), f"file://{tmp_path}/stop.dat", big.stat().st_size)]
+    answers: list[ItemResult] = []
+    module = GridFtpModule()
+    # one stream with a tiny TCP buffer: slow enough on loopback to be stopped in flight
+    engine = Engine(plan_items(files, 8 * MB),
+                    lambda: module.worker(WorkerContext(tcp_buffer_bytes=4096)),
+                    Setting(2, 1, 1), lambda _, results: answers.extend(results))
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    wait_for(lambda: len(engine.in_flight()) == 2, 10, what="two calls in flight")
+    engine.stop()
+    runner.join(30)
+    assert not runner.is_alive()
+    stopped = [r for r in answers if r.ok is None]
+    assert len(stopped) >= 1 and all(r.failure is None for r in stopped)
+    assert len(answers) + len(engine.left()) <= 8  # nothing taken after the stop
+
+
+def test_whole_files_through_long_lived_gfal2_workers(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """Each worker is one gfal2 helper that copies the files it is given one after another
+    (its GridFTP session kept); a change of p applies to the next file; a range is refused."""
+    if not helper_available():
+        pytest.skip("the gfal2 Python bindings are missing (python3-gfal2); run `make setup`")
+    src = gridftp_root / "engine-gfal"
+    src.mkdir()
+    paths = [make_file(src / f"g{i:03d}.dat", 100_000 + i, seed=200 + i) for i in range(24)]
+    out = tmp_path / "gfal-out"
+    out.mkdir()
+    files = [FileWork(i, gridftp.url(p), f"file://{out}/{p.name}", p.stat().st_size)
+             for i, p in enumerate(paths)]
+    answers: list[ItemResult] = []
+    lock = threading.Lock()
+
+    def on_results(_: Taken, results: list[ItemResult]) -> None:
+        with lock:
+            answers.extend(results)
+
+    engine = Engine(plan_items(files, 0), lambda: GfalWorker(WorkerContext()), Setting(3, 1, 1),
+                    on_results)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    wait_for(lambda: len(answers) >= 3, 30, what="files copied")
+    engine.set(Setting(2, 4, 1))
+    runner.join(120)
+    assert sorted(r.item.file.index for r in answers) == list(range(len(files)))
+    assert all(r.ok for r in answers), [r.failure for r in answers if not r.ok]
+    for path in paths:
+        assert md5(out / path.name) == md5(path)
+    worker = GfalWorker(WorkerContext())
+    try:
+        [refused] = worker.run([Item(files[0], 0, 10)], S1, lambda *_: None)
+    finally:
+        worker.close()
+    assert refused.ok is False and "whole files only" in str(refused.failure)
