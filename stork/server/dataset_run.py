@@ -52,6 +52,7 @@ from stork.config import Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
+from stork.engine import Engine, Taken, plan_items
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -73,6 +74,7 @@ from stork.transfer.localfacts import local_facts
 from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
 from stork.transfer.rtt import connect_s, network_end
+from stork.transfer.worker import FileWork, ItemResult, Setting, Worker, WorkerContext
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -195,6 +197,7 @@ class DatasetRun:
         self._lock = threading.Lock()
         self._shared_cc: SharedConcurrency | None = None  # tuned chunks share concurrency
         self._children: set[Child] = set()
+        self._engines: set[Engine] = set()
         self._stop: StopReason | None = None
         self._moved = 0
         self._done = 0
@@ -213,6 +216,9 @@ class DatasetRun:
             if self._stop is None:
                 self._stop = reason
             children = list(self._children)
+            engines = list(self._engines)
+        for engine in engines:
+            engine.stop()
         for child in children:
             child.stop(reason.value)
 
@@ -340,13 +346,108 @@ class DatasetRun:
         params = chunk.params
         tuning = self._tuning(chunk, rows, queue)
         if tuning is None:
-            self._batches(chunk, rows, queue, params)
+            self._flow(chunk, rows, queue, params)
             return
         try:
             params = tuning.decide(params)
             self._batches(chunk, rows, queue, params, tuning)
         finally:
             tuning.finish()
+
+    def _flow(self, chunk: Chunk, rows: dict[int, DatasetFileRow], queue: list[int],
+              params: Params) -> None:
+        """The chunk's files through the transfer engine (`stork.engine`): `params.cc`
+        workers of the files' transfer module, each taking its next call the moment its
+        last one ends, and each call's files checked and committed by the worker that moved
+        them while the others move on (`_called`). Files with an XRootD or WebDAV end go to
+        gfal2 workers, the others to globus-url-copy workers."""
+        urls = {i: self.file_urls(rows[i], rows[i].attempts + 1) for i in queue}
+        label = f"{chunk.size_class.value} {params.label()}"
+        for gfal in (False, True):
+            files = [FileWork(i, *urls[i], rows[i].size_bytes) for i in queue
+                     if through_gfal(*urls[i]) is gfal]
+            if files and not self.stopped():
+                self._run_engine(self.gfal if gfal else self.module, files, params, rows, urls,
+                                 label)
+
+    def _run_engine(self, module: TransferModule, files: list[FileWork], params: Params,
+                    rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
+                    label: str) -> None:
+        """`files` through an engine of `module`'s workers, stopped with the pass."""
+        spec = self.job.spec
+        context = WorkerContext(
+            run_as=self.run_as, env=module.environment(self._request("", "", 1)),
+            fast=self.settings.dataset_fast, tcp_buffer_bytes=spec.options.tcp_buffer_bytes,
+            block_size_bytes=spec.options.block_size_bytes,
+            verify_checksum=spec.verify_checksum and self.sink is None,
+            stdout=self._out, stderr=self._err)
+
+        def new_worker() -> Worker:
+            worker = module.worker(context)
+            assert worker is not None, f"{module.name} has no engine worker"
+            return worker
+
+        def on_take(taken: Taken) -> None:
+            indexes = [i.file.index for i in taken.items]
+            self.store.start_files(self.job.id, self.attempt_no, indexes, label)
+
+        engine = Engine(plan_items(files, 0), new_worker, Setting(params.cc, params.p, params.pp),
+                        lambda _, results: self._called(engine, results, rows, urls),
+                        on_take=on_take)
+        with self._lock:
+            if self._stop is not None:
+                return
+            self._engines.add(engine)
+        try:
+            engine.run()
+        finally:
+            with self._lock:
+                self._engines.discard(engine)
+            self._log_flow(engine, files)
+
+    def _log_flow(self, engine: Engine, files: list[FileWork]) -> None:
+        """The engine's flow into the transfer log (what optimizers learn from): one row
+        per stretch at one setting and load, its mean rate over its whole span."""
+        now_mono, now_wall = time.monotonic(), self.clock()
+        known = [f.size_bytes for f in files if f.size_bytes is not None]
+        mean = sum(known) / len(known) if known else 0.0
+        first = files[0]
+        records = []
+        for stretch in engine.flow.stretches(now_mono):
+            if stretch.bytes <= 0 or stretch.seconds <= 0:
+                continue
+            s = stretch.setting
+            records.append(TransferRecord(
+                time=now_wall - (now_mono - stretch.start_s),
+                src_host=parse_url(first.src_url).host or "localhost",
+                dest_host=parse_url(first.dest_url).host or "localhost", rtt_s=self.rtt_s,
+                bandwidth_bps=self.settings.link_mbps * 1e6,
+                buffer_bytes=self.job.spec.options.tcp_buffer_bytes, file_size_bytes=mean,
+                file_count=max(round(stretch.bytes / mean), 1) if mean else 1,
+                cc=s.cc, p=s.p, pp=s.pp, fast=self.settings.dataset_fast,
+                bytes_moved=int(stretch.bytes), duration_s=round(stretch.seconds, 6),
+                throughput_mbps=round(stretch.mean_mbps, 3), sharing=stretch.load))
+        try:
+            self.store.add_transfers(records)
+        except Exception:
+            log.exception("job %d: cannot add the flow to the transfer log", self.job.id)
+
+    def _called(self, engine: Engine, results: list[ItemResult],
+                rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]]) -> None:
+        """One engine call's files: checked (those not right sent again alone) and committed,
+        as a batch's are; the flow's load brought up to date."""
+        batch = [r.item.file.index for r in results]
+        if self.stopped():
+            self._release(batch)
+            return
+        clean = {r.item.file.index for r in results if r.ok}
+        checked = self._check(batch, rows, urls, clean, engine.setting.p)
+        if self.stopped():  # stopped during a file sent alone
+            done = {r.index for r in checked if r.state is FileState.DONE}
+            self._release([i for i in batch if i not in done])
+            checked = [r for r in checked if r.index in done]
+        self._commit(checked)
+        engine.flow.set_load(time.monotonic(), self.known_load(*urls[batch[0]]))
 
     def _batches(self, chunk: Chunk, rows: dict[int, DatasetFileRow], queue: list[int],
                  params: Params, tuning: Tuning | None = None) -> None:
