@@ -125,21 +125,21 @@ class Flow:
 
     def set(self, t: float, setting: Setting) -> None:
         """The setting changed at `t`: the open window and stretch end there."""
-        with self._lock:
-            if setting == self._setting:
-                return
-            self._advance(t)
-            self._close(t)
-            self._setting = setting
-            self._new_stretch(t)
+        self._change(t, setting, None)
 
     def set_load(self, t: float, load: int) -> None:
+        """The load the daemon knows of changed at `t`: as a change of setting."""
+        self._change(t, None, load)
+
+    def _change(self, t: float, setting: Setting | None, load: int | None) -> None:
         with self._lock:
-            if load == self._load:
+            setting = self._setting if setting is None else setting
+            load = self._load if load is None else load
+            if (setting, load) == (self._setting, self._load):
                 return
             self._advance(t)
             self._close(t)
-            self._load = load
+            self._setting, self._load = setting, load
             self._new_stretch(t)
 
     def tick(self, t: float) -> None:

@@ -21,26 +21,24 @@ from stork.errors import PermanentTransferError
 from stork.process import Child
 from stork.transfer.failures import exit_status_class
 from stork.transfer.remote import GFAL_PYTHON, HELPER, common_checksum
-from stork.transfer.worker import Item, ItemResult, Report, Setting, Worker, WorkerContext
+from stork.transfer.worker import ChildWorker, Item, ItemResult, Report, Setting, WorkerContext
 from stork.urls import parse_url
 
 _ENDED: dict[str, Any] = {"ended": True}
 
 
-class GfalWorker(Worker):
+class GfalWorker(ChildWorker):
     takes_lists = False
     writes_ranges = False
 
     def __init__(self, context: WorkerContext, python: str = GFAL_PYTHON,
                  timeout_s: int = 0) -> None:
+        super().__init__()
         self.context = context
         self.python = python
         self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._child: Child | None = None
         self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
         self._pending = b""
-        self._stopped = False
         self._waiter: threading.Thread | None = None
 
     def _helper(self) -> Child | None:
@@ -124,12 +122,6 @@ class GfalWorker(Worker):
         return common_checksum(parse_url(item.file.src_url).scheme,
                                parse_url(item.file.dest_url).scheme) or ""
 
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            child = self._child
-        if child is not None:
-            child.stop("stopped")
 
     def close(self) -> None:
         with self._lock:

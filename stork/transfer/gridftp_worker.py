@@ -12,7 +12,6 @@ times: the flow never stops as a whole.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 
@@ -20,7 +19,7 @@ from stork.process import Child
 from stork.transfer.base import TransferRequest
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input, partial
 from stork.transfer.options import TransferOptions
-from stork.transfer.worker import Item, ItemResult, Report, Setting, Worker, WorkerContext
+from stork.transfer.worker import ChildWorker, Item, ItemResult, Report, Setting, WorkerContext
 
 
 class _Marks:
@@ -38,15 +37,13 @@ class _Marks:
         self.t = now
 
 
-class GridFtpWorker(Worker):
+class GridFtpWorker(ChildWorker):
     takes_lists = True
 
     def __init__(self, module: GridFtpModule, context: WorkerContext) -> None:
+        super().__init__()
         self.module = module
         self.context = context
-        self._lock = threading.Lock()
-        self._child: Child | None = None
-        self._stopped = False
 
     def argv(self, items: Sequence[Item], setting: Setting) -> tuple[list[str], bytes | None]:
         """The command line of a call, and its stdin (the list, for whole files)."""
@@ -118,9 +115,3 @@ class GridFtpWorker(Worker):
             return [ItemResult(items[0], False, failure)]
         return [ItemResult(i, None, failure) for i in items]  # which file failed: unknown
 
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            child = self._child
-        if child is not None:
-            child.stop("stopped")

@@ -11,13 +11,17 @@ reports the bytes its tool says it moved as they move.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from stork.errors import TransferError
 from stork.identity import RunAs
+
+if TYPE_CHECKING:
+    from stork.process import Child
 
 
 @dataclass(frozen=True)
@@ -116,3 +120,20 @@ class Worker(ABC):
 
     def close(self) -> None:  # noqa: B027 - a hook: workers that keep nothing need none
         """The worker is retired: let go of what it kept (a session)."""
+
+
+class ChildWorker(Worker):
+    """A worker whose calls run a child process (`stork.process.Child`): `stop` ends it
+    and keeps any later call from starting one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._child: Child | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            child = self._child
+        if child is not None:
+            child.stop("stopped")
