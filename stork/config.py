@@ -229,6 +229,15 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_LINK_MBPS", "link_mbps", "1000", _parse_float_min(0.001), LIVE,
          "The path's bandwidth in Mbit/s, for a dataset's size classes: bandwidth x the "
          "round trip time measured at the attempt's start is the bandwidth-delay product."),
+    Knob("STORK_ENGINE", "engine", "flow", _parse_choice("flow", "batch"), LIVE,
+         "How transfers move: flow (the transfer engine: a dataset's files and a large "
+         "file's byte ranges kept in flight, nothing waits for a batch) or batch (the "
+         "older way, kept for comparison: one tool run per batch, a large file in one "
+         "run)."),
+    Knob("STORK_RANGE_MIN_MB", "range_min_mb", "64", _parse_int_min(1), LIVE,
+         "The smallest byte range, in MiB, a large file is sent in (STORK_ENGINE = flow): a "
+         "range is 16 bandwidth-delay products of the path and at least this; a file of "
+         "fewer than two ranges is sent whole."),
     Knob("STORK_DATASET_FAST", "dataset_fast", "true", _parse_bool, LIVE,
          "Datasets run globus-url-copy with -fast (MODE E, data channels kept between files); "
          "set false for FTP servers that are not GridFTP servers."),
@@ -374,6 +383,8 @@ class Settings:
     max_ads_per_submit: int
     max_files_per_job: int
     link_mbps: float
+    engine: str
+    range_min_mb: int
     dataset_fast: bool
     max_retry: int
     retry_delay_s: float

@@ -78,6 +78,12 @@ class JobSpec:
         return cls(**data)
 
 
+# the job's measured flow (`stork.engine.series`): in its result, for the API and the status
+# page, never in its ClassAd or listings (a series is for drawing)
+FLOW_RESULT_KEY = "flow"
+HIDDEN_RESULT_KEYS = frozenset({FLOW_RESULT_KEY})
+
+
 @dataclass(frozen=True)
 class Job:
     """One row of the queue, as the store returns it. Immutable: changes go through the store."""
@@ -111,6 +117,11 @@ class Job:
     @cached_property
     def spec(self) -> JobSpec:
         return JobSpec.from_json(self.spec_json)
+
+    @property
+    def shown_result(self) -> dict[str, Any]:
+        """The result as the ad and listings show it (without HIDDEN_RESULT_KEYS)."""
+        return {k: v for k, v in self.result.items() if k not in HIDDEN_RESULT_KEYS}
 
 
 class FileState(enum.Enum):

@@ -91,7 +91,7 @@ SUMMARY: dict[str, Callable[[Job], Any]] = {
     "rate_mbps": throughput_mbps,
     "last_error": attrgetter("last_error"),
     "failure_kind": attrgetter("failure_kind"),
-    "result": attrgetter("result"),
+    "result": attrgetter("shown_result"),  # the flow series: GET /v1/jobs/ID/flow
     "files_total": attrgetter("files_total"),  # a dataset's files (0: a single-file job)
     "files_done": attrgetter("files_done"),
     "files_failed": attrgetter("files_failed"),
@@ -152,7 +152,7 @@ def job_ad(job: Job) -> classad2.ClassAd:
         ad["last_error"] = job.last_error
     if job.failure_kind:
         ad["failure_kind"] = job.failure_kind
-    for key, value in job.result.items():
+    for key, value in job.shown_result.items():
         ad[key] = _classad_value(value)
     return ad
 

@@ -93,6 +93,9 @@ class TransferRecord:
     sharing: int = 0  # other transfers on the same link at the time; 0 when unknown
     outcome: str = COMPLETED  # "completed", "failed", ...
     origin: str = ORIGIN_STORK  # "stork", or the name of the file it was imported from
+    # a stretch of a flow (one setting and load): the standard deviation of its 1-second
+    # windows' rates, Mbit/s; None for a row that is not one (a single file, an import)
+    spread_mbps: float | None = None
 
     @property
     def params(self) -> Params:

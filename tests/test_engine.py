@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes, split
-from stork.engine.items import RANGE_FLOOR_BYTES
+from stork.engine.items import RANGE_FLOOR_BYTES, merged
+from stork.engine.series import series
 from stork.transfer.gfal_worker import GfalWorker
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.remote import helper_available
@@ -20,6 +21,7 @@ from stork.transfer.worker import (
     FileWork,
     Item,
     ItemResult,
+    Marks,
     Report,
     Setting,
     Worker,
@@ -55,13 +57,15 @@ def test_a_file_is_split_only_when_it_holds_two_ranges() -> None:
 def test_ranges_landed_before_are_not_planned_and_assembly_says_when_a_file_is_whole() -> None:
     big = FileWork(7, "ftp://h/b", "file:///b", 4 * MB)
     other = FileWork(8, "ftp://h/o", "file:///o", 10)
-    done = {7: [(0, MB)]}
+    done = {7: [(0, MB), (2 * MB, 2 * MB + MB // 2)]}  # half of the third range
     items = plan_items([big, other], MB, done)
     assert [(i.file.index, i.offset) for i in items] == [(7, MB), (7, 2 * MB), (7, 3 * MB),
                                                          (8, 0)]
     assembly = Assembly.of(items, done)
+    assert assembly.bytes_landed(7) == MB + MB // 2
     assert [assembly.land(i) for i in items] == [False, False, True, True]
-    assert assembly.ranges_landed(7) == [(0, MB), (MB, MB), (2 * MB, MB), (3 * MB, MB)]
+    assert assembly.spans(7) == [(0, 4 * MB)] and assembly.bytes_landed(7) == 4 * MB
+    assert merged([(5, 9), (0, 2), (2, 4), (8, 12), (20, 20)]) == [(0, 4), (5, 12)]
 
 
 # -- the flow (pure) ------------------------------------------------------------------------
@@ -102,6 +106,30 @@ def test_the_flow_keeps_a_bounded_series() -> None:
     flow.add(0.0, 100.0, 100_000_000)
     assert len(flow.windows()) == 10
     assert flow.stretches()[0].windows == 100  # the stretch still counts them all
+
+
+def test_the_series_a_job_keeps_is_its_last_windows_in_wall_time() -> None:
+    flow = Flow(50.0, S1, window_s=1.0)
+    flow.add(50.0, 52.0, 2_000_000)  # 8 Mbit/s for two windows
+    flow.set(52.5, Setting(2, 1, 1))  # a change closes a window early
+    flow.add(52.5, 54.5, 1_000_000)
+    flow.tick(55.0)
+    kept = series(flow.windows(), mono_s=60.0, wall_s=1000.0, points=4)
+    assert kept["start_time"] == 1000.0 - (60.0 - 51.0)  # the last four windows: from 51
+    assert kept["t"] == [0.0, 1.0, 1.5, 2.5]
+    assert kept["mbps"] == [8.0, 0.0, 4.0, 4.0]
+    assert series([], mono_s=1.0, wall_s=9.0) == {"start_time": 9.0, "t": [], "mbps": []}
+
+
+def test_markers_of_a_list_call_count_each_file_from_zero() -> None:
+    said: list[tuple[float, float, int]] = []
+    marks = Marks(0.0)
+    marks.reach(300, 1.0, lambda *a: said.append(a))  # the first file
+    marks.reach(500, 2.0, lambda *a: said.append(a))
+    marks.reach(100, 3.0, lambda *a: said.append(a))  # the second file, counted from 0
+    marks.total(1200, 4.0, lambda *a: said.append(a))  # the call's end: both files' sizes
+    assert said == [(0.0, 1.0, 300), (1.0, 2.0, 200), (2.0, 3.0, 100), (3.0, 4.0, 600)]
+    assert sum(n for *_, n in said) == 1200
 
 
 # -- the engine, through a worker of the test's own ------------------------------------------

@@ -116,6 +116,13 @@ def test_page_follows_a_dataset_and_a_removed_job_leaves(
         after_refresh(browser)
         progress = text_of(browser, f'#running tr[data-job="{dataset}"] .progress') or ""
         assert f"files {done}/{FILES}" in progress
+        flow = f'#running tr[data-job="{dataset}"] svg.flow'  # the measured rate, drawn
+        wait_for(lambda: float(read(browser, f"const e = document.querySelector('{flow}'); "
+                                             "return e ? e.dataset.max : 0") or 0) > 0, 20,
+                 what="the job's measured flow on the page")
+        kept = server.api("GET", f"/v1/jobs/{dataset}/flow").json()
+        assert len(kept["t"]) == len(kept["mbps"]) >= 2 and max(kept["mbps"]) > 0
+        assert "flow" not in server.job(dataset)["job"]["result"]
         if os.environ.get("STORK_STATUS_SCREENSHOT"):  # the picture in docs/ (README)
             browser.save_screenshot(os.environ["STORK_STATUS_SCREENSHOT"])
 

@@ -4,6 +4,7 @@ test_store_contract.py; a full disk is in test_store_outage.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -19,6 +20,7 @@ from stork.job import DapType, Job, JobSpec, JobState
 from stork.store import SqliteStore, Transition, sqlite_db
 from stork.store.sqlite import SCHEMA_VERSION
 from stork.store.sqlite_db import transient_cause
+from stork.translog import TransferRecord
 
 SPEC = JobSpec(DapType.TRANSFER, "file:///a", "file:///b", ad_text='[ dap_type = "transfer" ]')
 DONE = Transition(JobState.COMPLETED, "completed", "completed", exit_code=0)
@@ -46,7 +48,7 @@ def locker(tmp_path: Path, store: SqliteStore) -> Iterator[sqlite3.Connection]:
 def test_wal_mode_and_schema_version(tmp_path: Path, store: SqliteStore) -> None:
     db = sqlite3.connect(tmp_path / "q.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
     db.execute("UPDATE schema_version SET version = 99")
     db.commit()
     db.close()
@@ -75,8 +77,30 @@ def test_a_version_1_database_is_migrated_and_keeps_its_jobs(tmp_path: Path,
     finally:
         again.close()
     db = sqlite3.connect(tmp_path / "q.db")
-    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 3
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 4
     db.close()
+
+
+def test_a_version_3_transfer_log_keeps_its_rows_and_gains_the_spread(
+        tmp_path: Path, store: SqliteStore) -> None:
+    old = TransferRecord(time=1.0, src_host="a", dest_host="b", rtt_s=0.04, bandwidth_bps=2e8,
+                         buffer_bytes=None, file_size_bytes=1e6, file_count=3, cc=2, p=4, pp=1,
+                         fast=False, bytes_moved=3_000_000, duration_s=1.0,
+                         throughput_mbps=24.0)
+    store.add_transfers([old])
+    store.close()
+    db = sqlite3.connect(tmp_path / "q.db")  # back to version 3: no spread column
+    db.execute("ALTER TABLE transfers DROP COLUMN spread_mbps")
+    db.execute("UPDATE schema_version SET version = 3")
+    db.commit()
+    db.close()
+    again = SqliteStore(str(tmp_path / "q.db"))
+    try:
+        assert again.transfers() == [old]
+        again.add_transfers([dataclasses.replace(old, time=2.0, spread_mbps=3.5)])
+        assert [r.spread_mbps for r in again.transfers()] == [3.5, None]
+    finally:
+        again.close()
 
 
 def test_database_readable_by_the_daemon_only(tmp_path: Path, store: SqliteStore) -> None:

@@ -599,12 +599,14 @@ def record(time: float, src: str = "a", dest: str = "b", **changes: Any) -> Tran
 
 
 def test_the_transfer_log_is_added_to_and_read_newest_first(store: JobStore) -> None:
-    rows = [record(1.0), record(3.0, sharing=2, outcome="failed"), record(2.0, "c", "b"),
+    rows = [record(1.0, spread_mbps=7.25), record(3.0, sharing=2, outcome="failed"),
+            record(2.0, "c", "b"),
             record(4.0, rtt_s=None, bandwidth_bps=None, fast=False, origin="BTData.csv")]
     assert store.add_transfers(rows) == 4
     assert store.add_transfers([]) == 0
     assert [r.time for r in store.transfers()] == [4.0, 3.0, 2.0, 1.0]
     assert store.transfers()[0] == rows[3]
+    assert [r.spread_mbps for r in store.transfers()] == [None, None, None, 7.25]
     assert [r.time for r in store.transfers("a", "b")] == [4.0, 3.0, 1.0]
     assert [r.time for r in store.transfers(dest_host="b", since=2.0, limit=2)] == [4.0, 3.0]
     assert store.transfers("a", "b", since=3.5)[0].origin == "BTData.csv"

@@ -5,6 +5,7 @@ does is in test_store_contract.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from stork.job import DapType, FileState, JobSpec, JobState
 from stork.store import open_store
 from stork.store.base import FileResult, HostLimit, Transition
 from stork.store.postgres import PostgresStore
+from stork.translog import TransferRecord
 from tests.pgcluster import PostgresCluster
 from tests.support import wait_for
 
@@ -82,6 +84,27 @@ def test_an_unknown_schema_version_is_refused_and_a_restart_keeps_the_jobs(url: 
         db.execute("UPDATE schema_version SET version = 99")
     with pytest.raises(SchemaError, match="schema version 99"):
         PostgresStore(url, node="a")
+
+
+def test_a_version_1_database_gains_the_transfer_logs_spread_and_keeps_its_rows(url: str) -> None:
+    first = PostgresStore(url, node="a")
+    old = TransferRecord(time=1.0, src_host="a", dest_host="b", rtt_s=None, bandwidth_bps=None,
+                         buffer_bytes=None, file_size_bytes=1e6, file_count=1, cc=1, p=1, pp=1,
+                         fast=False, bytes_moved=1_000_000, duration_s=1.0, throughput_mbps=8.0)
+    first.add_transfers([old])
+    first.close()
+    with psycopg.connect(url, autocommit=True) as db:  # back to version 1
+        db.execute("ALTER TABLE transfers DROP COLUMN spread_mbps")
+        db.execute("UPDATE schema_version SET version = 1")
+    again = PostgresStore(url, node="a")
+    try:
+        assert again.transfers() == [old]
+        again.add_transfers([dataclasses.replace(old, time=2.0, spread_mbps=1.5)])
+        assert [r.spread_mbps for r in again.transfers()] == [1.5, None]
+    finally:
+        again.close()
+    with psycopg.connect(url, autocommit=True) as db:
+        assert db.execute("SELECT version FROM schema_version").fetchone() == (2,)
 
 
 def test_of_racing_nodes_exactly_one_claims_a_job(nodes: tuple[PostgresStore, PostgresStore]

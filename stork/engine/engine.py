@@ -10,8 +10,9 @@ barrier where the flow drains to the slowest file and starts again.
 `set(Setting)` applies at once and stops nothing: a higher `cc` starts workers now; a lower
 one lets the workers above it finish their call and take no more; `p` and `pp` apply to the
 next call each worker makes. Nothing in flight is killed or sent again because of a change.
-The bytes the tools report go into the job's `Flow` (windows of measured rate at each
-setting), which the tuning layer reads. `stop` ends every call in flight (their items are
+The bytes the tools report go into the engine's `Flow` (windows of measured rate at each
+setting), which the tuning layer reads, and into the job's (`meter`: a job may run several
+engines), which the job keeps as its series. `stop` ends every call in flight (their items are
 answered as not done: `ok` None) and takes no more.
 
 What an answer means (done, retry alone, failed) is the caller's: `on_take` is called on the
@@ -57,7 +58,7 @@ class Taken:
 class Engine:
     def __init__(self, items: Iterable[Item], new_worker: Callable[[], Worker],
                  setting: Setting, on_results: Callable[[Taken, list[ItemResult]], None], *,
-                 flow: Flow | None = None, call_s: float = CALL_S,
+                 flow: Flow | None = None, meter: Flow | None = None, call_s: float = CALL_S,
                  on_take: Callable[[Taken], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
@@ -68,6 +69,7 @@ class Engine:
         self._on_take = on_take
         self.clock = clock
         self.flow = flow if flow is not None else Flow(clock(), setting)
+        self.meter = meter  # the job's flow over all its engines, fed the same reports
         self.call_s = call_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -163,7 +165,7 @@ class Engine:
                 try:
                     if self._on_take is not None:
                         self._on_take(taken)
-                    results = worker.run(taken.items, taken.setting, self.flow.add)
+                    results = worker.run(taken.items, taken.setting, self._report)
                 finally:
                     with self._lock:
                         self._in_flight.pop(slot, None)
@@ -176,6 +178,11 @@ class Engine:
             with self._lock:
                 self._slots.pop(slot, None)
                 self._changed.notify_all()
+
+    def _report(self, t0: float, t1: float, nbytes: float) -> None:
+        self.flow.add(t0, t1, nbytes)
+        if self.meter is not None:
+            self.meter.add(t0, t1, nbytes)
 
     def _take(self, slot: int, lists: bool) -> Taken | None:
         """The next call's items for `slot` (in the lock); None: the slot retires (stopped,

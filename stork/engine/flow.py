@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from stork.transfer.worker import Setting
 
+SERIES_ONLY = Setting(1, 1, 1)  # the setting of a flow kept as a series only
+
 
 @dataclass(frozen=True)
 class Window:
@@ -82,8 +84,11 @@ class _Open:
 
 
 class Flow:
-    def __init__(self, start_s: float, setting: Setting, *, window_s: float = 1.0,
-                 keep: int = 900, load: int = 0) -> None:
+    """The flow of one engine (its windows carry its settings), or a job's over several
+    engines (a series only: it keeps the setting it was made with)."""
+
+    def __init__(self, start_s: float, setting: Setting = SERIES_ONLY, *,
+                 window_s: float = 1.0, keep: int = 900, load: int = 0) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be positive, not {window_s}")
         self.window_s = window_s
@@ -146,6 +151,12 @@ class Flow:
         """Close the windows that ended by `t` (a quiet flow still has windows: at 0)."""
         with self._lock:
             self._advance(t)
+
+    def end(self, t: float) -> None:
+        """The flow ended at `t`: the windows up to it closed, the last one short."""
+        with self._lock:
+            self._advance(t)
+            self._close(t)
 
     # -- reading --------------------------------------------------------------------------
 

@@ -5,13 +5,14 @@ A file of at least two ranges' worth is sent as byte ranges written in place
 crash leaves only the ranges in flight in doubt. A range is `RANGE_BDPS` bandwidth-delay
 products (a range shorter than a few BDPs spends most of its time in TCP start-up), and at
 least `RANGE_FLOOR_BYTES` (a tool start and a connection per range cost a few round trips).
-`Assembly` knows which ranges of each file have landed; a file is whole when all have, and
-only then is it verified (size, and the checksum the job asks for).
+`Assembly` knows which bytes of each file have landed (as merged spans, what a job keeps so
+that a resumed attempt sends only the rest); a file is whole when all have, and only then is
+it verified (size, and the checksum the job asks for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stork.transfer.worker import FileWork, Item
@@ -37,47 +38,70 @@ def split(file: FileWork, range_size: int) -> list[Item]:
             for offset in range(0, size, range_size)]
 
 
+Span = tuple[int, int]  # bytes [start, end) of a file
+
+
+def merged(spans: Iterable[Span]) -> list[Span]:
+    """The spans as few as can be: sorted, overlapping and touching ones joined."""
+    out: list[Span] = []
+    for start, end in sorted(spans):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def covered(spans: Sequence[Span], start: int, end: int) -> bool:
+    """Whether merged `spans` hold all of [start, end)."""
+    return any(s <= start and end <= e for s, e in spans)
+
+
 def plan_items(files: Iterable[FileWork], range_size: int,
-               done_ranges: dict[int, Sequence[tuple[int, int]]] | None = None) -> list[Item]:
-    """Every file's items in the files' order, less the ranges `done_ranges` names as landed
-    (a resumed job: (offset, length) per file index)."""
+               landed: Mapping[int, Sequence[Span]] | None = None) -> list[Item]:
+    """Every file's items in the files' order, less the ranges that `landed` (spans per
+    file index, as `Assembly.spans` keeps them) already holds: a resumed file sends only
+    what did not land."""
     items: list[Item] = []
     for file in files:
-        landed = set(map(tuple, (done_ranges or {}).get(file.index, ())))
+        have = merged((landed or {}).get(file.index, ()))
         items.extend(i for i in split(file, range_size)
-                     if not (i.is_range and (i.offset, i.length) in landed))
+                     if not (i.is_range and covered(have, i.offset, i.offset + i.size_bytes)))
     return items
 
 
 @dataclass
 class Assembly:
-    """Which ranges of each split file have landed. `land` answers whether the file is now
-    whole (its last range landed)."""
+    """Which bytes of each split file have landed. `land` answers whether the file is now
+    whole (every byte of it landed); `spans` is what a resumed attempt need not send."""
 
-    expected: dict[int, set[tuple[int, int]]] = field(default_factory=dict)
-    landed: dict[int, set[tuple[int, int]]] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    landed: dict[int, list[Span]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, items: Iterable[Item],
-           done_ranges: dict[int, Sequence[tuple[int, int]]] | None = None) -> Assembly:
+           landed: Mapping[int, Sequence[Span]] | None = None) -> Assembly:
         assembly = cls()
         for item in items:
-            if item.length is not None:
-                assembly.expected.setdefault(item.file.index, set()).add(
-                    (item.offset, item.length))
-        for index, ranges in (done_ranges or {}).items():
-            for offset, length in ranges:
-                assembly.expected.setdefault(index, set()).add((offset, length))
-                assembly.landed.setdefault(index, set()).add((offset, length))
+            if item.length is not None and item.file.size_bytes is not None:
+                assembly.sizes[item.file.index] = item.file.size_bytes
+        for index, spans in (landed or {}).items():
+            assembly.landed[index] = merged(spans)
         return assembly
 
     def land(self, item: Item) -> bool:
         """Record `item` as landed; True when its file is now whole."""
         if item.length is None:
             return True
-        got = self.landed.setdefault(item.file.index, set())
-        got.add((item.offset, item.length))
-        return got >= self.expected.get(item.file.index, set())
+        index = item.file.index
+        spans = self.landed[index] = merged(
+            [*self.landed.get(index, ()), (item.offset, item.offset + item.length)])
+        return covered(spans, 0, self.sizes.get(index, 0))
 
-    def ranges_landed(self, index: int) -> list[tuple[int, int]]:
-        return sorted(self.landed.get(index, ()))
+    def spans(self, index: int) -> list[Span]:
+        return list(self.landed.get(index, ()))
+
+    def bytes_landed(self, index: int) -> int:
+        return sum(e - s for s, e in self.landed.get(index, ()))

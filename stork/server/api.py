@@ -122,6 +122,8 @@ def routes(service: Service, server: HttpServer | None = None) -> list[Route | W
               lambda r: (HTTPStatus.OK, service.remove(job_id(r), r.caller))),
         WaitRoute("GET", "/v1/jobs/{id}/wait", job_id, wait_check),
         Route("GET", "/v1/jobs/{id}/files", files),
+        Route("GET", "/v1/jobs/{id}/flow",
+              lambda r: (HTTPStatus.OK, service.flow(job_id(r), r.caller))),
         Route("GET", "/v1/transfers", transfers),
         Route("POST", "/v1/transfers",
               lambda r: (HTTPStatus.OK, service.import_transfers(r.body, r.caller)), body=True),

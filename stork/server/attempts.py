@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stork.config import LiveSettings, Settings
+from stork.engine.items import Span
 from stork.errors import (
     ChecksumMismatch,
     CredentialInvalid,
@@ -37,6 +38,7 @@ from stork.job import FileState, Job
 from stork.server import events
 from stork.server.admission import host_of
 from stork.server.dataset_run import DatasetRun
+from stork.server.file_run import LANDED_KEY, FileRun, landed_of
 from stork.server.judge import (
     AttemptOutcome,
     DatasetFacts,
@@ -99,6 +101,8 @@ class Plan:
     proxy: ProxyFacts | None = None  # the job's x509proxy, checked when the attempt was planned
     # what the destination is and what of it this attempt may remove (claimed at launch)
     destination: Destination | None = None
+    # byte spans of the file an attempt before this one landed as ranges (`FileRun`)
+    landed: tuple[Span, ...] = ()
 
     @property
     def ends(self) -> RemoteEnds:
@@ -176,7 +180,7 @@ def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
 @dataclass
 class _Running:
     plan: Plan
-    process: AttemptProcess | DatasetRun
+    process: AttemptProcess | DatasetRun | FileRun
     job: Job  # as the store started the attempt
     last_progress_write: float = 0.0
     started: float = field(default_factory=time.monotonic)
@@ -226,10 +230,22 @@ class Attempts:
         lands in between stops it before its child exists."""
         job = plan.job
         job_id, attempt_no = job.id, plan.attempt_no
-        process: AttemptProcess | DatasetRun
+        process: AttemptProcess | DatasetRun | FileRun
         if not job.spec.is_dataset:  # what the tool may be asked (one stream into a FIFO)
             plan = plan.claimed(destination.look(plan.dest_url, plan.run_as))
-        if job.spec.is_dataset:
+        if as_ranges(plan, self.settings):
+            argv = ["ranges", plan.src_url, plan.dest_url]
+            landed, range_size = resumable(plan)
+            plan = dataclasses.replace(plan, landed=landed)
+            process = FileRun(
+                job_id, plan.request, plan.module, settings=self.settings, run_as=plan.run_as,
+                landed=list(landed), range_size=range_size, output=job.spec.output,
+                err=job.spec.err, write_result=lambda d: self.store.update_result(job_id, d),
+                rtt_s=lambda: self._rtts.of([plan.src_url, plan.dest_url]),
+                on_progress=lambda p: self._progress(job_id, p),
+                on_exit=lambda r: self._exited(job_id, r),
+                on_pid=lambda pid: self.store.set_pid(job_id, attempt_no, pid))
+        elif job.spec.is_dataset:
             assert isinstance(plan.module, GridFtpModule)
             argv = ["dataset", f"pass {attempt_no}"]
             process = DatasetRun(job, attempt_no, store=self.store, settings=self.settings,
@@ -282,8 +298,10 @@ class Attempts:
         """Claim the destination of a started attempt before its tool exists (what it may
         remove later), and keep the claim on the job, so a crash removes no more."""
         dest = destination.claim(plan.dest_url, plan.run_as)
-        if plan.bytes_in_destination and dest.kind is destination.DestKind.REGULAR:
-            dest = dataclasses.replace(dest, created=True)  # the EOS's samples made it
+        if (plan.bytes_in_destination or plan.landed) \
+                and dest.kind is destination.DestKind.REGULAR:
+            # the EOS's samples made it, or the ranges an attempt before this one landed
+            dest = dataclasses.replace(dest, created=True)
         plan = dataclasses.replace(plan, destination=dest)
         self._running[job_id].plan = plan
         self.store.update_result(job_id, {"destination_claim": dest.to_text(), **dest.facts()})
@@ -390,6 +408,8 @@ class Attempts:
         outcome = self._outcome(plan, result)
         now = self.clock()
         verdict = judge(running.job, outcome, self.settings, now)
+        if verdict.remove_partial and isinstance(running.process, FileRun):
+            self.store.update_result(running.job.id, {LANDED_KEY: []})  # they go with it
         return self._apply(running.job, plan.attempt_no, verdict, now, plan.src_url,
                            plan.destination)
 
@@ -400,7 +420,7 @@ class Attempts:
         if result.killed_reason is not None:
             return facts
         if result.exit_code != 0:
-            failure = plan.module.judge(result.exit_code, result.stderr_tail)
+            failure = result.failure or plan.module.judge(result.exit_code, result.stderr_tail)
             return dataclasses.replace(facts, failure=failure)
         problem, size = verify_destination(plan)
         if plan.destination is not None and plan.destination.is_sink:
@@ -561,10 +581,58 @@ class Attempts:
                 kill_leftover(job.pid)
             if not job.spec.is_dataset:  # a dataset's files in doubt are checked next pass
                 url = urls_for_attempt(job, job.attempts)[1]
-                remove_partial(job, destination.stored_claim(job.result, url))
+                claim = destination.stored_claim(job.result, url)
+                landed = landed_of(job.result)[0]
+                if landed and still_there(claim, job.owner_uid):
+                    log.info("job %d: %d bytes of %s landed as ranges: kept, the next "
+                             "attempt sends the rest", job.id, sum(e - s for s, e in landed),
+                             url)
+                else:
+                    remove_partial(job, claim)
+                    if landed:
+                        self.store.update_result(job.id, {LANDED_KEY: []})
             events.record(job, now, [note(f"attempt {job.attempts} interrupted: stork_server "
                                           "restarted; job requeued")])
         return jobs
+
+
+def as_ranges(plan: Plan, settings: Settings) -> bool:
+    """Whether a single-file attempt runs through the engine (`FileRun`: sent as byte
+    ranges when the file is large enough): its module's worker writes ranges in place, the
+    destination is no sink, no EOS samples left only a rest to send, and STORK_ENGINE is
+    flow."""
+    return (settings.engine == "flow" and not plan.job.spec.is_dataset
+            and plan.module.writes_ranges
+            and type(plan.module).worker is not TransferModule.worker
+            and not plan.request.ranges
+            and not (plan.destination is not None and plan.destination.is_sink))
+
+
+def resumable(plan: Plan) -> tuple[tuple[Span, ...], int | None]:
+    """What of the file an attempt before this one landed as ranges, and their size: only
+    when the destination is still the very file it wrote (the claim kept on the job names
+    it); else nothing (the whole file is sent)."""
+    landed, range_size = landed_of(plan.job.result)
+    if not landed:
+        return (), None
+    claim = destination.stored_claim(plan.job.result, plan.dest_url)
+    if plan.destination is None or claim.file is None or plan.destination.file is None \
+            or plan.destination.file.key != claim.file.key:
+        return (), None
+    return tuple(landed), range_size
+
+
+def still_there(claim: Destination, owner_uid: int) -> bool:
+    """Whether the file a stored claim names still stands at its URL (the same file: a local
+    one by its device and inode, looked at as its owner; on an FTP server by its `Unique`
+    fact): ranges that landed in it are worth keeping."""
+    if claim.file is None:
+        return False
+    try:
+        found = destination.look(claim.url, RunAs.for_owner(owner_uid))
+    except StorkError:
+        return False
+    return found.file is not None and found.file.key == claim.file.key
 
 
 def verify_destination(plan: Plan) -> tuple[TransferError | None, int | None]:

@@ -52,7 +52,7 @@ from stork.config import Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
-from stork.engine import Engine, Taken, plan_items
+from stork.engine import Engine, Flow, Taken, plan_items
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -63,6 +63,7 @@ from stork.errors import (
 from stork.identity import RunAs, open_as
 from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
+from stork.server.flow_report import FlowReport
 from stork.server.judge import DatasetOutcome, retry_delay_s, retry_limit
 from stork.server.runner import StopReason
 from stork.store.base import FileResult, JobStore
@@ -74,7 +75,7 @@ from stork.transfer.localfacts import local_facts
 from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
 from stork.transfer.rtt import connect_s, network_end
-from stork.transfer.worker import FileWork, ItemResult, Setting, Worker, WorkerContext
+from stork.transfer.worker import FileWork, ItemResult, Marks, Setting, Worker, WorkerContext
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -198,6 +199,7 @@ class DatasetRun:
         self._shared_cc: SharedConcurrency | None = None  # tuned chunks share concurrency
         self._children: set[Child] = set()
         self._engines: set[Engine] = set()
+        self.meter = Flow(time.monotonic())  # the pass's flow over all its engines and runs
         self._stop: StopReason | None = None
         self._moved = 0
         self._done = 0
@@ -233,7 +235,12 @@ class DatasetRun:
         try:
             with self._files:
                 self._open_outputs()
-                outcome = self._pass()
+                report = FlowReport(self.meter, lambda d: self.store.update_result(
+                    self.job.id, d)).start()
+                try:
+                    outcome = self._pass()
+                finally:
+                    report.stop()
         except Exception as exc:
             log.exception("job %d: the dataset pass failed inside stork_server", self.job.id)
             outcome = DatasetOutcome(internal_error=f"stork_server could not run the "
@@ -345,8 +352,11 @@ class DatasetRun:
         queue = list(chunk.indexes)
         params = chunk.params
         tuning = self._tuning(chunk, rows, queue)
-        if tuning is None:
+        if tuning is None and self.settings.engine == "flow":
             self._flow(chunk, rows, queue, params)
+            return
+        if tuning is None:  # STORK_ENGINE = batch: the older way, for comparison
+            self._batches(chunk, rows, queue, params)
             return
         try:
             params = tuning.decide(params)
@@ -393,7 +403,7 @@ class DatasetRun:
 
         engine = Engine(plan_items(files, 0), new_worker, Setting(params.cc, params.p, params.pp),
                         lambda _, results: self._called(engine, results, rows, urls),
-                        on_take=on_take)
+                        on_take=on_take, meter=self.meter)
         with self._lock:
             if self._stop is not None:
                 return
@@ -426,7 +436,8 @@ class DatasetRun:
                 file_count=max(round(stretch.bytes / mean), 1) if mean else 1,
                 cc=s.cc, p=s.p, pp=s.pp, fast=self.settings.dataset_fast,
                 bytes_moved=int(stretch.bytes), duration_s=round(stretch.seconds, 6),
-                throughput_mbps=round(stretch.mean_mbps, 3), sharing=stretch.load))
+                throughput_mbps=round(stretch.mean_mbps, 3), sharing=stretch.load,
+                spread_mbps=round(stretch.stdev_mbps, 3) if stretch.windows > 1 else None))
         try:
             self.store.add_transfers(records)
         except Exception:
@@ -584,9 +595,12 @@ class DatasetRun:
         """Run one child to its end: (exit status, the tail of its stderr). Its stdout goes
         to `on_stdout` when given, else to the job's output."""
         env = (module or self.module).environment(self._request("", "", 1))
+        marks = Marks(time.monotonic())  # its -vb markers into the pass's flow
         child = Child(argv, env=env, run_as=self.run_as,
                       stdout=self._out if on_stdout is None else None, stderr=self._err,
-                      stdin=stdin, on_stdout=on_stdout)
+                      stdin=stdin, on_stdout=on_stdout,
+                      on_progress=lambda p: marks.reach(p.bytes_done, time.monotonic(),
+                                                        self.meter.add))
         with self._lock:
             if self._stop is not None:
                 return 1, ""

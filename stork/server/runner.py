@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from stork.errors import IdentityError
+from stork.errors import IdentityError, TransferError
 from stork.identity import RunAs, open_as
 from stork.process import Child
 from stork.transfer.base import Progress
@@ -41,6 +41,7 @@ class AttemptResult:
     bytes_done: int  # from the tool's last progress line
     duration_s: float
     killed_reason: StopReason | None = None  # set when Stork stopped the child
+    failure: TransferError | None = None  # judged already (an engine run's failed range)
 
 
 class AttemptProcess:
@@ -122,7 +123,13 @@ class AttemptProcess:
                              StopReason(ended.stopped) if ended.stopped else None)
 
     def _open(self, path: str | None, files: ExitStack) -> BinaryIO | None:
-        if not path:
-            return None
-        fd = open_as(self.run_as, path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        return files.enter_context(os.fdopen(fd, "ab"))
+        return open_output(self.run_as, path, files)
+
+
+def open_output(run_as: RunAs | None, path: str | None, files: ExitStack) -> BinaryIO | None:
+    """The job's `output` or `err` file opened for appending as its owner (None: no file);
+    closed with `files`. IdentityError when the owner may not write it."""
+    if not path:
+        return None
+    fd = open_as(run_as, path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    return files.enter_context(os.fdopen(fd, "ab"))

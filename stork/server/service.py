@@ -31,7 +31,7 @@ from stork.errors import (
     TransferLogError,
 )
 from stork.identity import RunAs
-from stork.job import DapType, FileState, Job, JobSpec, JobState
+from stork.job import FLOW_RESULT_KEY, DapType, FileState, Job, JobSpec, JobState
 from stork.jobad import (
     SUMMARY,
     attempt_record,
@@ -243,6 +243,16 @@ class Service:
             "events": [{"seq": e.seq, "time": e.time, "kind": e.kind, "detail": e.detail}
                        for e in self.store.events(job_id)],
         }
+
+    def flow(self, job_id: int, caller: Caller) -> dict[str, Any]:
+        """The job's measured flow as it keeps it (`stork.engine.series`): its last minutes
+        of rate, one point per window; empty for a job that has not moved data through the
+        engine."""
+        job = self._own_job(job_id, caller, "see its flow")
+        kept = job.result.get(FLOW_RESULT_KEY) or {}
+        return {"id": job.id, "state": job.state.value,
+                "start_time": kept.get("start_time"), "t": kept.get("t", []),
+                "mbps": kept.get("mbps", [])}
 
     def history(self, src: str, dest: str, limit: int) -> dict[str, Any]:
         """Stored optimizations and transfers between two hosts (or URLs), newest first."""

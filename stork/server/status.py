@@ -17,13 +17,14 @@ from typing import Any
 from stork import __version__
 from stork.eos.plot import Curve, fitted_curves
 from stork.errors import JobNotFound, StorkError
-from stork.job import Job, JobState
+from stork.job import FLOW_RESULT_KEY, Job, JobState
 from stork.server.metrics import Metrics
 from stork.server.service import Service
 from stork.store.base import HistoryEntry, JobStore
 from stork.transfer import verify
 from stork.urls import parse_url
 
+FLOW_SHOWN = 120  # windows of a running job's flow drawn (its last two minutes)
 QUEUE_SHOWN = 50  # waiting jobs listed (the counts cover them all)
 FAILURES_SHOWN = 20
 OPTIMIZATIONS_SHOWN = 4
@@ -98,7 +99,8 @@ class Overview:
                 "attempts": job.attempts, "dataset": dataset, "bytes_done": job.bytes_done,
                 "bytes_total": total, "files_total": job.files_total,
                 "files_done": job.files_done, "files_failed": job.files_failed,
-                "rate_mbps": job.rate_mbps}
+                "rate_mbps": job.rate_mbps,
+                "flow": (job.result.get(FLOW_RESULT_KEY) or {}).get("mbps", [])[-FLOW_SHOWN:]}
 
     def _waiting(self, job: Job) -> dict[str, Any]:
         return {"id": job.id, "owner": job.owner, "src_url": job.src_url,

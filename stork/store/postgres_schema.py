@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from stork.store import tables
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = (
     tables.SCHEMA_VERSION_TABLE,
@@ -26,6 +26,7 @@ SCHEMA = (
     tables.attempts_table(tables.POSTGRES, extra=("node TEXT",)),
     *tables.files_tables(tables.POSTGRES),
     *tables.transfers_tables(tables.POSTGRES),
+    tables.transfers_spread(tables.POSTGRES),
     """CREATE TABLE nodes (
         name TEXT PRIMARY KEY,
         pid INTEGER NOT NULL,
@@ -34,5 +35,7 @@ SCHEMA = (
     )""",
 )
 
-# version N -> N + 1 (none yet: version 1 is the first)
-MIGRATIONS: dict[int, tuple[str, ...]] = {}
+# version N -> N + 1
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (tables.transfers_spread(tables.POSTGRES),),  # 1 -> 2: a flow stretch's spread
+}

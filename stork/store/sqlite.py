@@ -35,7 +35,7 @@ from stork.store.base import (
 from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
 from stork.translog import TransferRecord
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 FILES_SCHEMA = tables.files_tables(tables.SQLITE, suffix=" WITHOUT ROWID")
 TRANSFERS_SCHEMA = tables.transfers_tables(tables.SQLITE)
@@ -49,6 +49,7 @@ SCHEMA = (
     tables.attempts_table(tables.SQLITE),
     *FILES_SCHEMA,
     *TRANSFERS_SCHEMA,
+    tables.transfers_spread(tables.SQLITE),
 )
 
 # Version 1 -> 2: datasets (the jobs' file counters and the files table).
@@ -59,6 +60,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN bytes_total INTEGER",
         *FILES_SCHEMA),
     2: TRANSFERS_SCHEMA,  # 2 -> 3: the transfer log
+    3: (tables.transfers_spread(tables.SQLITE),),  # 3 -> 4: a flow stretch's spread
 }
 
 _gc_paused = GcPause()

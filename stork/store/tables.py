@@ -162,6 +162,13 @@ def transfers_tables(d: Dialect) -> tuple[str, ...]:
     )), "CREATE INDEX transfers_pair ON transfers (src_host, dest_host, time)")
 
 
+def transfers_spread(d: Dialect) -> str:
+    """The transfer log's spread column (added after the table: migrated databases and new
+    ones reach the same shape): the standard deviation of a flow stretch's 1-second rates,
+    NULL for a row that is not a stretch of a flow."""
+    return f"ALTER TABLE transfers ADD COLUMN spread_mbps {d.real}"
+
+
 # -- creating and migrating --------------------------------------------------------------------
 
 class _Cursor(Protocol):

@@ -19,22 +19,15 @@ from stork.process import Child
 from stork.transfer.base import TransferRequest
 from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input, partial
 from stork.transfer.options import TransferOptions
-from stork.transfer.worker import ChildWorker, Item, ItemResult, Report, Setting, WorkerContext
-
-
-class _Marks:
-    """The tool's last performance marker: when, and how many bytes it had moved."""
-
-    def __init__(self, start_s: float) -> None:
-        self.t = start_s
-        self.done = 0
-
-    def reach(self, done: int, now: float, report: Report) -> None:
-        """A marker says `done` bytes at `now`: report what moved since the last one."""
-        if done > self.done:
-            report(self.t, now, done - self.done)
-            self.done = done
-        self.t = now
+from stork.transfer.worker import (
+    ChildWorker,
+    Item,
+    ItemResult,
+    Marks,
+    Report,
+    Setting,
+    WorkerContext,
+)
 
 
 class GridFtpWorker(ChildWorker):
@@ -88,7 +81,7 @@ class GridFtpWorker(ChildWorker):
     def _call(self, items: Sequence[Item], setting: Setting,
               report: Report) -> list[ItemResult]:
         argv, stdin = self.argv(items, setting)
-        marks = _Marks(time.monotonic())
+        marks = Marks(time.monotonic())
         child = Child(argv, env=self.context.env, run_as=self.context.run_as, stdin=stdin,
                       stdout=self.context.stdout, stderr=self.context.stderr,
                       on_progress=lambda p: marks.reach(p.bytes_done, time.monotonic(), report))
@@ -108,7 +101,7 @@ class GridFtpWorker(ChildWorker):
             return [ItemResult(i, None) for i in items]
         moved = sum(i.size_bytes for i in items)
         if ended.code == 0:
-            marks.reach(moved, time.monotonic(), report)  # what no marker said (a short call)
+            marks.total(moved, time.monotonic(), report)  # what no marker said
             return [ItemResult(i, True) for i in items]
         failure = self.module.judge(ended.code, ended.stderr_tail)
         if len(items) == 1:

@@ -137,3 +137,30 @@ class ChildWorker(Worker):
             child = self._child
         if child is not None:
             child.stop("stopped")
+
+
+class Marks:
+    """A tool's performance markers (globus-url-copy's `-vb` lines) as reports of bytes:
+    when the last came, and how many bytes the call had moved by then. A list call's
+    markers count each file from 0: a count lower than the last is a new file (the last
+    file's count is kept as the floor, its rest is said at the call's end)."""
+
+    def __init__(self, start_s: float) -> None:
+        self.t = start_s
+        self.done = 0  # the call's bytes said so far
+        self._floor = 0  # the bytes of the files before the one the markers count now
+        self._last = 0  # the last marker's count
+
+    def reach(self, count: int, now: float, report: Report) -> None:
+        """A marker says `count` bytes at `now`: report what moved since the last one."""
+        if count < self._last:
+            self._floor += self._last
+        self._last = count
+        self.total(self._floor + count, now, report)
+
+    def total(self, done: int, now: float, report: Report) -> None:
+        """The call has moved `done` bytes by `now`."""
+        if done > self.done:
+            report(self.t, now, done - self.done)
+            self.done = done
+        self.t = now

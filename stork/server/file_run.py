@@ -1,0 +1,261 @@
+"""One attempt of a large single file through the transfer engine: its byte ranges in flight.
+
+A file of at least two ranges (`stork.engine.items.range_bytes`: 16 bandwidth-delay products
+of the path, at least STORK_RANGE_MIN_MB) whose module has an engine worker that writes
+ranges in place (GridFTP: ``-partial-offset``/``-partial-length``) is sent as ranges by `cc`
+workers, each taking the next range the moment its last one lands, so the flow never drains
+between pieces. Without ``-cc`` on the job, two ranges are kept in flight and the job's streams are
+split between them (``-p 8``: two ranges of 4 streams); with ``-cc C``, C ranges of ``-p``
+streams each, as for a dataset.
+
+Each range that lands is kept on the job (`ranges_landed`, merged spans, with the range
+size), so an attempt after a daemon that died (kill -9) sends only what had not landed: the
+ranges in flight then are sent again, nothing else. A range that fails is sent again once,
+alone; a second failure ends the attempt with that range's error (the job's retry rules then
+apply to the whole file). When every byte has landed the attempt ends as a tool that exited
+0 would, and the destination is verified whole (size, and the checksum the job asks for).
+
+A file that turns out smaller than two ranges (or whose size the source does not tell) runs
+as before: one run of the module's command (`AttemptProcess`).
+
+The interface is `AttemptProcess`'s (`start`, `kill`, `pid`, `start_time`, `on_progress`,
+`on_exit`), so `Attempts` launches, stops and judges both alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from stork.config import Settings
+from stork.engine import Assembly, Engine, Flow, plan_items, range_bytes
+from stork.engine.items import Span, covered, merged
+from stork.errors import IdentityError, RetryableTransferError, TransferError
+from stork.identity import RunAs
+from stork.server.flow_report import FlowReport
+from stork.server.runner import AttemptProcess, AttemptResult, StopReason, open_output
+from stork.transfer import verify
+from stork.transfer.base import Progress, TransferModule, TransferRequest
+from stork.transfer.remote import RemoteEnds
+from stork.transfer.worker import FileWork, Item, ItemResult, Setting, Worker, WorkerContext
+
+log = logging.getLogger(__name__)
+
+LANDED_KEY = "ranges_landed"  # the job's result: merged [start, end) spans of the file
+RANGE_KEY = "range_bytes"  # the range size they were sent in
+RANGE_WORKERS = 2  # ranges in flight for a job without -cc
+RANGE_RETRIES = 1  # a failed range is sent again this many times, alone
+
+
+def landed_of(result: dict[str, Any]) -> tuple[list[Span], int | None]:
+    """The spans a job's result says landed and their range size (none when it says nothing
+    readable)."""
+    spans, size = result.get(LANDED_KEY), result.get(RANGE_KEY)
+    if not isinstance(spans, list) or not isinstance(size, int):
+        return [], None
+    try:
+        return merged((int(s), int(e)) for s, e in spans), size
+    except (TypeError, ValueError):
+        return [], None
+
+
+def range_setting(streams: int, concurrency: int | None) -> Setting:
+    """The engine's setting for a file sent as ranges: with the job's -cc, that many ranges
+    of `streams` each; without, RANGE_WORKERS ranges sharing `streams`."""
+    if concurrency:
+        return Setting(concurrency, streams, 1)
+    cc = max(1, min(RANGE_WORKERS, streams))
+    return Setting(cc, math.ceil(streams / cc), 1)
+
+
+class FileRun:
+    def __init__(self, job_id: int, request: TransferRequest, module: TransferModule, *,
+                 settings: Settings, run_as: RunAs | None, landed: list[Span],
+                 range_size: int | None,
+                 output: str | None, err: str | None,
+                 write_result: Callable[[dict[str, Any]], None],
+                 rtt_s: Callable[[], float | None],
+                 on_progress: Callable[[Progress], None],
+                 on_exit: Callable[[AttemptResult], None],
+                 on_pid: Callable[[int], None] | None = None) -> None:
+        self.job_id = job_id
+        self.request = request
+        self.module = module
+        self.settings = settings
+        self.run_as = run_as
+        self.landed = landed  # spans an attempt before this one landed
+        self.range_size = range_size  # the range size they were sent in
+        self.output, self.err = output, err
+        self._write_result = write_result
+        self._rtt_s = rtt_s
+        self._on_progress = on_progress
+        self._on_exit = on_exit
+        self._on_pid = on_pid
+        self._lock = threading.Lock()
+        self._stop: StopReason | None = None
+        self._engine: Engine | None = None
+        self._whole: AttemptProcess | None = None  # a file too small for ranges
+        self._failure: TransferError | None = None
+        self._retried: dict[int, int] = {}  # range offset -> times sent again
+        self.meter = Flow(time.monotonic())
+        self.start_time = time.monotonic()
+
+    # -- the interface of an attempt's process --------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        whole = self._whole
+        return whole.pid if whole is not None else None
+
+    def start(self) -> None:
+        self.start_time = time.monotonic()
+        threading.Thread(target=self._run, name=f"file-{self.job_id}", daemon=True).start()
+
+    def kill(self, reason: StopReason) -> None:
+        with self._lock:
+            if self._stop is None:
+                self._stop = reason
+            engine, whole = self._engine, self._whole
+        if engine is not None:
+            engine.stop()
+        if whole is not None:
+            whole.kill(reason)
+
+    def stopped(self) -> bool:
+        with self._lock:
+            return self._stop is not None
+
+    # -- the attempt ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            result = self._attempt()
+        except Exception as exc:  # never leave the attempt without an end (its slot)
+            log.exception("job %d: the ranges failed inside stork_server", self.job_id)
+            result = AttemptResult(1, f"stork_server could not run the attempt: {exc}", 0,
+                                   time.monotonic() - self.start_time)
+        if result is not None:
+            self._on_exit(result)
+
+    def _attempt(self) -> AttemptResult | None:
+        """The attempt's end (None: it went to a whole-file run, which ends by itself)."""
+        src, dest = self.request.src_url, self.request.dest_url
+        try:
+            size = verify.size_of(src, RemoteEnds(x509proxy=self.request.x509proxy,
+                                                  run_as=self.run_as))
+        except verify.VerifyError:
+            size = None
+        range_size = self.range_size if self.landed and self.range_size else \
+            range_bytes(self.settings.link_mbps * 1e6 / 8 * (self._rtt_s() or 0.0),
+                        self.settings.range_min_mb << 20)
+        items = plan_items([FileWork(0, src, dest, size)], range_size, {0: self.landed})
+        if size is None or (not any(i.is_range for i in items) and not self.landed):
+            self._run_whole()
+            return None
+        self._write_result({RANGE_KEY: range_size})
+        with ExitStack() as files:
+            try:
+                context = self._context(files)
+            except IdentityError as exc:
+                return AttemptResult(1, str(exc), 0, 0.0)
+            return self._ranges(items, size, range_size, context)
+
+    def _run_whole(self) -> None:
+        whole = AttemptProcess(self.module.command(self.request), output=self.output,
+                               err=self.err, env=self.module.environment(self.request),
+                               run_as=self.run_as, on_progress=self._on_progress,
+                               on_exit=self._on_exit, on_pid=self._on_pid)
+        with self._lock:
+            self._whole = whole
+            stop = self._stop
+        if stop is not None:
+            whole.kill(stop)  # stopped before it started: it never runs
+        whole.start()
+
+    def _context(self, files: ExitStack) -> WorkerContext:
+        options = self.request.options
+        return WorkerContext(
+            run_as=self.run_as, env=self.module.environment(self.request),
+            tcp_buffer_bytes=options.tcp_buffer_bytes, block_size_bytes=options.block_size_bytes,
+            stdout=open_output(self.run_as, self.output, files),
+            stderr=open_output(self.run_as, self.err, files))
+
+    def _ranges(self, items: list[Item], size: int, range_size: int,
+                context: WorkerContext) -> AttemptResult:
+        options = self.request.options
+        setting = range_setting(options.streams or self.request.default_streams,
+                                options.concurrency)
+        assembly = Assembly.of(items, {0: self.landed})
+        before = assembly.bytes_landed(0)
+        log.info("job %d: %d bytes as %d ranges of %d bytes (%d landed before), %s",
+                 self.job_id, size, len(items), range_size, before, setting.label())
+
+        def new_worker() -> Worker:
+            worker = self.module.worker(context)
+            assert worker is not None and worker.writes_ranges, f"{self.module.name}: no ranges"
+            return worker
+
+        engine = Engine(items, new_worker, setting,
+                        lambda taken, results: self._landed(engine, assembly, results),
+                        meter=self.meter)
+        with self._lock:
+            if self._stop is not None:
+                return self._stopped(before)
+            self._engine = engine
+        report = FlowReport(self.meter, self._write_result,
+                            on_report=lambda: self._progress(assembly, before)).start()
+        try:
+            engine.run()
+        finally:
+            report.stop()
+        done = assembly.bytes_landed(0)
+        seconds = time.monotonic() - self.start_time
+        if self.stopped():
+            return self._stopped(done)
+        failure = self._failure
+        if failure is None and not covered(assembly.spans(0), 0, size):  # never a hole
+            failure = RetryableTransferError(
+                f"{size - done} bytes of the file were not sent (no range answered for "
+                f"them)")
+        if failure is not None:
+            return AttemptResult(1, str(failure), done - before, seconds, failure=failure)
+        return AttemptResult(0, "", done - before, seconds)
+
+    def _stopped(self, done: int) -> AttemptResult:
+        assert self._stop is not None
+        return AttemptResult(143, f"stopped: {self._stop.value}", done,
+                             time.monotonic() - self.start_time, self._stop)
+
+    def _landed(self, engine: Engine, assembly: Assembly, results: list[ItemResult]) -> None:
+        """A call's answer: a landed range kept on the job; a failed one sent again once,
+        alone, then the attempt's end."""
+        for result in results:
+            item = result.item
+            if result.ok:
+                assembly.land(item)
+                self._write_result({LANDED_KEY: [list(s) for s in assembly.spans(0)]})
+            elif result.ok is False:
+                tries = self._retried.get(item.offset, 0)
+                if tries < RANGE_RETRIES and not self.stopped():
+                    self._retried[item.offset] = tries + 1
+                    log.info("job %d: range %d+%s failed (%s); sent again", self.job_id,
+                             item.offset, item.length, result.failure)
+                    engine.add([item])
+                else:
+                    self._failure = result.failure or RetryableTransferError(
+                        f"range {item.offset}+{item.length} was not sent")
+                    engine.stop()
+
+    def _progress(self, assembly: Assembly, before: int) -> None:
+        """The bytes moved (landed before this attempt, and what the tools said since) and
+        the rate of the last few windows."""
+        recent = self.meter.windows()[-3:]
+        seconds = sum(w.seconds for w in recent)
+        rate = sum(w.bytes for w in recent) * 8 / 1e6 / seconds if seconds > 0 else 0.0
+        size = assembly.sizes.get(0, 0)
+        self._on_progress(Progress(min(before + int(self.meter.total_bytes), size), rate))

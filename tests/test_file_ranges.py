@@ -1,0 +1,138 @@
+"""A large single file through the transfer engine: byte ranges in flight, written in place,
+kept on the job as they land, and after a kill -9 only what had not landed is sent again.
+Real globus-url-copy against a real globus-gridftp-server, through the real daemon."""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import pytest
+
+from stork.store.sqlite import SqliteStore
+from tests.browser import children
+from tests.support import GridFtpServer, StorkServer, make_file, wait_for
+from tests.test_eos_partial import invocations, option, real_guc
+
+MB = 1024 * 1024
+KNOBS = {"STORK_RANGE_MIN_MB": "4"}  # 4 MiB ranges: a 26 MiB file is seven
+
+
+def holding_guc(tmp_path: Path, calls: Path, hold: Path) -> Path:
+    """globus-url-copy that appends its arguments to `calls` and, while the file `hold`
+    exists, sleeps instead of sending a range from offset 8 MiB on (a range in flight)."""
+    wrapper = tmp_path / "holding-guc"
+    wrapper.write_text(f"""#!/bin/sh
+echo "$*" >> {calls}
+case "$*" in *"-partial-offset {8 * MB} "*|*"-partial-offset {12 * MB} "*)
+  if [ -e {hold} ]; then exec sleep 600; fi;;  # killed with the daemon (PDEATHSIG)
+esac
+exec {real_guc()} "$@"
+""")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def offsets(runs: list[list[str]]) -> list[int]:
+    return sorted(int(option(r, "-partial-offset") or -1) for r in runs)
+
+
+@pytest.mark.parametrize("third_party", [False, True], ids=["ftp-to-file", "ftp-to-ftp"])
+def test_a_large_file_is_sent_as_ranges_and_a_small_one_whole(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path, third_party: bool) -> None:
+    size = 26 * MB
+    src = make_file(gridftp_root / f"ranges-src-{third_party}.dat", size, seed=41)
+    small = make_file(gridftp_root / f"ranges-small-{third_party}.dat", 3 * MB, seed=42)
+    calls = tmp_path / "calls.log"
+    server = StorkServer(tmp_path, {**KNOBS, "STORK_GLOBUS_URL_COPY":
+                                    str(holding_guc(tmp_path, calls, tmp_path / "no-hold"))})
+    out = gridftp_root if third_party else tmp_path
+    dest, small_dest = out / f"ranges-out-{third_party}.dat", out / f"small-{third_party}.dat"
+    url = gridftp.url if third_party else (lambda p: f"file://{p}")
+    try:
+        server.start()
+        [job_id, small_id] = server.submit(f"""
+          [ dap_type = transfer; arguments = "-p 4"; verify_checksum = true;
+            src_url = "{gridftp.url(src)}"; dest_url = "{url(dest)}" ]
+          [ dap_type = transfer; src_url = "{gridftp.url(small)}";
+            dest_url = "{url(small_dest)}" ]""")
+        job = server.wait_state(job_id, timeout_s=120)
+        assert job["state"] == "COMPLETED", job
+        assert server.wait_state(small_id, timeout_s=60)["state"] == "COMPLETED"
+        assert filecmp.cmp(src, dest, shallow=False)  # byte-identical, no holes
+        assert filecmp.cmp(small, small_dest, shallow=False)
+        assert job["result"]["ranges_landed"] == [[0, size]]
+        assert job["result"]["range_bytes"] == 4 * MB and job["bytes_done"] == size
+        runs = invocations(calls)
+        ranged = [r for r in runs if r[-1] == url(dest)]
+        assert offsets(ranged) == list(range(0, size, 4 * MB))  # each range once
+        assert {option(r, "-p") for r in ranged} == {"2"}  # -p 4 as two ranges of two
+        [whole] = [r for r in runs if r[-1] == url(small_dest)]
+        assert "-partial-offset" not in whole
+        kept = server.api("GET", f"/v1/jobs/{job_id}/flow").json()
+        assert kept["mbps"] and len(kept["t"]) == len(kept["mbps"])
+        assert sum(kept["mbps"]) > 0
+    finally:
+        server.stop()
+
+
+def test_kill_9_mid_ranges_sends_again_only_the_ranges_in_flight(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    size = 26 * MB
+    src = make_file(gridftp_root / "resume-src.dat", size, seed=43)
+    dest = tmp_path / "resume-out.dat"
+    calls, hold = tmp_path / "calls.log", tmp_path / "hold"
+    hold.touch()
+    server = StorkServer(tmp_path, {**KNOBS, "STORK_GLOBUS_URL_COPY":
+                                    str(holding_guc(tmp_path, calls, hold))})
+    try:
+        server.start()
+        [job_id] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 2 -p 1";
+            src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")
+        wait_for(lambda: server.job(job_id)["job"]["result"].get("ranges_landed")
+                 == [[0, 8 * MB]] and len(invocations(calls)) == 4, 60,
+                 what="two ranges landed and two held in flight")
+        server.kill9()
+        store = SqliteStore(str(server.state / "stork.db"))
+        try:
+            assert store.get(job_id).result["ranges_landed"] == [[0, 8 * MB]]
+        finally:
+            store.close()
+        hold.unlink()
+        first = len(invocations(calls))
+        server.start()
+        job = server.wait_state(job_id, timeout_s=120)
+        assert job["state"] == "COMPLETED", job
+        assert filecmp.cmp(src, dest, shallow=False)
+        again = invocations(calls)[first:]
+        # the two ranges in flight (8 and 12 MiB) are sent again, the landed ones never
+        assert offsets(again) == list(range(8 * MB, size, 4 * MB))
+        assert job["result"]["ranges_landed"] == [[0, size]]
+    finally:
+        server.stop()
+
+
+def test_stork_rm_stops_every_range_in_flight_and_removes_the_partial_file(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    src = make_file(gridftp_root / "rm-src.dat", 26 * MB, seed=44)
+    dest = tmp_path / "rm-out.dat"
+    calls, hold = tmp_path / "calls.log", tmp_path / "hold"
+    hold.touch()
+    server = StorkServer(tmp_path, {**KNOBS, "STORK_GLOBUS_URL_COPY":
+                                    str(holding_guc(tmp_path, calls, hold))})
+    try:
+        server.start()
+        [job_id] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 2 -p 1";
+            src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")
+        wait_for(lambda: calls.exists() and len(invocations(calls)) == 4, 60,
+                 what="two ranges held in flight")
+        assert server.api("DELETE", f"/v1/jobs/{job_id}").status_code == 200
+        assert server.wait_state(job_id, timeout_s=60)["state"] == "REMOVED"
+        wait_for(lambda: not dest.exists(), 20, what="the partial file removed")
+        assert server.proc is not None
+        pid = server.proc.pid
+        assert wait_for(lambda: not children(pid, "sleep"), 20,
+                        what="both held ranges stopped")
+        assert len(invocations(calls)) == 4  # and nothing started after the removal
+    finally:
+        server.stop()
