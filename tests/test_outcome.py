@@ -17,11 +17,12 @@ from stork.errors import (
     PermanentTransferError,
     TransferError,
 )
-from stork.job import DapType, Job, JobSpec, JobState
+from stork.job import DapType, FileState, Job, JobSpec, JobState
 from stork.server.judge import (
     AttemptOutcome,
     HistoryRecord,
     judge,
+    judge_file,
     retry_delay_s,
     throughput_mbps,
     urls_for_attempt,
@@ -216,6 +217,22 @@ def test_alt_protocols_cycle_after_the_original_pair() -> None:
     assert got[2][0] == "gsiftp://a.example:2811/data/in.dat"
     assert got[2][1].startswith("file://")
     assert urls_for_attempt(job(), 5) == (SRC, DEST)  # no alternatives: always the original
+
+
+def test_a_dataset_file_sent_alone_is_retried_by_its_own_failures_then_fails() -> None:
+    owner = job(max_retries=2)
+    s = settings(retry_delay_s=5.0, retry_delay_max_s=600.0)
+    network = NetworkError("451 connection reset", exit_code=1)
+    first = judge_file(owner, 4, 0, network, s, NOW)
+    assert (first.index, first.state, first.count_failure) == (4, FileState.PENDING, True)
+    assert first.next_attempt_at == NOW + 5.0 and first.error == "451 connection reset"
+    assert first.failure_kind == network.kind.value
+    assert judge_file(owner, 4, 1, network, s, NOW).next_attempt_at == NOW + 10.0
+    last = judge_file(owner, 4, 2, network, s, NOW)  # its third failure: past max_retries 2
+    assert last.state is FileState.FAILED and last.count_failure
+    missing = judge_file(owner, 5, 0, NotFound("550 no such file", exit_code=1), s, NOW)
+    assert missing.state is FileState.FAILED and "550" in (missing.error or "")
+    assert judge_file(job(), 4, 4, network, s, NOW).state is FileState.PENDING  # limit 5
 
 
 def test_judging_is_pure() -> None:

@@ -64,7 +64,7 @@ from stork.identity import RunAs, open_as
 from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
 from stork.server.flow_report import FlowReport
-from stork.server.judge import DatasetOutcome, retry_delay_s, retry_limit
+from stork.server.judge import DatasetOutcome, judge_file
 from stork.server.runner import StopReason
 from stork.store.base import FileResult, JobStore
 from stork.transfer import destination, verify
@@ -678,16 +678,8 @@ class DatasetRun:
         else:
             failure = module.judge(code, stderr)
         self._remove_partial(claim)
-        failures = row.failures + 1
-        limit = retry_limit(self.job, self.settings)
-        error = str(failure)
-        if failure.retryable and failures <= limit:
-            delay = retry_delay_s(self.settings, failures)
-            return FileResult(row.index, FileState.PENDING, count_failure=True,
-                              next_attempt_at=self.clock() + delay, error=error,
-                              failure_kind=failure.kind.value)
-        return FileResult(row.index, FileState.FAILED, count_failure=True, error=error,
-                          failure_kind=failure.kind.value)
+        return judge_file(self.job, row.index, row.failures, failure, self.settings,
+                          self.clock())
 
     def _remove_partial(self, claim: destination.Destination) -> None:
         try:

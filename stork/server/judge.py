@@ -33,9 +33,9 @@ from stork.errors import (
     TransferInterrupted,
     TransferTimedOut,
 )
-from stork.job import Job, JobState
+from stork.job import FileState, Job, JobState
 from stork.server.runner import AttemptResult, StopReason
-from stork.store.base import Transition
+from stork.store.base import FileResult, Transition
 from stork.transfer.base import summarize_error
 from stork.urls import with_scheme
 from stork.userlog import LogEvent, note, terminated
@@ -122,6 +122,22 @@ def retry_delay_s(settings: Settings, failures: int) -> float:
 def retry_limit(job: Job, settings: Settings) -> int:
     """The job's max_retries, else STORK_MAX_RETRY."""
     return job.spec.max_retries if job.spec.max_retries is not None else settings.max_retry
+
+
+def judge_file(job: Job, index: int, failures: int, failure: TransferError,
+               settings: Settings, now: float) -> FileResult:
+    """A dataset file that failed when sent alone (`failure`, its own error): PENDING again
+    after the retry delay while the failure is retryable and the file's failures (`failures`
+    before this one) stay within the job's limit, else FAILED. Either way the failure is
+    counted and named on the file."""
+    failures += 1
+    error = str(failure)
+    if failure.retryable and failures <= retry_limit(job, settings):
+        return FileResult(index, FileState.PENDING, count_failure=True,
+                          next_attempt_at=now + retry_delay_s(settings, failures), error=error,
+                          failure_kind=failure.kind.value)
+    return FileResult(index, FileState.FAILED, count_failure=True, error=error,
+                      failure_kind=failure.kind.value)
 
 
 def throughput_mbps(bytes_moved: int, seconds: float) -> float:

@@ -27,21 +27,38 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from stork import optimizers
+from stork.config import Settings
 from stork.dataset.chunks import Chunk, Params
-from stork.job import DatasetFileRow
+from stork.job import DatasetFileRow, Job
 from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
 from stork.optimizers.harp import share_concurrency
+from stork.store.base import JobStore
 from stork.transfer.options import MAX_CONCURRENCY
 from stork.translog import TransferRecord
 from stork.urls import parse_url
 
-if TYPE_CHECKING:
-    from stork.server.dataset_run import DatasetRun
-
 log = logging.getLogger(__name__)
+
+
+class ChunkRun(Protocol):
+    """What tuning needs of the pass it tunes (`stork.server.dataset_run.DatasetRun`): the
+    job, the settings, the store, the path's round trip and load, and a batch of real files
+    sent (a probe). Named here, so the pass imports tuning and never the other way."""
+
+    job: Job
+    settings: Settings
+    store: JobStore
+    rtt_s: float | None
+
+    def known_load(self, src_url: str, dest_url: str) -> int: ...
+
+    def stopped(self) -> bool: ...
+
+    def run_batch(self, batch: list[int], rows: dict[int, DatasetFileRow], params: Params,
+                  what: str) -> float | None: ...
 
 HISTORY_ROWS = 100_000  # newest transfer log rows an optimizer learns from
 MAX_RETUNES = 6  # new decisions per chunk when batches leave the predicted band, at most
@@ -92,7 +109,7 @@ class Tuning:
     did, on the job's ad."""
 
     @classmethod
-    def start(cls, run: DatasetRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
+    def start(cls, run: ChunkRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
               queue: list[int], shared: SharedConcurrency) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
         name = run.job.spec.optimizer or run.settings.eos_optimizer
@@ -135,7 +152,7 @@ class Tuning:
         return cls(run, chunk, optimizer, history, dataset, probe, shared,
                    files_left=lambda: len(queue))
 
-    def __init__(self, run: DatasetRun, chunk: Chunk, optimizer: optimizers.Optimizer,
+    def __init__(self, run: ChunkRun, chunk: Chunk, optimizer: optimizers.Optimizer,
                  history: list[TransferRecord], dataset: DatasetDescription,
                  probe: Callable[[Params, int], ProbeResult],
                  shared: SharedConcurrency | None = None,
