@@ -166,7 +166,9 @@ class FileRun:
             return self._ranges(items, size, range_size, context)
 
     def _run_whole(self) -> None:
-        whole = AttemptProcess(self.module.command(self.request), output=self.output,
+        argv = self.module.command(self.request)
+        log.info("job %d: smaller than two ranges, sent whole: %s", self.job_id, " ".join(argv))
+        whole = AttemptProcess(argv, output=self.output,
                                err=self.err, env=self.module.environment(self.request),
                                run_as=self.run_as, on_progress=self._on_progress,
                                on_exit=self._on_exit, on_pid=self._on_pid)
