@@ -5,6 +5,9 @@ Real globus-url-copy against a real globus-gridftp-server, through the real daem
 from __future__ import annotations
 
 import filecmp
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -76,11 +79,24 @@ def test_a_large_file_is_sent_as_ranges_and_a_small_one_whole(
         server.stop()
 
 
-def test_kill_9_mid_ranges_sends_again_only_the_ranges_in_flight(
-        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
-    size = 26 * MB
-    src = make_file(gridftp_root / "resume-src.dat", size, seed=43)
-    dest = tmp_path / "resume-out.dat"
+@dataclass
+class Held:
+    """A daemon sending a 26 MiB file as 4 MiB ranges two at a time, whose ranges from
+    8 MiB on are held in flight while the file `hold` exists."""
+
+    server: StorkServer
+    job_id: int
+    src: Path
+    dest: Path
+    calls: Path
+    hold: Path
+
+
+@contextmanager
+def held_ranges(tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path, name: str,
+                seed: int) -> Iterator[Held]:
+    src = make_file(gridftp_root / f"{name}-src.dat", 26 * MB, seed=seed)
+    dest = tmp_path / f"{name}-out.dat"
     calls, hold = tmp_path / "calls.log", tmp_path / "hold"
     hold.touch()
     server = StorkServer(tmp_path, {**KNOBS, "STORK_GLOBUS_URL_COPY":
@@ -89,6 +105,15 @@ def test_kill_9_mid_ranges_sends_again_only_the_ranges_in_flight(
         server.start()
         [job_id] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 2 -p 1";
             src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")
+        yield Held(server, job_id, src, dest, calls, hold)
+    finally:
+        server.stop()
+
+
+def test_kill_9_mid_ranges_sends_again_only_the_ranges_in_flight(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    with held_ranges(tmp_path, gridftp, gridftp_root, "resume", 43) as held:
+        server, job_id, calls = held.server, held.job_id, held.calls
         wait_for(lambda: server.job(job_id)["job"]["result"].get("ranges_landed")
                  == [[0, 8 * MB]] and len(invocations(calls)) == 4, 60,
                  what="two ranges landed and two held in flight")
@@ -98,41 +123,29 @@ def test_kill_9_mid_ranges_sends_again_only_the_ranges_in_flight(
             assert store.get(job_id).result["ranges_landed"] == [[0, 8 * MB]]
         finally:
             store.close()
-        hold.unlink()
+        held.hold.unlink()
         first = len(invocations(calls))
         server.start()
         job = server.wait_state(job_id, timeout_s=120)
         assert job["state"] == "COMPLETED", job
-        assert filecmp.cmp(src, dest, shallow=False)
+        assert filecmp.cmp(held.src, held.dest, shallow=False)
         again = invocations(calls)[first:]
         # the two ranges in flight (8 and 12 MiB) are sent again, the landed ones never
-        assert offsets(again) == list(range(8 * MB, size, 4 * MB))
-        assert job["result"]["ranges_landed"] == [[0, size]]
-    finally:
-        server.stop()
+        assert offsets(again) == list(range(8 * MB, 26 * MB, 4 * MB))
+        assert job["result"]["ranges_landed"] == [[0, 26 * MB]]
 
 
 def test_stork_rm_stops_every_range_in_flight_and_removes_the_partial_file(
         tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
-    src = make_file(gridftp_root / "rm-src.dat", 26 * MB, seed=44)
-    dest = tmp_path / "rm-out.dat"
-    calls, hold = tmp_path / "calls.log", tmp_path / "hold"
-    hold.touch()
-    server = StorkServer(tmp_path, {**KNOBS, "STORK_GLOBUS_URL_COPY":
-                                    str(holding_guc(tmp_path, calls, hold))})
-    try:
-        server.start()
-        [job_id] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 2 -p 1";
-            src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")
+    with held_ranges(tmp_path, gridftp, gridftp_root, "rm", 44) as held:
+        server, job_id, calls = held.server, held.job_id, held.calls
         wait_for(lambda: calls.exists() and len(invocations(calls)) == 4, 60,
                  what="two ranges held in flight")
         assert server.api("DELETE", f"/v1/jobs/{job_id}").status_code == 200
         assert server.wait_state(job_id, timeout_s=60)["state"] == "REMOVED"
-        wait_for(lambda: not dest.exists(), 20, what="the partial file removed")
+        wait_for(lambda: not held.dest.exists(), 20, what="the partial file removed")
         assert server.proc is not None
         pid = server.proc.pid
         assert wait_for(lambda: not children(pid, "sleep"), 20,
                         what="both held ranges stopped")
         assert len(invocations(calls)) == 4  # and nothing started after the removal
-    finally:
-        server.stop()
