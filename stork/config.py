@@ -273,7 +273,9 @@ KNOBS: tuple[Knob, ...] = (
          "How the EOS measures a stream count: gridftp (a slice of the real file) or iperf3."),
     Knob("EOS_OPTIMIZER", "eos_optimizer", "harp", _parse_choice(*OPTIMIZER_NAMES), LIVE,
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
-         "may name one instead: optimization = \"harp\")."),
+         "may name one instead: optimization = \"harp\"). climb tunes the running flow "
+         "instead of probing before it (STORK_ENGINE flow; a single file may name it too, "
+         "its ranges then tuned as they move)."),
     Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling", "dw"),
          LIVE,
          "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "
