@@ -64,9 +64,14 @@ def _parse_path(text: str) -> str:
     return text
 
 
+def is_database_url(database: str) -> bool:
+    """Whether a database setting names a PostgreSQL server (a URL), not a SQLite file."""
+    return database.startswith(("postgresql://", "postgres://"))
+
+
 def _parse_database(text: str) -> str:
     """An absolute SQLite file path, or a postgresql:// URL (the shared store)."""
-    if text.startswith(("postgresql://", "postgres://")):
+    if is_database_url(text):
         return text
     if "://" in text:
         raise ValueError(f"expected an absolute path or a postgresql:// URL, got {text!r}")
