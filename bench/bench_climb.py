@@ -99,8 +99,9 @@ def one(profile: str, workload: str, case: str, server: StorkServer, bed: Testbe
 
 
 def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps: float,
-                  repeats: int) -> list[Run]:
-    fixed = FIXED_DATASET if workload == "dataset" else FIXED_FILE
+                  args: argparse.Namespace) -> list[Run]:
+    fixed = FIXED_DATASET if workload == "dataset" else args.fixed_file
+    repeats = args.repeats
     out = bed.site_dir("b") / f"out-{workload}"
     runs = []
     n = 0
@@ -113,7 +114,7 @@ def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps
     server = site_daemon(bed, "b").start()
     try:
         runs.append(one(profile, workload, "preset", server, bed, src, dest(), "", link_mbps,
-                        TIMEOUT_S if workload == "dataset" else PRESET_FILE_TIMEOUT_S))
+                        TIMEOUT_S if workload == "dataset" else args.preset_timeout))
         for cc, p, pp in fixed:
             runs.append(one(profile, workload, f"cc={cc} p={p} pp={pp}", server, bed, src,
                             dest(), f'arguments = "-cc {cc} -p {p} -pp {pp}";', link_mbps))
@@ -159,12 +160,24 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2,
                         help="climb runs after the first, each learning from those before")
     parser.add_argument("--file-mb", type=int, default=1024)
+    parser.add_argument("--fixed-file",
+                        default=",".join(f"{c}/{p}/{pp}" for c, p, pp in FIXED_FILE),
+                        help="the file's fixed settings, cc/p/pp comma-separated")
+    parser.add_argument("--preset-timeout", type=float, default=PRESET_FILE_TIMEOUT_S,
+                        help=f"seconds the file's preset runs ({PRESET_FILE_TIMEOUT_S:g})")
     args = parser.parse_args()
     workloads = [w.strip() for w in args.workloads.split(",")]
     if bad := [w for w in workloads if w not in ("dataset", "file")]:
         parser.error(f"unknown workloads {bad}: dataset, file")
     if args.repeats < 0 or args.file_mb < 1:
         parser.error("--repeats must be 0 or more and --file-mb 1 or more")
+    try:
+        args.fixed_file = tuple(tuple(int(x) for x in cell.split("/"))
+                                for cell in args.fixed_file.split(",") if cell)
+    except ValueError:
+        parser.error(f"--fixed-file {args.fixed_file!r}: expected cc/p/pp,cc/p/pp")
+    if any(len(cell) != 3 or min(cell) < 1 for cell in args.fixed_file):
+        parser.error(f"--fixed-file {args.fixed_file!r}: each cell is cc/p/pp, each >= 1")
     started = time.monotonic()
     runs: list[Run] = []
     try:
@@ -181,7 +194,7 @@ def main() -> int:
                         if not path.exists():
                             make_file(path, args.file_mb << 20, seed=11)
                         src = str(path)
-                    runs += workload_runs(name, workload, bed, src, link_mbps, args.repeats)
+                    runs += workload_runs(name, workload, bed, src, link_mbps, args)
     except TestbedUnavailable as exc:
         print(f"bench_climb: cannot build the testbed here: {exc}", file=sys.stderr)
         return 2
