@@ -41,11 +41,13 @@ from stork.jobad import (
     parse_constraint,
     row_reader,
 )
+from stork.server import kept_tokens
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
 from stork.server.events import write_userlog
 from stork.store.base import JobStore, NodeInfo
-from stork.submit import parse_submit
+from stork.submit import TOKEN_ATTRIBUTES, parse_submit
+from stork.transfer.tokens import takes_token
 from stork.translog import parse_grid_text
 from stork.urls import parse_url
 from stork.userlog import UserLog
@@ -70,6 +72,27 @@ def proxy_problem(path: str | None, caller: Caller) -> str | None:
         return (f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; a proxy must be 0600 "
                 f"(chmod 600 {path})")
     return None
+
+
+def token_problem(path: str | None, caller: Caller, found_by: str | None = None) -> str | None:
+    """Why the bearer token file at `path` may not be used by `caller`, or None if it may:
+    the caller's own regular file with mode 0600 (XRootD refuses a looser one). `found_by`
+    names the discovery that found it."""
+    if path is None:
+        return None
+    if caller.uid < 0:
+        return "a token file needs a local submitter (the Unix socket), not the TCP API"
+    problem = proxy_problem(path, caller)
+    if problem is None:
+        return None
+    problem = problem.replace("a proxy must be 0600", "a token file must be 0600")
+    return f"{problem} (found by {found_by})" if found_by else problem
+
+
+def wants_token(spec: JobSpec) -> bool:
+    """Whether a job names no token of its own and reaches an end that takes one."""
+    return spec.bearer_tokens is None and (takes_token(spec.src_url)
+                                           or takes_token(spec.dest_url))
 
 
 def may_see(caller: Caller, owner_uid: int) -> bool:
@@ -120,6 +143,12 @@ class Service:
         problems = [SubmitProblem(filename, index, None, "x509proxy", message)
                     for index, spec in enumerate(specs, 1)
                     if (message := proxy_problem(spec.x509proxy, caller)) is not None]
+        specs, found = self._discovered_tokens(specs, body.get("bearer_token"), caller)
+        problems += [SubmitProblem(filename, index, None, attr, message)
+                     for index, spec in enumerate(specs, 1) for attr in TOKEN_ATTRIBUTES
+                     if (message := token_problem(getattr(spec, attr), caller,
+                                                  found.get(getattr(spec, attr) or "")))
+                     is not None]
         if problems:
             raise SubmitError(problems)
         estimation = [i for i, s in enumerate(specs, 1) if s.dap_type is DapType.ESTIMATION]
@@ -134,9 +163,15 @@ class Service:
         specs = [dataclasses.replace(spec, src_url=datasets[i].files[0].src_url,
                                      dest_url=datasets[i].files[0].dest_url)
                  if spec.url_list and i in datasets else spec for i, spec in enumerate(specs)]
+        specs = self._keep_token_values(specs, body.get("bearer_token"), caller)
         now = self.dispatcher.clock()
-        ids = self.store.submit(specs, caller.uid, caller.name, now,
-                                {i: d.files for i, d in datasets.items()})
+        try:
+            ids = self.store.submit(specs, caller.uid, caller.name, now,
+                                    {i: d.files for i, d in datasets.items()})
+        except BaseException:
+            for spec in specs:
+                kept_tokens.forget(settings.state_dir, spec.bearer_token_file)
+            raise
         for job_id, spec in zip(ids, specs, strict=True):
             if spec.log:
                 write_userlog(self.store.get(job_id),
@@ -148,6 +183,32 @@ class Service:
                                    if s.dap_type is DapType.TRANSFER])
         self.dispatcher.wake()
         return {"ids": ids}
+
+    @staticmethod
+    def _discovered_tokens(specs: list[JobSpec], discovered: Any, caller: Caller
+                           ) -> tuple[list[JobSpec], dict[str, str]]:
+        """Specs that name no token and reach a token-taking end get the file stork_submit
+        found by the WLCG discovery order (`discovered`: {"where", "path"}); the files found
+        so, with where they came from."""
+        if not isinstance(discovered, dict) or not isinstance(discovered.get("path"), str):
+            return specs, {}
+        path, where = discovered["path"], str(discovered.get("where") or "discovery")
+        if caller.uid < 0 or not os.path.isabs(path):
+            return specs, {}
+        return [dataclasses.replace(spec, bearer_token_file=path) if wants_token(spec)
+                else spec for spec in specs], {path: where}
+
+    def _keep_token_values(self, specs: list[JobSpec], discovered: Any,
+                           caller: Caller) -> list[JobSpec]:
+        """Specs that name no token and reach a token-taking end get a kept copy of the
+        ``BEARER_TOKEN`` value stork_submit found (`discovered`: {"where", "value"})."""
+        if not isinstance(discovered, dict) or not isinstance(discovered.get("value"), str) \
+                or caller.uid < 0 or not any(wants_token(s) for s in specs):
+            return specs
+        state_dir = self.dispatcher.settings.state_dir
+        return [dataclasses.replace(spec, bearer_token_file=kept_tokens.keep(
+                    state_dir, discovered["value"], caller.uid))  # a copy per job
+                if wants_token(spec) else spec for spec in specs]
 
     @staticmethod
     def _datasets(specs: list[JobSpec], wire: Any, filename: str, max_files: int
