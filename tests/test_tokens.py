@@ -371,3 +371,51 @@ def test_a_token_file_must_be_the_submitters_own_and_private(
       src_url = "{tx.url('davs', export / 'x')}"; dest_url = "file://{tmp_path}/x" ]""")
     assert result.returncode != 0
     assert "mode 0644" in result.stderr and "a token file must be 0600" in result.stderr
+
+
+def test_a_token_expiring_before_the_estimated_end_is_flagged(
+        test_ca: TestCa, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
+        tmp_path: Path) -> None:
+    src = served(export, "expiry.dat", 10 * MB, seed=13)
+    short = issuer.write(tmp_path / "short.tok", lifetime_s=600)
+    long = issuer.write(tmp_path / "long.tok", lifetime_s=12 * 3600)
+    # 10 MiB at 0.1 Mbit/s: about 14 minutes, longer than the short token's 10
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", {"STORK_LINK_MBPS": "0.1"},
+            env={"X509_CERT_DIR": str(test_ca.trust)}) as server:
+        ids = server.submit("".join(f"""
+            [ dap_type = transfer; bearer_token_file = "{path}";
+              src_url = "{tx.url('davs', src)}";
+              dest_url = "file://{tmp_path}/{path.name}.dat" ]""" for path in (short, long)))
+        flagged, fine = (server.wait_state(i, timeout_s=120) for i in ids)
+        status = server.cli("stork_status", str(ids[0])).stdout
+        other = server.cli("stork_status", str(ids[1])).stdout
+    assert flagged["state"] == fine["state"] == "COMPLETED"
+    assert flagged["result"]["bearer_token_expires_before_end"] is True
+    assert "bearer_token_expires_before_end" not in fine["result"]
+    assert f"Warning: bearer token {short} expires at" in status
+    assert "Warning" not in other
+
+
+def test_a_kept_copy_is_the_owners_and_private(tmp_path: Path) -> None:
+    from stork.server import kept_tokens
+
+    path = Path(kept_tokens.keep(str(tmp_path), "eyJ.x.y", os.getuid()))
+    assert path.parent == tmp_path / "tokens" and path.read_text() == "eyJ.x.y\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o711
+    assert kept_tokens.is_kept(str(tmp_path), str(path))
+    kept_tokens.forget(str(tmp_path), str(path))
+    assert not path.exists()
+
+
+def test_another_users_token_file_is_refused(
+        stork_t: StorkServer, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
+        tmp_path: Path) -> None:
+    theirs = issuer.write(tmp_path / "theirs.tok", owner=pwd.getpwnam("nobody").pw_uid)
+    result = stork_t.cli("stork_submit", "-stdin", stdin=f"""
+    [ dap_type = transfer; src_bearer_token_file = "{theirs}";
+      src_url = "{tx.url('root', export / 'x')}"; dest_url = "file://{tmp_path}/x" ]""")
+    assert result.returncode != 0
+    assert f"{theirs} belongs to uid" in result.stderr and "not to the submitter" \
+        in result.stderr

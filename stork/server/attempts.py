@@ -62,6 +62,7 @@ from stork.transfer.registry import Registry
 from stork.transfer.remote import X509_SCHEMES, RemoteEnds, common_checksum
 from stork.transfer.rtt import PathRtts
 from stork.transfer.tokens import NO_TOKENS, TokenFacts, check_tokens
+from stork.transfer.tokens import expiry_warning as token_expiry_warning
 from stork.translog import TransferRecord
 from stork.urls import parse_url
 from stork.userlog import executing, note
@@ -306,8 +307,8 @@ class Attempts:
                       f"{', '.join(f'{o}+{n}' for o, n in plan.request.ranges)})")
         log.info("job %d attempt %d%s: %s", job.id, started.attempts, chose, " ".join(argv))
         process.start()
-        if plan.proxy is not None:
-            self._flag_proxy(plan, started, now)
+        if plan.proxy is not None or plan.tokens.claims:
+            self._flag_expiry(plan, started, now)
         return True
 
     def _claim(self, job_id: int, plan: Plan) -> Plan:
@@ -323,11 +324,10 @@ class Attempts:
         self.store.update_result(job_id, {"destination_claim": dest.to_text(), **dest.facts()})
         return plan
 
-    def _flag_proxy(self, plan: Plan, job: Job, now: float) -> None:
-        """Flag on the job (ad and stork_status) a proxy that will expire before the
-        transfer's estimated end: its size at the EOS's predicted rate, else at
+    def _flag_expiry(self, plan: Plan, job: Job, now: float) -> None:
+        """Flag on the job (ad and stork_status) a proxy or a bearer token that will expire
+        before the transfer's estimated end: its size at the EOS's predicted rate, else at
         STORK_LINK_MBPS (the fastest it could go)."""
-        assert plan.proxy is not None
         size = job.bytes_total if job.spec.is_dataset else job.spec.size_bytes
         if size is None and not job.spec.is_dataset:
             try:
@@ -335,14 +335,21 @@ class Attempts:
             except verify.VerifyError:
                 size = None
         rate = float(job.result.get("predicted_throughput_mbps") or self.settings.link_mbps)
-        warning = expiry_warning(plan.proxy, now, size, rate)
+        warning = expiry_warning(plan.proxy, now, size, rate) if plan.proxy else None
+        if warning is not None:
+            log.warning("job %d: %s", job.id, warning["x509proxy_warning"])
+        token_warnings = [text for path, claims in plan.tokens.claims.items()
+                          if (text := token_expiry_warning(path, claims, now, size, rate))]
+        if token_warnings:
+            log.warning("job %d: %s", job.id, "; ".join(token_warnings))
+            warning = {**(warning or {}), "bearer_token_expires_before_end": True,
+                       "bearer_token_warning": "; ".join(token_warnings)}
         if warning is None:
             return
-        log.warning("job %d: %s", job.id, warning["x509proxy_warning"])
         try:
             self.store.update_result(job.id, warning)
         except Exception:
-            log.exception("job %d: cannot flag the proxy's expiry", job.id)
+            log.exception("job %d: cannot flag the credential's expiry", job.id)
 
     def refuse(self, job: Job, problem: NotLaunchable) -> None:
         """Count an attempt that cannot start as one that failed permanently."""
