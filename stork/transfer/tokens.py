@@ -33,6 +33,8 @@ from stork.errors import (
     AccessDenied,
     BearerTokenError,
     CredentialInvalid,
+    PermanentTransferError,
+    RetryableTransferError,
     TokenExpired,
     TokenMissing,
     TokenNotAccepted,
@@ -54,6 +56,7 @@ MAX_TOKEN_BYTES = 64 * 1024
 # listing refused (`stork.dataset.remote`), HTTP's
 REFUSALS = ("auth failed", "invalid exchange", "permission denied", "permission refused",
             "http 401", "http 403")
+_UNJUDGED = (TransferError, RetryableTransferError, PermanentTransferError)
 # scopes that allow an operation (WLCG profile, then SciTokens')
 READ_SCOPES = ("storage.read", "read")
 WRITE_SCOPES = ("storage.create", "storage.modify", "write")
@@ -283,10 +286,13 @@ def _audience_names(audience: str, host: str) -> bool:
 
 
 def is_refusal(failure: TransferError) -> bool:
-    """Whether a failure is a server refusing access (HTTP 401/403, EACCES, XRootD's failed
-    authentication)."""
+    """Whether a failure is a server refusing access: judged so (HTTP 401/403, EACCES), or
+    not judged at all (no errno the tables know) and saying so in words (XRootD's failed
+    authentication). A failure judged as something else (the network) is none."""
+    if isinstance(failure, AccessDenied):
+        return True
     text = str(failure).lower()
-    return isinstance(failure, AccessDenied) or any(words in text for words in REFUSALS)
+    return type(failure) in _UNJUDGED and any(words in text for words in REFUSALS)
 
 
 def explain(end: End, now: float, said: str = "") -> BearerTokenError | None:
