@@ -17,6 +17,7 @@ import pytest
 from stork.errors import (
     AccessDenied,
     NetworkError,
+    RetryableTransferError,
     TokenExpired,
     TokenMissing,
     TokenNotAccepted,
@@ -103,10 +104,14 @@ def test_a_refusal_is_explained_by_the_tokens_claims() -> None:
     assert isinstance(got, TokenNotAccepted) and "other.example" in str(got)
     got = explain_refusal(denied, [End(src, "read", "/t", claims())])
     assert isinstance(got, TokenNotAccepted) and "issuer https://issuer.example" in str(got)
-    # XRootD's failed authentication, without a token
-    auth = NetworkError("[FATAL] Auth failed: No protocols left to try")
+    # XRootD's failed authentication (errno EBADE, which no table judges), without a token
+    auth = RetryableTransferError("gfal2 copy error: 52 (EBADE): [FATAL] Auth failed: No "
+                                  "protocols left to try")
     assert isinstance(explain_refusal(auth, [End(dest, "write")]), TokenMissing)
-    # not a refusal, or no end takes a token: as it was
+    # not a refusal (a local TLS setup "permission denied" judged as the network), or no end
+    # takes a token: as it was
+    tls = NetworkError("TLS error: Unable to use CA cert directory /x; permission denied")
+    assert explain_refusal(tls, [End(src, "read", "/t", expired)]) is tls
     lost = NetworkError("connection reset")
     assert explain_refusal(lost, [End(src, "read", "/t", expired)]) is lost
     assert explain_refusal(denied, [End("file:///x", "read")]) is denied
@@ -326,8 +331,9 @@ def test_a_token_never_leaks_and_a_kept_copy_is_private_and_removed(
     """The daemon and stork_submit run with BEARER_TOKEN set (a value, no file): a job
     naming no token gets a kept 0600 copy, removed when it ends; a job naming its own
     expired file fails on it (the daemon's token does not reach its tool); the token's
-    value is nowhere: job ad, stork_q -l, the API, the user log, the daemon's log and
-    state, the child's argv."""
+    value is nowhere: job ad, stork_q -l, stork_status, the API, the status page's data,
+    the metrics, the user log, the daemon's log and state (database, spool), the child's
+    argv (logged with each attempt)."""
     value = issuer.mint(lifetime_s=7200)
     src = served(export, "leak.dat", 500_000, seed=11)
     with removed_after(tmp_path / "s"), StorkServer(
@@ -353,12 +359,17 @@ def test_a_token_never_leaks_and_a_kept_copy_is_private_and_removed(
                 server.cli("stork_q", "-l", str(slow), check=True).stdout,
                 server.api("GET", f"/v1/jobs/{slow}").text,
                 server.api("GET", "/v1/jobs?long=1").text,
+                server.api("GET", "/v1/overview").text,  # the status page's data
+                server.api("GET", "/metrics").text,
+                server.cli("stork_status", str(slow), check=True).stdout,
                 ulog.read_text()]
+        assert "stork_" in seen[-3] and "jobs" in seen[-4], seen[-4:-2]
         seen += [found.read_bytes().decode(errors="replace")  # logs, database, spool
                  for found in server.workdir.rglob("*") if found.is_file()]
         hits = [i for i, text in enumerate(seen) if value in text or value[-40:] in text]
         assert hits == [], hits
         assert any(f"{kept_dir}/" in text for text in seen)  # the copy was named, not shown
+        assert any("gfalhelper.py copy" in text for text in seen)  # the argv was looked at
 
 
 def test_a_token_file_must_be_the_submitters_own_and_private(
@@ -419,3 +430,78 @@ def test_another_users_token_file_is_refused(
     assert result.returncode != 0
     assert f"{theirs} belongs to uid" in result.stderr and "not to the submitter" \
         in result.stderr
+
+
+def test_two_users_each_with_their_own_token(
+        users: list[pwd.struct_passwd], tx: TokenXrootdServer, export: Path,
+        issuer: TokenIssuer, tokens: dict[str, Path]) -> None:
+    """With the daemon as root: user A's BEARER_TOKEN value becomes a kept copy that is A's
+    own (0600), used by A's tools (as A) on both protocols and removed when the job ends or
+    is removed; user B can neither name A's token file nor reach A's token otherwise."""
+    from tests.test_api import as_user
+
+    first, second = users
+    src = served(export, "users.dat", 300_000, seed=17)
+    shared = Path(f"/tmp/stork-tokens-users-{os.getpid()}")
+    shared.mkdir(mode=0o755)
+    with removed_after(shared):
+        mine = shared / "a"
+        mine.mkdir()
+        os.chown(mine, first.pw_uid, first.pw_gid)
+        theirs = issuer.write(mine / "a.tok", owner=first.pw_uid)
+        trust = shared / "certificates"  # the users' tools trust the test CA through it
+        shutil.copytree(tx.ca.trust, trust)
+        for path in (trust, *trust.iterdir()):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        with StorkServer(shared / "s", env={"X509_CERT_DIR": str(trust)}) as server:
+            shared.joinpath("s").chmod(0o755)
+            kept_dir = server.state / "tokens"
+            value = issuer.mint()
+
+            def submit(user: pwd.struct_passwd, text: str, token: str | None = None
+                       ) -> tuple[int, dict[str, object]]:
+                body: dict[str, object] = {"text": text, "filename": "u.dap", "iwd": "/tmp"}
+                if token:
+                    body["bearer_token"] = {"where": "BEARER_TOKEN", "value": token}
+                return as_user(user.pw_uid, server.socket, "POST", "/v1/jobs", body,
+                               gid=user.pw_gid)
+
+            ids = []
+            for scheme in ("root", "davs"):
+                code, body = submit(first, f"""[ dap_type = transfer;
+                    src_url = "{tx.url(scheme, src)}"; dest_url = "file://{mine}/{scheme}.dat" ]""",
+                                    value)
+                assert code == 201, body
+                ids.append(int(body["ids"][0]))  # type: ignore[index]
+            for job_id in ids:
+                job = server.wait_state(job_id, timeout_s=120)
+                assert job["state"] == "COMPLETED", job["last_error"]
+            assert md5(mine / "root.dat") == md5(src) == md5(mine / "davs.dat")
+            assert (mine / "root.dat").stat().st_uid == first.pw_uid
+            # a job that waits (its destination server refuses connections): its copy is
+            # A's own, 0600, until the job is removed
+            code, body = submit(first, """[ dap_type = transfer; max_retries = 50;
+                src_url = "davs://127.0.0.1:1/x.dat"; dest_url = "file:///tmp/never.dat" ]""",
+                                value)
+            assert code == 201, body
+            waiting = int(body["ids"][0])  # type: ignore[index]
+            [copy] = list(kept_dir.iterdir())
+            info = copy.stat()
+            assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (first.pw_uid, 0o600)
+            assert as_user(first.pw_uid, server.socket, "DELETE", f"/v1/jobs/{waiting}",
+                           gid=first.pw_gid)[0] == 200
+            server.wait_state(waiting, ("REMOVED",))
+            assert list(kept_dir.iterdir()) == []
+            # B: A's file is refused at submit; with no token of their own, refused by the
+            # server, named as such
+            code, body = submit(second, f"""[ dap_type = transfer;
+                bearer_token_file = "{theirs}";
+                src_url = "{tx.url('davs', src)}"; dest_url = "file:///tmp/b.dat" ]""")
+            assert code == 400 and "not to the submitter" in str(body), body
+            code, body = submit(second, f"""[ dap_type = transfer;
+                src_url = "{tx.url('root', src)}";
+                dest_url = "file:///tmp/stork-b-{os.getpid()}" ]""")
+            assert code == 201, body
+            job = server.wait_state(int(body["ids"][0]), timeout_s=60)  # type: ignore[index]
+            assert (job["state"], job["failure_kind"]) == ("FAILED", "permanent"), job
+            assert "the job carries no bearer token" in job["last_error"]
