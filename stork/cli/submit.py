@@ -135,9 +135,10 @@ def _submit(args: argparse.Namespace) -> int:
 
 def discovered_token(specs: list[JobSpec]) -> dict[str, str] | None:
     """The submitting user's token by the WLCG discovery order, for the ads that name no
-    token file and reach an end that takes one; None when none does or none is found."""
-    if not any(s.bearer_tokens is None and (takes_token(s.src_url) or takes_token(s.dest_url))
-               for s in specs):
+    token file and reach an end that takes one (a url_list's ends the daemon looks at);
+    None when none does or none is found."""
+    if not any(s.bearer_tokens is None and (s.url_list or takes_token(s.src_url)
+                                            or takes_token(s.dest_url)) for s in specs):
         return None
     found = discover(os.environ, os.getuid())
     if found is None:

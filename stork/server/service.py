@@ -11,13 +11,13 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
 from stork import __version__
 from stork.caller import Caller
-from stork.dataset.expand import Dataset, listed_locally
+from stork.dataset.expand import Dataset, DatasetFile, listed_locally
 from stork.dataset.wire import from_wire
 from stork.eos.access import check_local_ends, request_from
 from stork.eos.service import EosService
@@ -89,10 +89,11 @@ def token_problem(path: str | None, caller: Caller, found_by: str | None = None)
     return f"{problem} (found by {found_by})" if found_by else problem
 
 
-def wants_token(spec: JobSpec) -> bool:
-    """Whether a job names no token of its own and reaches an end that takes one."""
-    return spec.bearer_tokens is None and (takes_token(spec.src_url)
-                                           or takes_token(spec.dest_url))
+def wants_token(spec: JobSpec, files: Iterable[DatasetFile] = ()) -> bool:
+    """Whether a job names no token of its own and reaches an end that takes one (its
+    URLs, or those of its url_list's `files`)."""
+    urls = [spec.src_url, spec.dest_url, *(u for f in files for u in (f.src_url, f.dest_url))]
+    return spec.bearer_tokens is None and any(takes_token(url) for url in urls)
 
 
 def may_see(caller: Caller, owner_uid: int) -> bool:
@@ -143,12 +144,6 @@ class Service:
         problems = [SubmitProblem(filename, index, None, "x509proxy", message)
                     for index, spec in enumerate(specs, 1)
                     if (message := proxy_problem(spec.x509proxy, caller)) is not None]
-        specs, found = self._discovered_tokens(specs, body.get("bearer_token"), caller)
-        problems += [SubmitProblem(filename, index, None, attr, message)
-                     for index, spec in enumerate(specs, 1) for attr in TOKEN_ATTRIBUTES
-                     if (message := token_problem(getattr(spec, attr), caller,
-                                                  found.get(getattr(spec, attr) or "")))
-                     is not None]
         if problems:
             raise SubmitError(problems)
         estimation = [i for i, s in enumerate(specs, 1) if s.dap_type is DapType.ESTIMATION]
@@ -157,13 +152,23 @@ class Service:
                 f"{filename}: ad {estimation[0]}: attribute 'dap_type': this server runs no EOS "
                 "for estimation jobs")
         datasets = self._datasets(specs, body.get("datasets"), filename, settings.max_files_per_job)
+        wanting = {i for i, spec in enumerate(specs)
+                   if wants_token(spec, datasets[i].files if i in datasets else ())}
+        specs, found = self._discovered_tokens(specs, wanting, body.get("bearer_token"), caller)
+        problems = [SubmitProblem(filename, index, None, attr, message)
+                    for index, spec in enumerate(specs, 1) for attr in TOKEN_ATTRIBUTES
+                    if (message := token_problem(getattr(spec, attr), caller,
+                                                 found.get(getattr(spec, attr) or "")))
+                    is not None]
+        if problems:
+            raise SubmitError(problems)
         if body.get("dry_run"):
             return {"ids": [], "dry_run": True, "count": len(specs),
                     "files": {str(i + 1): [d.count, d.total_bytes] for i, d in datasets.items()}}
         specs = [dataclasses.replace(spec, src_url=datasets[i].files[0].src_url,
                                      dest_url=datasets[i].files[0].dest_url)
                  if spec.url_list and i in datasets else spec for i, spec in enumerate(specs)]
-        specs = self._keep_token_values(specs, body.get("bearer_token"), caller)
+        specs = self._keep_token_values(specs, wanting, body.get("bearer_token"), caller)
         now = self.dispatcher.clock()
         try:
             ids = self.store.submit(specs, caller.uid, caller.name, now,
@@ -185,30 +190,30 @@ class Service:
         return {"ids": ids}
 
     @staticmethod
-    def _discovered_tokens(specs: list[JobSpec], discovered: Any, caller: Caller
-                           ) -> tuple[list[JobSpec], dict[str, str]]:
-        """Specs that name no token and reach a token-taking end get the file stork_submit
-        found by the WLCG discovery order (`discovered`: {"where", "path"}); the files found
-        so, with where they came from."""
+    def _discovered_tokens(specs: list[JobSpec], wanting: set[int], discovered: Any,
+                           caller: Caller) -> tuple[list[JobSpec], dict[str, str]]:
+        """The specs at the positions `wanting` get the file stork_submit found by the WLCG
+        discovery order (`discovered`: {"where", "path"}); the files found so, with where
+        they came from."""
         if not isinstance(discovered, dict) or not isinstance(discovered.get("path"), str):
             return specs, {}
         path, where = discovered["path"], str(discovered.get("where") or "discovery")
         if caller.uid < 0 or not os.path.isabs(path):
             return specs, {}
-        return [dataclasses.replace(spec, bearer_token_file=path) if wants_token(spec)
-                else spec for spec in specs], {path: where}
+        return [dataclasses.replace(spec, bearer_token_file=path) if i in wanting else spec
+                for i, spec in enumerate(specs)], {path: where}
 
-    def _keep_token_values(self, specs: list[JobSpec], discovered: Any,
+    def _keep_token_values(self, specs: list[JobSpec], wanting: set[int], discovered: Any,
                            caller: Caller) -> list[JobSpec]:
-        """Specs that name no token and reach a token-taking end get a kept copy of the
-        ``BEARER_TOKEN`` value stork_submit found (`discovered`: {"where", "value"})."""
+        """The specs at the positions `wanting` get a kept copy each of the ``BEARER_TOKEN``
+        value stork_submit found (`discovered`: {"where", "value"})."""
         if not isinstance(discovered, dict) or not isinstance(discovered.get("value"), str) \
-                or caller.uid < 0 or not any(wants_token(s) for s in specs):
+                or caller.uid < 0 or not wanting:
             return specs
         state_dir = self.dispatcher.settings.state_dir
         return [dataclasses.replace(spec, bearer_token_file=kept_tokens.keep(
-                    state_dir, discovered["value"], caller.uid))  # a copy per job
-                if wants_token(spec) else spec for spec in specs]
+                    state_dir, discovered["value"], caller.uid))
+                if i in wanting else spec for i, spec in enumerate(specs)]
 
     @staticmethod
     def _datasets(specs: list[JobSpec], wire: Any, filename: str, max_files: int
