@@ -368,7 +368,7 @@ def test_a_token_never_leaks_and_a_kept_copy_is_private_and_removed(
                  for found in server.workdir.rglob("*") if found.is_file()]
         hits = [i for i, text in enumerate(seen) if value in text or value[-40:] in text]
         assert hits == [], hits
-        assert any(f"{kept_dir}/" in text for text in seen)  # the copy was named, not shown
+        assert f'bearer_token_file = "{kept_dir}/' in seen[1]  # the copy named, not shown
         assert any("gfalhelper.py copy" in text for text in seen)  # the argv was looked at
 
 
@@ -505,3 +505,26 @@ def test_two_users_each_with_their_own_token(
             job = server.wait_state(int(body["ids"][0]), timeout_s=60)  # type: ignore[index]
             assert (job["state"], job["failure_kind"]) == ("FAILED", "permanent"), job
             assert "the job carries no bearer token" in job["last_error"]
+
+
+def test_a_discovered_token_file_serves_a_url_list(
+        test_ca: TestCa, tx: TokenXrootdServer, export: Path, tokens: dict[str, Path],
+        tmp_path: Path) -> None:
+    """stork_submit run with BEARER_TOKEN_FILE: a url_list of token-protected sources gets
+    that file (named on the job, not copied), and moves."""
+    files = [served(export, f"listed-{i}.dat", 50_000 + i, seed=20 + i) for i in range(2)]
+    listing = tmp_path / "list.txt"
+    listing.write_text("".join(f"{tx.url('davs', f)} file://{tmp_path}/out/{f.name}\n"
+                               for f in files))
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", env={"X509_CERT_DIR": str(test_ca.trust),
+                                 "BEARER_TOKEN_FILE": str(tokens["all"])}) as server:
+        [job_id] = server.submit(f'[ dap_type = transfer; url_list = "{listing}" ]')
+        job = server.wait_state(job_id, timeout_s=120)
+        ad = server.cli("stork_q", "-l", str(job_id), check=True).stdout
+        kept = list((server.state / "tokens").glob("*"))
+    assert job["state"] == "COMPLETED", job["last_error"]
+    assert f'bearer_token_file = "{tokens["all"]}"' in ad
+    assert kept == []
+    for f in files:
+        assert md5(tmp_path / "out" / f.name) == md5(f)
