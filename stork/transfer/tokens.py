@@ -170,9 +170,6 @@ class Claims:
     expires_at: float | None  # epoch seconds
     not_before: float | None = None
 
-    def seconds_left(self, now: float) -> float | None:
-        return None if self.expires_at is None else self.expires_at - now
-
 
 def parse_claims(token: str, what: str) -> Claims:
     """The claims of a JWT (header.payload.signature); TokenUnusable when it is none."""
