@@ -329,10 +329,12 @@ class TokenMissing(BearerTokenError):
     follow: a server without tokens refuses for other reasons too)."""
 
     def __init__(self, url: str, said: str = "") -> None:
-        super().__init__(url, "the server refused access"
-                              + (f" ({said})" if said else "")
-                              + "; the job carries no bearer token (bearer_token_file, or "
-                                "BEARER_TOKEN / BEARER_TOKEN_FILE / bt_u$UID when submitting)")
+        reason = ("the server refused access" + (f" ({said})" if said else "")
+                  + "; the job carries no bearer token (bearer_token_file, or BEARER_TOKEN / "
+                    "BEARER_TOKEN_FILE / bt_u$UID when submitting)")
+        PermanentTransferError.__init__(self, f"{url}: {reason}")  # no token to name
+        self.what = url
+        self.reason = reason
         self.url = url
 
 
@@ -342,11 +344,12 @@ class TokenExpired(BearerTokenError):
 
 class TokenScopeMissing(BearerTokenError):
     """The token grants no scope for the operation on the path: `needed` names the scopes
-    that would (``storage.create:/dir or storage.modify:/dir``), `path` the URL's path."""
+    that would (``storage.create or storage.modify``, over the path or a directory above
+    it), `path` the URL's path."""
 
     def __init__(self, what: str, operation: str, path: str, needed: str, has: str) -> None:
-        super().__init__(what, f"no scope to {operation} {path}: it needs {needed}, "
-                               f"it has {has or 'no storage scope'}")
+        super().__init__(what, f"no scope to {operation} {path}: it needs {needed} over it "
+                               f"or a directory above it; it has {has or 'no storage scope'}")
         self.operation = operation
         self.path = path
         self.needed = needed

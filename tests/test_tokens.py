@@ -261,7 +261,7 @@ def test_token_failures_are_permanent_and_name_their_cause(
             ("FAILED", "permanent", 1), job
     assert f"bearer token {tokens['expired']}: expired at" in expired["last_error"]
     assert f"no scope to write {export}/ro-{scheme}/x.dat" in read_only["last_error"]
-    assert "storage.create" in read_only["last_error"]
+    assert "it needs storage.create or storage.modify over it" in read_only["last_error"]
     assert "storage.read:/" in read_only["last_error"]
     assert "audience (https://elsewhere.example) does not name that server" \
         in audience["last_error"]

@@ -308,7 +308,7 @@ def explain(end: End, now: float, said: str = "") -> BearerTokenError | None:
     path = "/" + url.path.lstrip("/")  # root://host//path names /path
     if not _scope_allows(claims, end.operation, path):
         names = READ_SCOPES[:1] if end.operation == "read" else WRITE_SCOPES[:2]
-        needed = " or ".join(f"{n}:<a directory over it>" for n in names)
+        needed = " or ".join(names)
         return TokenScopeMissing(what, end.operation, path, needed, _storage_scopes(claims))
     host = url.hostname or ""
     if claims.audiences and not any(_audience_names(a, host) for a in claims.audiences):
