@@ -448,14 +448,18 @@ class DatasetRun:
                 tuner.stop()
             with self._lock:
                 self._engines.discard(engine)
-            self._log_flow(engine, files)
+            self._log_flow(engine, files, tuner)
 
-    def _log_flow(self, engine: Engine, files: list[FileWork]) -> None:
+    def _log_flow(self, engine: Engine, files: list[FileWork],
+                  tuner: FlowTuner | None = None) -> None:
         """The engine's flow into the transfer log (what optimizers learn from): one row
-        per stretch at one setting and load, its mean rate over its whole span."""
+        per stretch at one setting and load, its mean rate over its whole span; of a tuned
+        flow, what its tuner measured at each setting."""
         known = [f.size_bytes for f in files if f.size_bytes is not None]
+        now = time.monotonic()
         records = stretch_records(
-            engine.flow, now_mono=time.monotonic(), now_wall=self.clock(),
+            engine.flow.stretches(now) if tuner is None else tuner.stretches(),
+            now_mono=now, now_wall=self.clock(),
             src_url=files[0].src_url, dest_url=files[0].dest_url, rtt_s=self.rtt_s,
             link_mbps=self.settings.link_mbps, buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
             file_bytes=sum(known) / len(known) if known else 0.0, fast=self.settings.dataset_fast)

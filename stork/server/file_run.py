@@ -33,7 +33,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from stork.config import Settings
-from stork.dataset.chunks import SizeClass
+from stork.dataset.chunks import SizeClass, default_params
 from stork.engine import Assembly, Engine, Flow, plan_items, range_bytes
 from stork.engine.items import Span, covered, merged
 from stork.errors import IdentityError, RetryableTransferError, TransferError
@@ -215,7 +215,11 @@ class FileRun:
         if self._history is not None:
             src, dest = (parse_url(u).host or "localhost" for u in (self.request.src_url,
                                                                      self.request.dest_url))
-            climb = climb_for(self._history(), setting, src_host=src, dest_host=dest,
+            preset = setting  # the job's own -p / -cc; without them the large-file preset
+            if options.streams is None and options.concurrency is None:
+                p = default_params(SizeClass.LARGE, range_size, self._bdp())
+                preset = Setting(p.cc, p.p, p.pp)
+            climb = climb_for(self._history(), preset, src_host=src, dest_host=dest,
                               cls=SizeClass.LARGE, bdp_bytes=self._bdp(), load=0,
                               items=len(items))
             setting = climb[0].prior
@@ -237,7 +241,7 @@ class FileRun:
             report.stop()
             if tuner is not None:
                 tuner.stop()
-            self._log_flow(engine, size)
+            self._log_flow(engine, size, tuner)
         done = assembly.bytes_landed(0)
         seconds = time.monotonic() - self.start_time
         if self.stopped():
@@ -254,12 +258,15 @@ class FileRun:
     def _bdp(self) -> float:
         return self.settings.link_mbps * 1e6 / 8 * (self._rtt_s() or 0.0)
 
-    def _log_flow(self, engine: Engine, size: int) -> None:
-        """The ranges' flow into the transfer log: one row per stretch at one setting."""
+    def _log_flow(self, engine: Engine, size: int, tuner: FlowTuner | None) -> None:
+        """The ranges' flow into the transfer log: one row per stretch at one setting (of a
+        tuned flow, what its tuner measured at each)."""
         if self._add_transfers is None:
             return
+        now = time.monotonic()
         records = stretch_records(
-            engine.flow, now_mono=time.monotonic(), now_wall=time.time(),
+            engine.flow.stretches(now) if tuner is None else tuner.stretches(),
+            now_mono=now, now_wall=time.time(),
             src_url=self.request.src_url, dest_url=self.request.dest_url, rtt_s=self._rtt_s(),
             link_mbps=self.settings.link_mbps,
             buffer_bytes=self.request.options.tcp_buffer_bytes, file_bytes=float(size),

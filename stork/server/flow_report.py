@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from stork.engine.flow import Flow
+from stork.engine.flow import Flow, Stretch
 from stork.engine.series import series
 from stork.job import FLOW_RESULT_KEY
 from stork.translog import TransferRecord
@@ -26,15 +26,15 @@ log = logging.getLogger(__name__)
 EVERY_S = 2.0
 
 
-def stretch_records(flow: Flow, *, now_mono: float, now_wall: float, src_url: str,
-                    dest_url: str, rtt_s: float | None, link_mbps: float,
+def stretch_records(stretches: Iterable[Stretch], *, now_mono: float, now_wall: float,
+                    src_url: str, dest_url: str, rtt_s: float | None, link_mbps: float,
                     buffer_bytes: int | None, file_bytes: float, fast: bool
                     ) -> list[TransferRecord]:
     """An engine's flow as transfer log rows (what optimizers learn from): one per stretch
-    at one setting and load, its mean rate over its whole span and the spread of its
-    windows; `file_bytes` is the mean size of the items' files."""
+    at one setting and load (`Flow.stretches`, or what a tuner measured), its mean rate and
+    the spread of its windows; `file_bytes` is the mean size of the items' files."""
     records = []
-    for stretch in flow.stretches(now_mono):
+    for stretch in stretches:
         if stretch.bytes <= 0 or stretch.seconds <= 0:
             continue
         s = stretch.setting
