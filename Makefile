@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DEBS := globus-gass-copy-progs globus-gridftp-server-progs iperf3 iproute2 iputils-ping \
 	globus-simple-ca globus-proxy-utils faketime openssl python3-gfal2 gfal2-util-scripts \
 	gfal2-plugin-gridftp gfal2-plugin-xrootd gfal2-plugin-http gfal2-plugin-file \
-	xrootd-server xrootd-server-plugins xrootd-client xrootd-plugins \
+	xrootd-server xrootd-server-plugins xrootd-client xrootd-plugins xrootd-scitokens-plugins \
 	postgresql \
 	chromium chromium-driver
 STAMP := $(VENV)/.installed

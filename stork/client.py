@@ -186,11 +186,17 @@ class Client:
         return self._call("GET", "/v1/ping")
 
     def submit(self, text: str, filename: str, iwd: str, lognotes: str | None = None,
-               dry_run: bool = False, datasets: dict[str, Any] | None = None) -> list[int]:
+               dry_run: bool = False, datasets: dict[str, Any] | None = None,
+               bearer_token: dict[str, str] | None = None) -> list[int]:
         """Queue the ads of a submit file; `datasets` carries the files of the datasets
-        stork_submit listed (`stork.dataset.wire`), by ad number."""
-        body = {"text": text, "filename": filename, "iwd": iwd, "lognotes": lognotes,
-                "dry_run": dry_run, "datasets": datasets or {}}
+        stork_submit listed (`stork.dataset.wire`), by ad number; `bearer_token` the token
+        the WLCG discovery found for ads that name none ({"where", "path"} or
+        {"where", "value"})."""
+        body: dict[str, Any] = {"text": text, "filename": filename, "iwd": iwd,
+                                "lognotes": lognotes, "dry_run": dry_run,
+                                "datasets": datasets or {}}
+        if bearer_token:
+            body["bearer_token"] = bearer_token
         return list(self._call("POST", "/v1/jobs", json=body)["ids"])
 
     def jobs(self, constraint: str | None = None, long: bool = False,

@@ -16,6 +16,8 @@ by what went wrong:
     |   |                           ChecksumMismatch
     |   +-- PermanentTransferError: NotFound, AccessDenied, DestinationFull, BadUrl,
     |                               NoTransferModule, CredentialInvalid
+    |       +-- BearerTokenError: TokenUnusable, TokenMissing, TokenExpired,
+    |                             TokenScopeMissing, TokenNotAccepted
     +-- VerifyError
     +-- RemoteEndError (a remote end could not be looked at, listed, cleaned up)
     +-- EosError: FitError, SamplingError
@@ -303,6 +305,59 @@ class CredentialInvalid(PermanentTransferError):
         super().__init__(f"x509proxy {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class BearerTokenError(PermanentTransferError):
+    """A bearer token (WLCG/SciTokens) cannot get the job through: a server refused it (or
+    the job had none), or it cannot work at all. Permanent: another attempt with the same
+    token is refused the same way, so none is made. Built from `what` (the token file, or
+    the URL refused) and `reason`; never from the token itself."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"bearer token {what}: {reason}")
+        self.what = what
+        self.reason = reason
+
+
+class TokenUnusable(BearerTokenError):
+    """The token file cannot be used: missing, unreadable by the job's owner, someone
+    else's, looser than 0600 (XRootD refuses it), or not a JWT."""
+
+
+class TokenMissing(BearerTokenError):
+    """An end that takes tokens refused the job, which carries none (the server's own words
+    follow: a server without tokens refuses for other reasons too)."""
+
+    def __init__(self, url: str, said: str = "") -> None:
+        reason = ("the server refused access" + (f" ({said})" if said else "")
+                  + "; the job carries no bearer token (bearer_token_file, or BEARER_TOKEN / "
+                    "BEARER_TOKEN_FILE / bt_u$UID when submitting)")
+        PermanentTransferError.__init__(self, f"{url}: {reason}")  # no token to name
+        self.what = url
+        self.reason = reason
+        self.url = url
+
+
+class TokenExpired(BearerTokenError):
+    """The token's `exp` is past (seen before an attempt, or explaining a refusal)."""
+
+
+class TokenScopeMissing(BearerTokenError):
+    """The token grants no scope for the operation on the path: `needed` names the scopes
+    that would (``storage.create or storage.modify``, over the path or a directory above
+    it), `path` the URL's path."""
+
+    def __init__(self, what: str, operation: str, path: str, needed: str, has: str) -> None:
+        super().__init__(what, f"no scope to {operation} {path}: it needs {needed} over it "
+                               f"or a directory above it; it has {has or 'no storage scope'}")
+        self.operation = operation
+        self.path = path
+        self.needed = needed
+
+
+class TokenNotAccepted(BearerTokenError):
+    """The server refused a token that has not expired and whose scopes cover the path: its
+    audience does not name the server, or the server does not trust its issuer."""
 
 
 class VerifyError(StorkError):

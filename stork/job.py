@@ -10,6 +10,7 @@ from typing import Any
 
 from stork.dataset.expand import is_dataset
 from stork.transfer.options import TransferOptions, parse_arguments
+from stork.transfer.tokens import BearerTokens
 
 
 class JobState(enum.Enum):
@@ -46,6 +47,10 @@ class JobSpec:
     err: str | None = None
     log: str | None = None
     x509proxy: str | None = None
+    # bearer token files (absolute paths): for both ends, or each end's own (third party)
+    bearer_token_file: str | None = None
+    src_bearer_token_file: str | None = None
+    dest_bearer_token_file: str | None = None
     alt_protocols: tuple[tuple[str, str], ...] = ()
     max_retries: int | None = None
     verify_checksum: bool = False
@@ -59,6 +64,12 @@ class JobSpec:
     @property
     def options(self) -> TransferOptions:
         return parse_arguments(self.arguments)
+
+    @property
+    def bearer_tokens(self) -> BearerTokens | None:
+        """The job's token files, one per end; None when it names none."""
+        return BearerTokens.of(self.bearer_token_file, self.src_bearer_token_file,
+                               self.dest_bearer_token_file)
 
     @property
     def is_dataset(self) -> bool:

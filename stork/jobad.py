@@ -127,6 +127,9 @@ def row_reader(columns: Sequence[str], computed: Mapping[str, Callable[[Job], An
 def job_ad(job: Job) -> classad2.ClassAd:
     """The user's ad plus the queue's attributes."""
     ad = classad2.ClassAd(job.spec.ad_text)
+    if job.spec.bearer_token_file and "bearer_token_file" not in ad:
+        # found at submit (the WLCG discovery): the file, or the daemon's copy, by its name
+        ad["bearer_token_file"] = job.spec.bearer_token_file
     ad["stork_id"] = job.id
     ad["owner"] = job.owner
     ad["owner_uid"] = job.owner_uid

@@ -40,6 +40,7 @@ from typing import Any, BinaryIO
 
 from stork.identity import RunAs, popen_kwargs
 from stork.transfer.base import Progress, read_progress
+from stork.transfer.tokens import TOKEN_VARIABLES
 
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -52,6 +53,15 @@ SETPRIV = shutil.which("setpriv")  # util-linux (Debian: essential); None: preex
 def child_setup() -> None:
     """In the child before exec: die with the parent (PR_SET_PDEATHSIG = SIGKILL)."""
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def scrubbed(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """The daemon's environment as a child inherits it: without the daemon's own bearer
+    token (``BEARER_TOKEN``, ``BEARER_TOKEN_FILE``), which must never reach a job's tool;
+    `environ` itself when it holds none."""
+    if not any(name in environ for name in TOKEN_VARIABLES):
+        return environ
+    return {k: v for k, v in environ.items() if k not in TOKEN_VARIABLES}
 
 
 def _program(name: str, env: Mapping[str, str] | None) -> str:
@@ -98,16 +108,18 @@ class Child:
                  on_stdout: Callable[[bytes], None] | None = None,
                  stdin: bytes | None = None, interactive: bool = False) -> None:
         """`env` is added to the daemon's environment (with the owner's HOME, USER and
-        LOGNAME when `run_as` is set); `stdout` and `stderr` are open files the output is
-        copied to; `on_stdout` sees every raw stdout chunk, `on_progress` every -vb line;
-        `stdin` is written to the child's standard input (else it reads /dev/null), or,
-        `interactive`, the input stays open for `send` until `close_input`."""
+        LOGNAME when `run_as` is set; without the daemon's bearer token, `scrubbed`);
+        `stdout` and `stderr` are open files the output is copied to; `on_stdout` sees every
+        raw stdout chunk, `on_progress` every -vb line; `stdin` is written to the child's
+        standard input (else it reads /dev/null), or, `interactive`, the input stays open for
+        `send` until `close_input`."""
         self.argv = list(argv)
         self._stdin = stdin
         self._interactive = interactive
         self.run_as = run_as
         extra = {**(run_as.env() if run_as else {}), **(env or {})}
-        self.env = {**os.environ, **extra} if extra else None
+        inherited = scrubbed(os.environ)
+        self.env = {**inherited, **extra} if extra or inherited is not os.environ else None
         self._stdout = stdout
         self._stderr = stderr
         self._on_progress = on_progress

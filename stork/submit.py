@@ -36,10 +36,13 @@ KNOWN_ATTRIBUTES = (
     "dap_type", "src_url", "dest_url", "arguments", "optimization", "use_history",
     "stork_server", "opt_server", "output", "err", "log", "x509proxy", "alt_protocols",
     "max_retries", "verify_checksum", "size", "recursive", "url_list", "checksum",
+    "bearer_token_file", "src_bearer_token_file", "dest_bearer_token_file",
 )
+TOKEN_ATTRIBUTES = ("bearer_token_file", "src_bearer_token_file", "dest_bearer_token_file")
 USER_PREFIX = "user_"  # names starting with this are the user's own: never warned about
 SUGGEST_CUTOFF = 0.7  # difflib similarity (0..1) a known name needs to be suggested
 
+_JWT = re.compile(r"eyJ[\w-]*\.[\w-]+\.[\w-]*\Z")  # a token where a file name belongs
 _ASSIGNED = re.compile(r"([A-Za-z_]\w*)\s*=\s*\Z")
 _MAX_SEARCHED_TOKENS = 256  # longer values with a syntax error are not searched token by token
 _TOKEN = re.compile(r"""\s*(?:
@@ -473,8 +476,11 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
             fields[attr] = _string(ad, attr)
     if fields.get("x509proxy") not in (None, "default"):  # a file, relative to the submit dir
         fields["x509proxy"] = os.path.normpath(os.path.join(iwd, fields["x509proxy"]))
-    for attr in ("output", "err", "log"):
+    for attr in ("output", "err", "log", *TOKEN_ATTRIBUTES):
         if has(attr):
+            if attr in TOKEN_ATTRIBUTES and _JWT.match(_string(ad, attr).strip()):
+                raise _Invalid(attr, "holds a token itself, not the name of a file: put the "
+                                     "token in a file of mode 0600 and name that file")
             fields[attr] = _local_path(ad, attr, iwd)
     if has("max_retries"):
         fields["max_retries"] = _non_negative_int(ad, "max_retries")

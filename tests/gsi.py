@@ -175,7 +175,11 @@ class XrootdServer:
     (``root://``, third-party copies through ``ofs.tpc``) and HTTPS/WebDAV through its HTTP
     plugin (``davs://``, TLS with the test CA's host certificate, HTTP-TPC ``COPY``), with
     adler32, md5 and crc32c checksums. It runs as `XROOTD_USER`, so `export` (outside
-    pytest's private tree) belongs to that user."""
+    pytest's private tree) belongs to that user.
+
+    A subclass changes what it serves through hooks: `extra_config` (lines added to the
+    configuration, written after `prepare` made what they name in `run_dir`), `tpc_options`
+    and `environment` (added to the server's own)."""
 
     def __init__(self, ca: TestCa, export: Path) -> None:
         self.ca = ca
@@ -184,6 +188,21 @@ class XrootdServer:
         self.https_port = free_port()
         self.run_dir = export.parent / f"xrootd-run-{self.root_port}"
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def prepare(self, uid: int, gid: int) -> None:
+        """Make what `extra_config` names, in `run_dir`, readable by the server's user."""
+
+    def tpc_options(self) -> str:
+        """Options of ``ofs.tpc`` before its program (the credentials it forwards)."""
+        return ""
+
+    def extra_config(self) -> str:
+        """Configuration lines added after the plain server's."""
+        return ""
+
+    def environment(self) -> dict[str, str]:
+        """Variables added to the server's environment."""
+        return {}
 
     def url(self, scheme: str, path: str | Path) -> str:
         if scheme == "root":
@@ -205,22 +224,23 @@ class XrootdServer:
         for path in (self.run_dir, self.export, cert, key, trust):
             os.chown(path, user.pw_uid, user.pw_gid)
         key.chmod(0o400)
+        self.prepare(user.pw_uid, user.pw_gid)
         config = self.run_dir / "xrootd.cfg"
         config.write_text(f"""all.export {self.export}
 all.adminpath {self.run_dir}
 all.pidpath {self.run_dir}
 xrd.port {self.root_port}
 xrootd.chksum max 4 adler32 md5 crc32c
-ofs.tpc pgm /usr/bin/xrdcp --server
+ofs.tpc {self.tpc_options()}pgm /usr/bin/xrdcp --server
 xrd.tls {cert} {key}
 xrd.tlsca certdir {trust}
 xrd.protocol XrdHttp:{self.https_port} libXrdHttp.so
 http.exthandler xrdtpc libXrdHttpTPC.so
 http.listingdeny false
-""")
+{self.extra_config()}""")
         self.proc = subprocess.Popen(
             ["xrootd", "-R", XROOTD_USER, "-c", str(config), "-n", "stork",
-             "-l", str(self.run_dir / "xrootd.log")], env=self.ca.env,
+             "-l", str(self.run_dir / "xrootd.log")], env={**self.ca.env, **self.environment()},
             stdout=subprocess.DEVNULL, stderr=open(self.run_dir / "xrootd.stderr", "wb"),  # noqa: SIM115
             start_new_session=True)
 

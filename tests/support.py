@@ -137,7 +137,9 @@ class StorkServer:
         self.config.write_text("".join(f"{k} = {v}\n" for k, v in self.knobs.items()))
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("_STORK_")}
+        # a token of the machine's user is no test's: only `extra_env` gives one
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("_STORK_") and k not in ("BEARER_TOKEN", "BEARER_TOKEN_FILE")}
         env.update(self.extra_env)
         env["STORK_CONFIG"] = str(self.config)
         env["PATH"] = f"{BIN}:{env.get('PATH', '')}"

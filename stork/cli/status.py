@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"Waiting: {job['wait_reason']}")
                 if (job.get("result") or {}).get("x509proxy_warning"):
                     print(f"Warning: {job['result']['x509proxy_warning']}")
+                if (job.get("result") or {}).get("bearer_token_warning"):
+                    print(f"Warning: {job['result']['bearer_token_warning']}")
                 print(job["ad"].strip())
                 print("Attempts:")
                 if not info["attempts"]:

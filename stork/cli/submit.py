@@ -22,11 +22,12 @@ from stork.client import Client
 from stork.dataset.expand import Dataset, is_dataset, list_dataset, listed_locally
 from stork.dataset.wire import to_wire
 from stork.errors import DatasetError, SubmitError
-from stork.job import DapType, JobState
+from stork.job import DapType, JobSpec, JobState
 from stork.jobad import estimate_ad
 from stork.submit import USER_PREFIX, parse_submit, unknown_attributes
 from stork.transfer.base import summarize_error
 from stork.transfer.registry import Registry
+from stork.transfer.tokens import discover, takes_token
 from stork.urls import parse_url
 
 
@@ -116,7 +117,8 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         wire = {str(i): to_wire(d, url_list=bool(specs[i - 1].url_list))
                 for i, d in listed.items()}
-        ids = client.submit(text, filename, iwd, args.lognotes, datasets=wire)
+        ids = client.submit(text, filename, iwd, args.lognotes, datasets=wire,
+                            bearer_token=discovered_token(specs))
         for job_id in ids:
             print(f"Request assigned id: {job_id}", flush=True)
         estimations = [i for i, s in zip(ids, specs, strict=True)
@@ -129,6 +131,21 @@ def _submit(args: argparse.Namespace) -> int:
         return max(code, _wait(client, ids))
     finally:
         client.close()
+
+
+def discovered_token(specs: list[JobSpec]) -> dict[str, str] | None:
+    """The submitting user's token by the WLCG discovery order, for the ads that name no
+    token file and reach an end that takes one (a url_list's ends the daemon looks at);
+    None when none does or none is found."""
+    if not any(s.bearer_tokens is None and (s.url_list or takes_token(s.src_url)
+                                            or takes_token(s.dest_url)) for s in specs):
+        return None
+    found = discover(os.environ, os.getuid())
+    if found is None:
+        return None
+    if found.path is not None:
+        return {"where": found.where, "path": found.path}
+    return {"where": found.where, "value": found.value or ""}
 
 
 def _bytes(n: int) -> str:

@@ -32,10 +32,11 @@ MAX_DEPTH = 256  # directory levels below the listed one; deeper is a loop on a 
 # scheme -> its lister, given the job's x509proxy and whose rights a listing tool runs with
 # (GridFTP, XRootD and WebDAV go through the metadata layer for remote ends, gfal2, as the
 # owner with the proxy; anonymous FTP reads nothing local)
-LISTERS: dict[str, Callable[[str | None, RunAs | None], Lister]] = {
-    "file": lambda x509proxy, run_as: LocalLister(),
-    "ftp": lambda x509proxy, run_as: FtpLister(),
-    **{scheme: lambda x509proxy, run_as: RemoteLister(x509proxy=x509proxy, run_as=run_as)
+LISTERS: dict[str, Callable[[str | None, RunAs | None, str | None], Lister]] = {
+    "file": lambda x509proxy, run_as, token_file: LocalLister(),
+    "ftp": lambda x509proxy, run_as, token_file: FtpLister(),
+    **{scheme: lambda x509proxy, run_as, token_file: RemoteLister(
+        x509proxy=x509proxy, run_as=run_as, token_file=token_file)
        for scheme in ("gsiftp", "root", "xroot", "davs", "dav", "https")},
 }
 LOCAL_SCHEMES = frozenset({"file"})
@@ -107,7 +108,7 @@ def listed_locally(src_url: str | None, url_list: str | None = None) -> bool:
 
 
 def lister_for(scheme: str, *, x509proxy: str | None = None, where: str | None = None,
-               run_as: RunAs | None = None) -> Lister:
+               run_as: RunAs | None = None, token_file: str | None = None) -> Lister:
     """The lister of a URL scheme; DatasetError (naming `where`, else the scheme) for a
     scheme whose directories Stork cannot list."""
     make = LISTERS.get(scheme)
@@ -115,18 +116,20 @@ def lister_for(scheme: str, *, x509proxy: str | None = None, where: str | None =
         raise DatasetError(where or f"{scheme}://",
                            f"{scheme}:// directories cannot be listed; datasets are listed "
                            f"on {', '.join(s + '://' for s in LISTERS)}")
-    return make(x509proxy, run_as)
+    return make(x509proxy, run_as, token_file)
 
 
 def expand(src_url: str | None, dest_url: str | None, *, recursive: bool = False,
            url_list_text: str | None = None, url_list_name: str = "url_list",
            max_files: int, lister: Lister | None = None,
-           x509proxy: str | None = None, run_as: RunAs | None = None) -> Dataset:
+           x509proxy: str | None = None, run_as: RunAs | None = None,
+           token_file: str | None = None) -> Dataset:
     """The files of a dataset. Either `src_url` (a directory or a glob) and `dest_url` (a
     directory; a missing trailing ``/`` is added), or `url_list_text` (the url_list's
     contents; `url_list_name` names it in errors) without them. More than `max_files` files
     stop the listing at once (DatasetError naming STORK_MAX_FILES_PER_JOB). `lister` is
-    chosen by the source's scheme when not given (`x509proxy` for the gfal2 ones); its kept
+    chosen by the source's scheme when not given (`x509proxy` and the source's bearer
+    `token_file` for the gfal2 ones); its kept
     connections are closed at the end."""
     if max_files < 1:
         raise ValueError(f"max_files must be at least 1, not {max_files}")
@@ -155,7 +158,8 @@ def expand(src_url: str | None, dest_url: str | None, *, recursive: bool = False
         parse_dir_url(dest_dir)
     except ValueError as exc:
         raise DatasetError(dest_url, str(exc)) from None
-    lister = lister or lister_for(scheme, x509proxy=x509proxy, where=src_url, run_as=run_as)
+    lister = lister or lister_for(scheme, x509proxy=x509proxy, where=src_url, run_as=run_as,
+                                  token_file=token_file)
     try:
         found, skipped = _walk(lister, root, pattern, recursive, max_files, src_url)
     finally:
@@ -245,7 +249,7 @@ def _from_url_list(text: str, name: str, max_files: int) -> Dataset:
 
 def list_dataset(src_url: str, dest_url: str, *, recursive: bool, url_list: str | None,
                  max_files: int, x509proxy: str | None = None,
-                 run_as: RunAs | None = None) -> Dataset:
+                 run_as: RunAs | None = None, token_file: str | None = None) -> Dataset:
     """The files of a dataset job as its spec names them: a url_list is read from its file
     and a local directory listed with the rights of the calling process (stork_submit: the
     user); a remote listing (gfal2) runs as `run_as` (the daemon: the job's owner)."""
@@ -263,7 +267,7 @@ def list_dataset(src_url: str, dest_url: str, *, recursive: bool, url_list: str 
         return Dataset(tuple(DatasetFile(f.src_url, f.dest_url, f.rel_path, _local_size(f.src_url))
                              for f in dataset.files))
     return expand(src_url, dest_url, recursive=recursive, max_files=max_files,
-                  x509proxy=x509proxy, run_as=run_as)
+                  x509proxy=x509proxy, run_as=run_as, token_file=token_file)
 
 
 def _local_size(url: str) -> int | None:

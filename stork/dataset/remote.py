@@ -18,6 +18,7 @@ from stork.errors import DatasetError, DatasetUnreachable, RemoteEndError
 from stork.identity import RunAs
 from stork.transfer.failures import errno_class
 from stork.transfer.remote import RemoteEnds
+from stork.transfer.tokens import BearerTokens
 
 TIMEOUT_S = 300.0  # one directory's listing
 
@@ -38,8 +39,10 @@ def listing_error(where: str, exc: RemoteEndError) -> DatasetError:
 
 class RemoteLister(Lister):
     def __init__(self, *, x509proxy: str | None = None, run_as: RunAs | None = None,
-                 timeout_s: float = TIMEOUT_S) -> None:
-        self.ends = RemoteEnds(x509proxy=x509proxy, run_as=run_as, timeout_s=timeout_s)
+                 timeout_s: float = TIMEOUT_S, token_file: str | None = None) -> None:
+        """`token_file`: the bearer token of the listed source, for every URL listed."""
+        self.ends = RemoteEnds(x509proxy=x509proxy, run_as=run_as, timeout_s=timeout_s,
+                               tokens=BearerTokens.of(token_file))
 
     def list_dir(self, url: str) -> Iterator[Entry]:
         """The whole directory is read by one child before the first entry is given."""

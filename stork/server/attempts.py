@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from stork.config import LiveSettings, Settings
 from stork.engine.items import Span
 from stork.errors import (
+    BearerTokenError,
     ChecksumMismatch,
     CredentialInvalid,
     DestinationMismatch,
@@ -35,7 +36,7 @@ from stork.errors import (
 )
 from stork.identity import RunAs
 from stork.job import FileState, Job
-from stork.server import events
+from stork.server import events, kept_tokens
 from stork.server.admission import host_of
 from stork.server.dataset_run import DatasetRun
 from stork.server.file_run import LANDED_KEY, FileRun, landed_of
@@ -60,6 +61,8 @@ from stork.transfer.proxy import ProxyFacts, check_proxy, expiry_warning, uses_p
 from stork.transfer.registry import Registry
 from stork.transfer.remote import X509_SCHEMES, RemoteEnds, common_checksum
 from stork.transfer.rtt import PathRtts
+from stork.transfer.tokens import NO_TOKENS, TokenFacts, check_tokens
+from stork.transfer.tokens import expiry_warning as token_expiry_warning
 from stork.translog import TransferRecord
 from stork.urls import parse_url
 from stork.userlog import executing, note
@@ -100,6 +103,7 @@ class Plan:
     # bytes the EOS's samples already wrote into the destination (`request.ranges` is the rest)
     bytes_in_destination: int = 0
     proxy: ProxyFacts | None = None  # the job's x509proxy, checked when the attempt was planned
+    tokens: TokenFacts = NO_TOKENS  # the job's bearer tokens, read when it was planned
     # what the destination is and what of it this attempt may remove (claimed at launch)
     destination: Destination | None = None
     # byte spans of the file an attempt before this one landed as ranges (`FileRun`)
@@ -108,7 +112,9 @@ class Plan:
     @property
     def ends(self) -> RemoteEnds:
         """Remote ends as the job's owner sees them, with the job's proxy."""
-        return RemoteEnds(x509proxy=self.request.x509proxy, run_as=self.run_as)
+        return RemoteEnds(x509proxy=self.request.x509proxy, run_as=self.run_as,
+                          tokens=self.request.tokens, src_url=self.src_url,
+                          dest_url=self.dest_url)
 
     @property
     def src_url(self) -> str:
@@ -173,9 +179,15 @@ def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
             proxy = check_proxy(job.spec.x509proxy, owner_uid=job.owner_uid, run_as=run_as)
         except CredentialInvalid as exc:
             raise NotLaunchable(exc, 126, src, dest) from None
+    try:  # read again at each attempt: a file something keeps fresh is used as it is now
+        tokens = check_tokens(job.spec.bearer_tokens, src, dest, owner_uid=job.owner_uid,
+                              run_as=run_as, x509proxy=job.spec.x509proxy)
+    except BearerTokenError as exc:
+        raise NotLaunchable(exc, 126, src, dest) from None
     request = TransferRequest(src, dest, job.spec.options, settings.default_streams,
-                              job.spec.verify_checksum, job.spec.x509proxy)
-    return Plan(job, attempt_no, module, request, run_as, proxy=proxy)
+                              job.spec.verify_checksum, job.spec.x509proxy,
+                              tokens=job.spec.bearer_tokens)
+    return Plan(job, attempt_no, module, request, run_as, proxy=proxy, tokens=tokens)
 
 
 @dataclass
@@ -255,7 +267,8 @@ class Attempts:
             process = DatasetRun(job, attempt_no, store=self.store, settings=self.settings,
                                  module=plan.module, run_as=plan.run_as, clock=self.clock,
                                  on_exit=lambda o: self._dataset_exited(job_id, o),
-                                 sharing=lambda src, dest: self.sharing(job_id, src, dest))
+                                 sharing=lambda src, dest: self.sharing(job_id, src, dest),
+                                 tokens=plan.tokens)
         else:
             argv = plan.module.command(plan.request)
             process = AttemptProcess(
@@ -294,8 +307,8 @@ class Attempts:
                       f"{', '.join(f'{o}+{n}' for o, n in plan.request.ranges)})")
         log.info("job %d attempt %d%s: %s", job.id, started.attempts, chose, " ".join(argv))
         process.start()
-        if plan.proxy is not None:
-            self._flag_proxy(plan, started, now)
+        if plan.proxy is not None or plan.tokens.claims:
+            self._flag_expiry(plan, started, now)
         return True
 
     def _claim(self, job_id: int, plan: Plan) -> Plan:
@@ -311,11 +324,10 @@ class Attempts:
         self.store.update_result(job_id, {"destination_claim": dest.to_text(), **dest.facts()})
         return plan
 
-    def _flag_proxy(self, plan: Plan, job: Job, now: float) -> None:
-        """Flag on the job (ad and stork_status) a proxy that will expire before the
-        transfer's estimated end: its size at the EOS's predicted rate, else at
+    def _flag_expiry(self, plan: Plan, job: Job, now: float) -> None:
+        """Flag on the job (ad and stork_status) a proxy or a bearer token that will expire
+        before the transfer's estimated end: its size at the EOS's predicted rate, else at
         STORK_LINK_MBPS (the fastest it could go)."""
-        assert plan.proxy is not None
         size = job.bytes_total if job.spec.is_dataset else job.spec.size_bytes
         if size is None and not job.spec.is_dataset:
             try:
@@ -323,14 +335,21 @@ class Attempts:
             except verify.VerifyError:
                 size = None
         rate = float(job.result.get("predicted_throughput_mbps") or self.settings.link_mbps)
-        warning = expiry_warning(plan.proxy, now, size, rate)
+        warning = expiry_warning(plan.proxy, now, size, rate) if plan.proxy else None
+        if warning is not None:
+            log.warning("job %d: %s", job.id, warning["x509proxy_warning"])
+        token_warnings = [text for path, claims in plan.tokens.claims.items()
+                          if (text := token_expiry_warning(path, claims, now, size, rate))]
+        if token_warnings:
+            log.warning("job %d: %s", job.id, "; ".join(token_warnings))
+            warning = {**(warning or {}), "bearer_token_expires_before_end": True,
+                       "bearer_token_warning": "; ".join(token_warnings)}
         if warning is None:
             return
-        log.warning("job %d: %s", job.id, warning["x509proxy_warning"])
         try:
             self.store.update_result(job.id, warning)
         except Exception:
-            log.exception("job %d: cannot flag the proxy's expiry", job.id)
+            log.exception("job %d: cannot flag the credential's expiry", job.id)
 
     def refuse(self, job: Job, problem: NotLaunchable) -> None:
         """Count an attempt that cannot start as one that failed permanently."""
@@ -427,6 +446,7 @@ class Attempts:
             return facts
         if result.exit_code != 0:
             failure = result.failure or plan.module.judge(result.exit_code, result.stderr_tail)
+            failure = plan.tokens.explain(failure, plan.src_url, plan.dest_url)
             return dataclasses.replace(facts, failure=failure)
         problem, size = verify_destination(plan)
         if plan.destination is not None and plan.destination.is_sink:
@@ -464,6 +484,7 @@ class Attempts:
         if done is None:
             return None
         events.record(done, now, verdict.userlog)
+        kept_tokens.release(self.settings.state_dir, done)
         if verdict.history is not None and log_transfer:
             self._log_transfer(job, verdict.history, now, src_url, dest_url)
         if verdict.history is not None and self._record_transfer is not None:
@@ -726,8 +747,9 @@ def remove_partial(job: Job, dest: Destination) -> None:
         run_as = RunAs.for_owner(job.owner_uid)
     except IdentityError:
         return
-    done = destination.remove(dest, run_as, RemoteEnds(x509proxy=job.spec.x509proxy,
-                                                       run_as=run_as))
+    done = destination.remove(dest, run_as, RemoteEnds(
+        x509proxy=job.spec.x509proxy, run_as=run_as, tokens=job.spec.bearer_tokens,
+        src_url=job.spec.src_url, dest_url=dest.url))
     log.info("job %d: %s", job.id, done)
 
 

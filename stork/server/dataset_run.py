@@ -76,6 +76,7 @@ from stork.transfer.localfacts import local_facts
 from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
 from stork.transfer.rtt import connect_s, network_end
+from stork.transfer.tokens import NO_TOKENS, TokenFacts
 from stork.transfer.worker import FileWork, ItemResult, Marks, Setting, Worker, WorkerContext
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
@@ -123,12 +124,13 @@ def round_trip_s(urls: list[str]) -> float | None:
 
 
 def dest_sizes(urls: list[str], run_as: RunAs | None,
-               x509proxy: str | None = None) -> dict[str, int | None]:
+               x509proxy: str | None = None,
+               ends: RemoteEnds | None = None) -> dict[str, int | None]:
     """Sizes of destination files (None: not there); URLs whose size cannot be had cheaply
     (http) are left out. Local files are looked at as the job's owner (`run_as`), FTP
     directories listed once each (MLSD), GridFTP ones once each through gfal2 as the owner
-    with the job's proxy, XRootD and WebDAV files stat'ed through gfal2 in one child (left
-    out when the server cannot answer)."""
+    with the job's proxy, XRootD and WebDAV files stat'ed through gfal2 in one child (`ends`:
+    the job's, with its tokens; left out when the server cannot answer)."""
     sizes: dict[str, int | None] = {}
     by_dir: dict[tuple[str, str], list[str]] = {}
     local = [url for url in urls if parse_url(url).scheme == "file"]
@@ -141,7 +143,7 @@ def dest_sizes(urls: list[str], run_as: RunAs | None,
             by_dir.setdefault((scheme, url.rsplit("/", 1)[0] + "/"), []).append(url)
     stat = [url for url in urls if parse_url(url).scheme in GFAL_SCHEMES]
     try:  # a server that cannot answer leaves the sizes out: the copy's answers speak
-        answers = RemoteEnds(x509proxy=x509proxy, run_as=run_as).stat_many(stat)
+        answers = (ends or RemoteEnds(x509proxy=x509proxy, run_as=run_as)).stat_many(stat)
     except RemoteEndError:
         answers = {}
     for url, answer in answers.items():
@@ -178,16 +180,20 @@ class DatasetRun:
                  module: GridFtpModule, run_as: RunAs | None,
                  on_exit: Callable[[DatasetOutcome], None],
                  clock: Callable[[], float] = time.time,
-                 sharing: Callable[[str, str], int] | None = None) -> None:
+                 sharing: Callable[[str, str], int] | None = None,
+                 tokens: TokenFacts = NO_TOKENS) -> None:
         self.job = job
+        self.tokens = tokens  # the job's bearer tokens, read when the pass was planned
         self.attempt_no = attempt_no
         self.store = store
         self.settings = settings
         self.module = module
         self.gfal = GfalModule()  # files with an XRootD or WebDAV end
         self.run_as = run_as
-        # remote ends as the job's owner with its proxy (sizes, checksums, clean-up)
-        self.ends = RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as)
+        # remote ends as the job's owner with its proxy and tokens (sizes, checksums, clean-up)
+        self.ends = RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as,
+                               tokens=job.spec.bearer_tokens, src_url=job.spec.src_url,
+                               dest_url=job.spec.dest_url)
         self._on_exit = on_exit
         self.clock = clock
         self._sharing = sharing or (lambda src, dest: 0)
@@ -271,12 +277,14 @@ class DatasetRun:
                 dataset = list_dataset(spec.src_url, spec.dest_url, recursive=spec.recursive,
                                        url_list=spec.url_list,
                                        max_files=self.settings.max_files_per_job,
-                                       x509proxy=spec.x509proxy, run_as=self.run_as)
-            except DatasetUnreachable as exc:
-                outcome.listing_error = RetryableTransferError(str(exc))
-                return outcome
-            except DatasetError as exc:
-                outcome.listing_error = PermanentTransferError(str(exc))
+                                       x509proxy=spec.x509proxy, run_as=self.run_as,
+                                       token_file=self.tokens.src_file)
+            except DatasetError as exc:  # a refusal explained by the token, else as it was
+                failure: TransferError = (RetryableTransferError(str(exc))
+                                          if isinstance(exc, DatasetUnreachable)
+                                          else PermanentTransferError(str(exc)))
+                outcome.listing_error = self.tokens.explain(failure, spec.src_url,
+                                                            spec.dest_url)
                 return outcome
             self.store.add_files(job.id, dataset.files)
         now = self.clock()
@@ -406,7 +414,8 @@ class DatasetRun:
         `climb` (a controller and why its prior), started at its prior and tuned."""
         spec = self.job.spec
         context = WorkerContext(
-            run_as=self.run_as, env=module.environment(self._request("", "", 1)),
+            run_as=self.run_as,
+            env=module.environment(self._request(spec.src_url, spec.dest_url, 1)),
             fast=self.settings.dataset_fast, tcp_buffer_bytes=spec.options.tcp_buffer_bytes,
             block_size_bytes=spec.options.block_size_bytes,
             verify_checksum=spec.verify_checksum and self.sink is None,
@@ -620,7 +629,8 @@ class DatasetRun:
                    on_stdout: Callable[[bytes], None] | None = None) -> tuple[int, str]:
         """Run one child to its end: (exit status, the tail of its stderr). Its stdout goes
         to `on_stdout` when given, else to the job's output."""
-        env = (module or self.module).environment(self._request("", "", 1))
+        spec = self.job.spec  # the tokens' files chosen by the dataset's own directories
+        env = (module or self.module).environment(self._request(spec.src_url, spec.dest_url, 1))
         marks = Marks(time.monotonic())  # its -vb markers into the pass's flow
         child = Child(argv, env=env, run_as=self.run_as,
                       stdout=self._out if on_stdout is None else None, stderr=self._err,
@@ -649,7 +659,7 @@ class DatasetRun:
         return TransferRequest(src, dest, replace(options, streams=streams, concurrency=None,
                                                   pipelining=None),
                                self.settings.default_streams, spec.verify_checksum,
-                               spec.x509proxy)
+                               spec.x509proxy, tokens=spec.bearer_tokens)
 
     # -- after a run ----------------------------------------------------------------------
 
@@ -659,7 +669,8 @@ class DatasetRun:
         """Each file of a batch: done, or sent again alone (its own error decides). `clean`:
         the files whose tool ended without an error for them."""
         sizes = {} if self.sink is not None else \
-            dest_sizes([urls[i][1] for i in batch], self.run_as, self.job.spec.x509proxy)
+            dest_sizes([urls[i][1] for i in batch], self.run_as, self.job.spec.x509proxy,
+                       self.ends)
         results: list[FileResult] = []
         for i in batch:
             src, dest = urls[i]
@@ -702,7 +713,7 @@ class DatasetRun:
             failure: TransferError = RetryableTransferError(
                 f"destination size {have} differs from source size {size}")
         else:
-            failure = module.judge(code, stderr)
+            failure = self.tokens.explain(module.judge(code, stderr), src, dest)
         self._remove_partial(claim)
         return judge_file(self.job, row.index, row.failures, failure, self.settings,
                           self.clock())

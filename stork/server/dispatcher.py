@@ -22,7 +22,7 @@ from stork.config import LiveSettings, Settings
 from stork.eos.service import EosService
 from stork.errors import HostLimitReached, JobNotFound, PermissionDenied, StoreUnavailable
 from stork.job import DapType, Job, JobState
-from stork.server import events
+from stork.server import events, kept_tokens
 from stork.server.admission import Admission
 from stork.server.attempts import Attempts, NotLaunchable, Plan, plan_attempt
 from stork.server.flow_tuning import tunes_online
@@ -253,6 +253,7 @@ class Dispatcher:
                 or self.optimizations.cancel(job_id)):
             self.admission.release(job_id)
         events.record(after, now, [aborted(f"removed by {caller} via stork_rm")])
+        kept_tokens.release(self.settings.state_dir, after)
         return after
 
     def check_hung(self) -> list[int]:

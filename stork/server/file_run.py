@@ -155,8 +155,9 @@ class FileRun:
         """The attempt's end (None: it went to a whole-file run, which ends by itself)."""
         src, dest = self.request.src_url, self.request.dest_url
         try:
-            size = verify.size_of(src, RemoteEnds(x509proxy=self.request.x509proxy,
-                                                  run_as=self.run_as))
+            size = verify.size_of(src, RemoteEnds(
+                x509proxy=self.request.x509proxy, run_as=self.run_as,
+                tokens=self.request.tokens, src_url=src, dest_url=dest))
         except verify.VerifyError:
             size = None
         range_size = self.range_size if self.landed and self.range_size else \

@@ -11,13 +11,13 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
 from stork import __version__
 from stork.caller import Caller
-from stork.dataset.expand import Dataset, listed_locally
+from stork.dataset.expand import Dataset, DatasetFile, listed_locally
 from stork.dataset.wire import from_wire
 from stork.eos.access import check_local_ends, request_from
 from stork.eos.service import EosService
@@ -41,11 +41,13 @@ from stork.jobad import (
     parse_constraint,
     row_reader,
 )
+from stork.server import kept_tokens
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
 from stork.server.events import write_userlog
 from stork.store.base import JobStore, NodeInfo
-from stork.submit import parse_submit
+from stork.submit import TOKEN_ATTRIBUTES, parse_submit
+from stork.transfer.tokens import takes_token
 from stork.translog import parse_grid_text
 from stork.urls import parse_url
 from stork.userlog import UserLog
@@ -70,6 +72,28 @@ def proxy_problem(path: str | None, caller: Caller) -> str | None:
         return (f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; a proxy must be 0600 "
                 f"(chmod 600 {path})")
     return None
+
+
+def token_problem(path: str | None, caller: Caller, found_by: str | None = None) -> str | None:
+    """Why the bearer token file at `path` may not be used by `caller`, or None if it may:
+    the caller's own regular file with mode 0600 (XRootD refuses a looser one). `found_by`
+    names the discovery that found it."""
+    if path is None:
+        return None
+    if caller.uid < 0:
+        return "a token file needs a local submitter (the Unix socket), not the TCP API"
+    problem = proxy_problem(path, caller)
+    if problem is None:
+        return None
+    problem = problem.replace("a proxy must be 0600", "a token file must be 0600")
+    return f"{problem} (found by {found_by})" if found_by else problem
+
+
+def wants_token(spec: JobSpec, files: Iterable[DatasetFile] = ()) -> bool:
+    """Whether a job names no token of its own and reaches an end that takes one (its
+    URLs, or those of its url_list's `files`)."""
+    urls = [spec.src_url, spec.dest_url, *(u for f in files for u in (f.src_url, f.dest_url))]
+    return spec.bearer_tokens is None and any(takes_token(url) for url in urls)
 
 
 def may_see(caller: Caller, owner_uid: int) -> bool:
@@ -128,15 +152,31 @@ class Service:
                 f"{filename}: ad {estimation[0]}: attribute 'dap_type': this server runs no EOS "
                 "for estimation jobs")
         datasets = self._datasets(specs, body.get("datasets"), filename, settings.max_files_per_job)
+        wanting = {i for i, spec in enumerate(specs)
+                   if wants_token(spec, datasets[i].files if i in datasets else ())}
+        specs, found = self._discovered_tokens(specs, wanting, body.get("bearer_token"), caller)
+        problems = [SubmitProblem(filename, index, None, attr, message)
+                    for index, spec in enumerate(specs, 1) for attr in TOKEN_ATTRIBUTES
+                    if (message := token_problem(getattr(spec, attr), caller,
+                                                 found.get(getattr(spec, attr) or "")))
+                    is not None]
+        if problems:
+            raise SubmitError(problems)
         if body.get("dry_run"):
             return {"ids": [], "dry_run": True, "count": len(specs),
                     "files": {str(i + 1): [d.count, d.total_bytes] for i, d in datasets.items()}}
         specs = [dataclasses.replace(spec, src_url=datasets[i].files[0].src_url,
                                      dest_url=datasets[i].files[0].dest_url)
                  if spec.url_list and i in datasets else spec for i, spec in enumerate(specs)]
+        specs = self._keep_token_values(specs, wanting, body.get("bearer_token"), caller)
         now = self.dispatcher.clock()
-        ids = self.store.submit(specs, caller.uid, caller.name, now,
-                                {i: d.files for i, d in datasets.items()})
+        try:
+            ids = self.store.submit(specs, caller.uid, caller.name, now,
+                                    {i: d.files for i, d in datasets.items()})
+        except BaseException:
+            for spec in specs:
+                kept_tokens.forget(settings.state_dir, spec.bearer_token_file)
+            raise
         for job_id, spec in zip(ids, specs, strict=True):
             if spec.log:
                 write_userlog(self.store.get(job_id),
@@ -148,6 +188,32 @@ class Service:
                                    if s.dap_type is DapType.TRANSFER])
         self.dispatcher.wake()
         return {"ids": ids}
+
+    @staticmethod
+    def _discovered_tokens(specs: list[JobSpec], wanting: set[int], discovered: Any,
+                           caller: Caller) -> tuple[list[JobSpec], dict[str, str]]:
+        """The specs at the positions `wanting` get the file stork_submit found by the WLCG
+        discovery order (`discovered`: {"where", "path"}); the files found so, with where
+        they came from."""
+        if not isinstance(discovered, dict) or not isinstance(discovered.get("path"), str):
+            return specs, {}
+        path, where = discovered["path"], str(discovered.get("where") or "discovery")
+        if caller.uid < 0 or not os.path.isabs(path):
+            return specs, {}
+        return [dataclasses.replace(spec, bearer_token_file=path) if i in wanting else spec
+                for i, spec in enumerate(specs)], {path: where}
+
+    def _keep_token_values(self, specs: list[JobSpec], wanting: set[int], discovered: Any,
+                           caller: Caller) -> list[JobSpec]:
+        """The specs at the positions `wanting` get a kept copy each of the ``BEARER_TOKEN``
+        value stork_submit found (`discovered`: {"where", "value"})."""
+        if not isinstance(discovered, dict) or not isinstance(discovered.get("value"), str) \
+                or caller.uid < 0 or not wanting:
+            return specs
+        state_dir = self.dispatcher.settings.state_dir
+        return [dataclasses.replace(spec, bearer_token_file=kept_tokens.keep(
+                    state_dir, discovered["value"], caller.uid))
+                if i in wanting else spec for i, spec in enumerate(specs)]
 
     @staticmethod
     def _datasets(specs: list[JobSpec], wire: Any, filename: str, max_files: int

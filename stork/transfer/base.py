@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from stork.errors import DestinationFull, FailureKind, RetryableTransferError, TransferError
 from stork.transfer.options import TransferOptions
+from stork.transfer.tokens import BearerTokens
 
 if TYPE_CHECKING:
     from stork.transfer.worker import Worker, WorkerContext
@@ -43,6 +44,7 @@ class TransferRequest:
     default_streams: int
     verify_checksum: bool = False
     x509proxy: str | None = None  # a proxy file; None or "default" for the tool's own search
+    tokens: BearerTokens | None = None  # the bearer token files of the ends
     # the byte ranges still to send, in order, when the EOS's samples already wrote the others
     # into the destination (modules with `writes_ranges` only); empty: the whole file
     ranges: tuple[Range, ...] = ()
@@ -158,10 +160,13 @@ class TransferModule(ABC):
         """The argv of the child process that performs the transfer."""
 
     def environment(self, request: TransferRequest) -> dict[str, str]:
-        """Variables to add to the child's environment (credentials, for example)."""
+        """Variables to add to the child's environment (credentials, for example): the
+        proxy's file, and the bearer tokens' files (`BearerTokens.environment`)."""
+        env = request.tokens.environment(request.src_url, request.dest_url) \
+            if request.tokens is not None else {}
         if request.x509proxy and request.x509proxy != "default":
-            return {"X509_USER_PROXY": request.x509proxy}
-        return {}
+            env["X509_USER_PROXY"] = request.x509proxy
+        return env
 
     def classify(self, exit_code: int, stderr_tail: str) -> type[TransferError]:
         """The class of a non-zero exit. Modules that know their tool's exit statuses or

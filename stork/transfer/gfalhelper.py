@@ -4,7 +4,11 @@ This file runs under the system Python that holds Debian's gfal2 bindings (``pyt
 `GFAL_PYTHON`), not under Stork's own interpreter, so it imports nothing from Stork: it is
 started as a child process (``GFAL_PYTHON -I gfalhelper.py OP ...``) by `stork.transfer.remote`
 and by the gfal transfer module, with the rights of the job's owner and the job's proxy in
-``X509_USER_PROXY``. gfal2's plugins speak GridFTP (``gsiftp://``, ``ftp://``), XRootD
+``X509_USER_PROXY``, its bearer tokens' files in ``STORK_BEARER_TOKENS`` (JSON pairs of a
+URL prefix and a token file, `stork.transfer.tokens`): each context carries gfal2's BEARER
+credential for the HTTP prefixes, and an XRootD URL is reached with its prefix's file in
+``BEARER_TOKEN_FILE`` (XRootD's ztn reads it; one token a process at a time). gfal2's
+plugins speak GridFTP (``gsiftp://``, ``ftp://``), XRootD
 (``root://``) and HTTP/WebDAV (``http(s)://``, ``dav(s)://``); ``file://`` too.
 
 Operations (one JSON object a line on stdout, for the metadata ones):
@@ -65,6 +69,56 @@ _EXIT_BY_ERRNO = {
 _CHECKSUM_WORDS = ("checksum", "Checksum", "CHECKSUM")
 
 
+_HTTP_SCHEMES = ("davs", "https", "dav", "http")
+_XROOTD_SCHEMES = ("root", "xroot", "roots")
+
+
+def _token_pairs() -> list[tuple[str, str]]:
+    """The (URL prefix, token file) pairs the daemon named; empty when none."""
+    try:
+        pairs = json.loads(os.environ.get("STORK_BEARER_TOKENS", "[]"))
+        return [(str(prefix), str(path)) for prefix, path in pairs]
+    except (ValueError, TypeError):
+        return []
+
+
+def _token_file(url: str, pairs: list[tuple[str, str]]) -> str | None:
+    """The file of the longest prefix of `url` (as `stork.transfer.tokens.token_for`)."""
+    best: tuple[int, str] | None = None
+    for prefix, path in pairs:
+        if url.startswith(prefix) and (best is None or len(prefix) >= best[0]):
+            best = (len(prefix), path)
+    return best[1] if best else None
+
+
+def _context(gfal2: Any) -> Any:
+    """A gfal2 context with the job's bearer tokens as BEARER credentials of their HTTP
+    prefixes (under each HTTP scheme's name: gfal2 looks a URL up as it is written). The
+    token is read here, as the job's owner, and goes no further than gfal2."""
+    ctx = gfal2.creat_context()
+    for prefix, path in _token_pairs():
+        scheme, _, rest = prefix.partition("://")
+        if prefix and scheme not in _HTTP_SCHEMES:  # "": every URL
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError as exc:
+            sys.stderr.write(f"bearer token {path}: {exc.strerror}\n")
+            continue
+        for name in _HTTP_SCHEMES:
+            ctx.cred_set(f"{name}://{rest}", ctx.cred_new("BEARER", token))
+    return ctx
+
+
+def _xrootd_token(url: str) -> None:
+    """Before reaching an XRootD `url`: its prefix's token file in ``BEARER_TOKEN_FILE``."""
+    if url.partition("://")[0] in _XROOTD_SCHEMES:
+        path = _token_file(url, _token_pairs())
+        if path:
+            os.environ["BEARER_TOKEN_FILE"] = path
+
+
 def _error(url: str, exc: Any) -> dict[str, Any]:
     return {"url": url, "errno": int(getattr(exc, "code", 0) or 0),
             "error": " ".join(str(getattr(exc, "message", exc)).split())}
@@ -89,6 +143,7 @@ def _is_dir(mode: int) -> bool:
 
 def op_stat(ctx: Any, urls: list[str]) -> int:
     for url in urls:
+        _xrootd_token(url)
         try:
             st = ctx.stat(url)
             _emit({"url": url, "size": int(st.st_size), "dir": _is_dir(st.st_mode)})
@@ -98,6 +153,7 @@ def op_stat(ctx: Any, urls: list[str]) -> int:
 
 
 def op_list(ctx: Any, url: str) -> int:
+    _xrootd_token(url)
     try:
         directory = ctx.opendir(url)
         while True:
@@ -116,6 +172,7 @@ def op_list(ctx: Any, url: str) -> int:
 
 def op_checksum(ctx: Any, kind: str, urls: list[str]) -> int:
     for url in urls:
+        _xrootd_token(url)
         try:
             # as the server gave it: a base64 digest (WebDAV) must keep its case
             _emit({"url": url, "type": kind, "value": str(ctx.checksum(url, kind)).strip()})
@@ -126,6 +183,7 @@ def op_checksum(ctx: Any, kind: str, urls: list[str]) -> int:
 
 def op_rm(ctx: Any, urls: list[str]) -> int:
     for url in urls:
+        _xrootd_token(url)
         try:
             ctx.unlink(url)
             _emit({"url": url})
@@ -138,6 +196,7 @@ def op_rm(ctx: Any, urls: list[str]) -> int:
 
 
 def op_mkdir(ctx: Any, url: str) -> int:
+    _xrootd_token(url)
     try:
         ctx.mkdir_rec(url, 0o755)
         _emit({"url": url})
@@ -225,7 +284,7 @@ def _set_checksum(gfal2: Any, params: Any, checksum: str) -> None:
 def _copy_one(gfal2: Any, streams: int, timeout_s: int, line: int, src: str,
               dest: str, checksum: str = "") -> dict[str, Any]:
     """One pair of a list, with a context of its own (one per thread)."""
-    ctx = gfal2.creat_context()
+    ctx = _context(gfal2)
     params = _transfer_parameters(gfal2, ctx, streams, timeout_s, checksum)
     return _copy_with(ctx, params, line, src, dest, checksum)
 
@@ -317,7 +376,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"the gfal2 Python bindings are missing (Debian package python3-gfal2):"
                          f" {exc}\n")
         return EXIT_PERMANENT
-    ctx = gfal2.creat_context()
+    ctx = _context(gfal2)
     op, rest = argv[0], argv[1:]
     if op == "stat":
         return op_stat(ctx, rest)

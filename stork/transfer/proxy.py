@@ -45,7 +45,11 @@ def uses_proxy(path: str | None) -> bool:
     return bool(path) and path != DEFAULT
 
 
-def _read(path: str, run_as: RunAs | None, owner_uid: int) -> bytes:
+def read_owned(path: str, run_as: RunAs | None, owner_uid: int, *,
+               private: bool = False) -> bytes:
+    """The file at `path` (a proxy or a token), read with the rights of `run_as`; it must be
+    a regular file of the job's owner (and, `private`, readable by no one else).
+    CredentialInvalid naming the reason otherwise."""
     try:
         fd = open_as(run_as, path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -70,6 +74,9 @@ def _read(path: str, run_as: RunAs | None, owner_uid: int) -> bytes:
         if owner_uid >= 0 and info.st_uid != owner_uid:
             raise CredentialInvalid(path, f"belongs to uid {info.st_uid}, not to the job's "
                                           f"owner (uid {owner_uid})")
+        if private and info.st_mode & 0o077:
+            raise CredentialInvalid(path, f"has mode {stat.S_IMODE(info.st_mode):04o}; it "
+                                          f"must be 0600 (chmod 600 {path})")
         return handle.read(MAX_PROXY_BYTES + 1)
 
 
@@ -78,7 +85,7 @@ def check_proxy(path: str, *, owner_uid: int, run_as: RunAs | None,
     """The proxy's facts, read with the owner's rights; CredentialInvalid when it cannot be
     used (missing, unreadable, someone else's, not a proxy, not yet valid, expired)."""
     now = time.time() if now is None else now
-    data = _read(path, run_as, owner_uid)
+    data = read_owned(path, run_as, owner_uid)
     if len(data) > MAX_PROXY_BYTES:
         raise CredentialInvalid(path, f"larger than {MAX_PROXY_BYTES} bytes: not a proxy")
     try:

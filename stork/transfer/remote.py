@@ -24,6 +24,7 @@ from typing import Any
 from stork.errors import RemoteEndError
 from stork.identity import RunAs
 from stork.process import TIMEOUT, Child
+from stork.transfer.tokens import BearerTokens
 
 GFAL_PYTHON = "/usr/bin/python3"  # Debian's python3-gfal2 lives with the system Python
 HELPER = str(Path(__file__).with_name("gfalhelper.py"))
@@ -71,19 +72,27 @@ def common_checksum(src_scheme: str, dest_scheme: str) -> str | None:
 
 
 class RemoteEnds:
-    """Remote ends as one job's owner sees them (`run_as`, `x509proxy`)."""
+    """Remote ends as one job's owner sees them (`run_as`, `x509proxy`, `tokens`: its bearer
+    token files, `src_url`/`dest_url` telling which end each is for)."""
 
     def __init__(self, *, x509proxy: str | None = None, run_as: RunAs | None = None,
-                 timeout_s: float = TIMEOUT_S, python: str = GFAL_PYTHON) -> None:
+                 timeout_s: float = TIMEOUT_S, python: str = GFAL_PYTHON,
+                 tokens: BearerTokens | None = None, src_url: str = "",
+                 dest_url: str = "") -> None:
         self.x509proxy = x509proxy
+        self.tokens = tokens
+        self.src_url = src_url
+        self.dest_url = dest_url
         self.run_as = run_as
         self.timeout_s = timeout_s
         self.python = python
 
     def environment(self) -> dict[str, str]:
+        env = self.tokens.environment(self.src_url, self.dest_url) \
+            if self.tokens is not None else {}
         if self.x509proxy and self.x509proxy != "default":
-            return {"X509_USER_PROXY": self.x509proxy}
-        return {}
+            env["X509_USER_PROXY"] = self.x509proxy
+        return env
 
     def _run(self, operation: str, url: str, args: Sequence[str]) -> list[dict[str, Any]]:
         out = bytearray()
