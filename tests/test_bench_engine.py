@@ -1,0 +1,85 @@
+"""The figures of bench/bench_engine.py on synthetic series: the rates before and after a
+change of cc, the time to the new rate, answers counted per file, the link's counters and
+the ranges in flight. No testbed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from stork.engine import Window
+from stork.transfer.worker import Setting
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench_engine
+
+S4, S12 = Setting(4, 1, 2), Setting(12, 1, 2)
+
+
+def series(rates_mbps: list[float], step_s: float, short_at: float | None = None) -> list[Window]:
+    """1-s windows from 0 at the given rates, the setting changing at `step_s`."""
+    out = []
+    for i, rate in enumerate(rates_mbps):
+        seconds = 0.5 if short_at == i else 1.0
+        out.append(Window(float(i), seconds, rate * 1e6 / 8 * seconds,
+                          S4 if i < step_s else S12, 0))
+    return out
+
+
+def test_median_rate_takes_whole_windows_inside_the_span() -> None:
+    windows = series([10, 50, 52, 54, 56, 999], step_s=10, short_at=2)
+    assert bench_engine.median_rate(windows, 1, 5) == pytest.approx(54)  # 50, 54, 56
+    assert bench_engine.median_rate(windows, 1, 4.5) == pytest.approx(52)  # 50, 54
+    assert bench_engine.median_rate(windows, 7, 9) is None
+
+
+def test_time_to_rate_needs_the_rate_held_and_counts_later_dips() -> None:
+    # step at 4: 50 before, a climb, a lone early peak at 5, held from 7 on, a dip at 10
+    rates = [50, 50, 50, 50, 60, 130, 100, 121, 125, 130, 100, 128, 127, 40, 10]
+    windows = series(rates, step_s=4)
+    reach, below = bench_engine.time_to_rate(windows, 4.0, 0.9 * 130, until_s=13)
+    assert reach == pytest.approx(4.0)  # the window [7, 8) ends 4 s after the step
+    assert below == 1  # [10, 11) at 100 after it; the tail from 13 not judged
+    assert bench_engine.time_to_rate(windows, 4.0, 0.9 * 130, until_s=13, hold=1) == \
+        (pytest.approx(2.0), 2)  # the peak at 5 alone; 6 and 10 below after it
+    assert bench_engine.time_to_rate(windows, 4.0, 200, until_s=13) == (None, 0)
+
+
+def test_files_answered_more_than_once() -> None:
+    assert bench_engine.answered_twice([0, 1, 2, 3]) == 0
+    assert bench_engine.answered_twice([0, 1, 1, 2, 2, 2]) == 2
+
+
+NET_DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop
+    lo:     120       2    0    0    0     0          0         0      120       2    0    0
+stb42l0b: 1073741824  741000    0    0    0     0          0         0  9000000  150000    0    0
+"""
+
+
+def test_link_counters_from_proc_net_dev() -> None:
+    assert bench_engine.link_device(NET_DEV) == "stb42l0b"
+    assert bench_engine.rx_counter(NET_DEV, "stb42l0b") == (1073741824, 741000)
+    assert bench_engine.rx_counter(NET_DEV, "lo") == (120, 2)
+    with pytest.raises(ValueError):
+        bench_engine.rx_counter(NET_DEV, "eth0")
+
+
+def test_ranges_in_flight_are_the_daemons_own_children_for_the_file() -> None:
+    dest = "file:///tmp/b/big-out.dat"
+    guc = "/usr/bin/globus-url-copy -vb -p 2"
+
+    def ranged(ppid: int, offset: int) -> str:
+        return f"  {ppid} {guc} -partial-offset {offset} -partial-length 64 ftp://a/big {dest}"
+
+    lines = [
+        ranged(77, 134217728),
+        ranged(77, 0),
+        ranged(78, 67108864),  # another daemon's child
+        f"  77 {guc} ftp://a/other.dat file:///tmp/b/other",
+        "   1 /sbin/init",
+    ]
+    assert bench_engine.partial_offsets(lines, 77, dest) == [0, 134217728]
+    assert bench_engine.span_bytes([[0, 100], [200, 250]]) == 150
