@@ -34,7 +34,9 @@ Needs root, /dev/net/tun and ``ip netns``.
 from __future__ import annotations
 
 import argparse
+import bisect
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -67,6 +69,7 @@ HOLD_WINDOWS = 3  # ... when this many windows in a row are there
 HEADER_BYTES = 52  # IPv4 20 + TCP 20 + timestamp option 12, per packet
 KILL_FROM, KILL_TO = 0.40, 0.60  # share of the file landed at the kill
 MIB = 1 << 20
+SAMPLE_S = 0.1  # site b's link counter read this often in the cc step
 
 
 # -- pure: the figures --------------------------------------------------------------------
@@ -96,6 +99,42 @@ def time_to_rate(windows: Sequence[Window], step_s: float, target_mbps: float, u
             below = sum(w.rate_mbps < target_mbps for w in after[i + hold:])
             return after[i].start_s + after[i].seconds - step_s, below
     return None, 0
+
+
+def counter_windows(samples: Sequence[tuple[float, float]], step_s: float | None,
+                    end_s: float, *, start_s: float = 0.0, window_s: float = 1.0,
+                    first: Setting = BEFORE, then: Setting = AFTER) -> list[Window]:
+    """Windows of a byte counter read at times (`samples`: (s, bytes so far), in order) on
+    the engine flow's grid: every `window_s` from `start_s`, cut at `step_s` and every
+    `window_s` from there, up to `end_s`; the counter linearly interpolated between its
+    readings (held before the first). Their setting: `first` before the step, `then`
+    from it."""
+    if len(samples) < 2:
+        return []
+    times = [t for t, _ in samples]
+
+    def at(t: float) -> float:
+        i = min(max(bisect.bisect_right(times, t), 1), len(samples) - 1)
+        (t0, b0), (t1, b1) = samples[i - 1], samples[i]
+        if t <= t0 or t1 <= t0:
+            return b0
+        return b0 + (b1 - b0) * min(1.0, (t - t0) / (t1 - t0))
+
+    edges = []
+    t = start_s
+    cut = end_s if step_s is None else min(step_s, end_s)
+    while t < cut - 1e-9:
+        edges.append(t)
+        t = min(t + window_s, cut)
+    if step_s is not None:
+        t = step_s
+        while t < end_s - 1e-9:
+            edges.append(t)
+            t = min(t + window_s, end_s)
+    edges.append(end_s)
+    return [Window(a, b - a, at(b) - at(a),
+                   first if step_s is None or a < step_s - 1e-9 else then, 0)
+            for a, b in itertools.pairwise(edges) if b > a]
 
 
 def answered_twice(indexes: Sequence[int]) -> int:
@@ -169,6 +208,18 @@ def run_inside(files: list[FileWork], first: Setting, step_at_s: float | None,
         if not tail and len(engine.left()) < TAIL_ITEMS:
             tail.append(taken.started_s)
 
+    device = link_device(Path("/proc/net/dev").read_text())
+    link: list[list[float]] = []
+    sampling = threading.Event()
+
+    def sample() -> None:  # site b's link device, read every SAMPLE_S
+        while not sampling.wait(SAMPLE_S):
+            link.append([time.monotonic(),
+                         rx_counter(Path("/proc/net/dev").read_text(), device)[0]])
+
+    link.append([time.monotonic(), rx_counter(Path("/proc/net/dev").read_text(), device)[0]])
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     start = time.monotonic()
     engine = Engine([Item(f) for f in files], new_worker, first, on_results, on_take=on_take)
     stepped: list[float] = []
@@ -181,6 +232,8 @@ def run_inside(files: list[FileWork], first: Setting, step_at_s: float | None,
         timer.start()
     engine.run()
     ended = time.monotonic()
+    sampling.set()
+    sampler.join()
     if timer is not None:
         timer.cancel()
     windows = engine.flow.windows()
@@ -197,6 +250,7 @@ def run_inside(files: list[FileWork], first: Setting, step_at_s: float | None,
         "files": len(files), "answers": len(answers), "ok": len(ok),
         "twice": answered_twice(answers), "calls": engine.calls,
         "bytes": engine.flow.total_bytes, "failures": failures[:3],
+        "link": [[t - origin, n] for t, n in link], "device": device,
     }
 
 
@@ -210,6 +264,27 @@ def inside_main(spec: str) -> int:
 
 # -- the bench: cc step --------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Figures:
+    """What one series of windows says about a run (see the module)."""
+
+    before_mbps: float | None
+    after_mbps: float | None  # a run with a step: its rate after; without: its rate
+    reach_s: float | None
+    below_after: int  # windows below 90% after the new rate was reached
+
+
+def figures(windows: Sequence[Window], step_s: float | None, tail_s: float) -> Figures:
+    """The rates before and after the step, and the time to the new rate (a run without a
+    step: its rate from SETTLE_S to the tail)."""
+    if step_s is None:
+        return Figures(None, median_rate(windows, SETTLE_S, tail_s), None, 0)
+    after = median_rate(windows, step_s + AFTER_FROM_S, tail_s)
+    reach, below = (None, 0) if after is None else \
+        time_to_rate(windows, step_s, REACH * after, tail_s)
+    return Figures(median_rate(windows, SETTLE_S, step_s), after, reach, below)
+
+
 @dataclass
 class StepRun:
     label: str
@@ -219,13 +294,13 @@ class StepRun:
     twice: int
     calls: int
     mbps: float  # bytes over the run's wall time
-    before_mbps: float | None
-    after_mbps: float | None  # the step run's rate after; the reference's rate
     step_s: float | None
     tail_s: float
-    reach_s: float | None
-    below_after: int  # windows below 90% after the new rate was reached
-    windows: list[list[float]]
+    device: str
+    flow: Figures  # from the engine's own flow
+    link: Figures  # from site b's link counter
+    windows: list[Window]
+    link_windows: list[Window]
 
 
 def step_run(bed: Any, args: argparse.Namespace, label: str, first: Setting,
@@ -254,19 +329,13 @@ def step_run(bed: Any, args: argparse.Namespace, label: str, first: Setting,
         print(f"bench_engine: {label}: failures, the first: {got['failures']}", file=sys.stderr)
     windows = [Window(s, n, b, Setting(int(cc), 1, 2), 0) for s, n, b, cc in got["windows"]]
     step_s, tail_s = got["step_s"], got["tail_s"]
-    before = after = reach = None
-    below = 0
-    if step_s is not None:
-        before = median_rate(windows, SETTLE_S, step_s)
-        after = median_rate(windows, step_s + AFTER_FROM_S, tail_s)
-        if after is not None:
-            reach, below = time_to_rate(windows, step_s, REACH * after, tail_s)
-    else:
-        after = median_rate(windows, SETTLE_S, tail_s)
+    link = counter_windows([(t, n) for t, n in got["link"]], step_s, got["seconds"],
+                           first=first)
     total = sum(n for _, _, n in pairs)
     return StepRun(label, got["seconds"], got["files"], got["ok"], got["twice"], got["calls"],
-                   total * 8 / 1e6 / got["seconds"], before, after, step_s, tail_s, reach,
-                   below, got["windows"])
+                   total * 8 / 1e6 / got["seconds"], step_s, tail_s, got["device"],
+                   figures(windows, step_s, tail_s), figures(link, step_s, tail_s), windows,
+                   link)
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -276,26 +345,30 @@ def fmt(value: float | None, digits: int = 1) -> str:
 def print_step(runs: list[StepRun], rate_mbps: float, args: argparse.Namespace) -> None:
     step, ref = runs[0], runs[-1]
     print(f"\n## cc step ({args.dataset}, {BEFORE.label()} then {AFTER.label()} at "
-          f"{args.step_at:g} s; GridFTP list workers; 1-s windows of the engine's flow)\n")
+          f"{args.step_at:g} s; GridFTP list workers; 1-s windows)\n")
     print("| run | files | done | answered twice | calls | seconds | Mbit/s (wall) | step at s "
-          "| tail at s | rate before | rate after | reach 90% after step, s | "
+          "| tail at s | windows of | rate before | rate after | reach 90% after step, s | "
           "windows below 90% after |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
+          "| ---: | ---: |")
     for r in runs:
-        print(f"| {r.label} | {r.files} | {r.ok} | {r.twice} | {r.calls} | {r.seconds:.1f} | "
-              f"{r.mbps:.1f} | {fmt(r.step_s)} | {r.tail_s:.1f} | {fmt(r.before_mbps)} | "
-              f"{fmt(r.after_mbps)} | {fmt(r.reach_s)} | "
-              f"{r.below_after if r.reach_s is not None else '-'} |")
+        for what, f in (("engine flow", r.flow), (f"link rx ({r.device})", r.link)):
+            print(f"| {r.label} | {r.files} | {r.ok} | {r.twice} | {r.calls} | "
+                  f"{r.seconds:.1f} | {r.mbps:.1f} | {fmt(r.step_s)} | {r.tail_s:.1f} | "
+                  f"{what} | {fmt(f.before_mbps)} | {fmt(f.after_mbps)} | {fmt(f.reach_s)} | "
+                  f"{f.below_after if f.reach_s is not None else '-'} |")
     print("\nrate before: median of the windows from 4 s to the step; rate after: from the "
           "step + 8 s to the tail (fixed cc 12: from 4 s to the tail); reach: the step to the "
           f"end of the first window at >= 90% of the rate after with the next "
-          f"{HOLD_WINDOWS - 1} also there; Mbit/s of a link of {rate_mbps:g}.")
-    if step.after_mbps and ref.after_mbps:
-        print(f"rate after the step / fixed cc 12: {step.after_mbps / ref.after_mbps:.2f}")
-    print("\nwindows of the step run (s from start: Mbit/s, cc): " + ", ".join(
-        f"{s:.0f}: {b * 8 / 1e6 / n:.0f} ({cc:.0f})" for s, n, b, cc in step.windows
-        if n >= 0.999))
+          f"{HOLD_WINDOWS - 1} also there; Mbit/s of a link of {rate_mbps:g}. engine flow: "
+          "what the tools told (a list call's unmarked bytes spread over the whole call); "
+          "link rx: site b's link device, read every 0.1 s (TCP/IP headers included).")
+    for what, a, b in (("engine flow", step.flow, ref.flow), ("link rx", step.link, ref.link)):
+        if a.after_mbps and b.after_mbps:
+            print(f"rate after the step / fixed cc 12 ({what}): {a.after_mbps / b.after_mbps:.2f}")
+    for what, windows in (("engine flow", step.windows), ("link rx", step.link_windows)):
+        print(f"\nwindows of the step run, {what} (s from start: Mbit/s, cc): " + ", ".join(
+            f"{w.start_s:.0f}: {w.rate_mbps:.0f} ({w.setting.cc})" for w in full(windows)))
 
 
 # -- the bench: kill -9 mid-ranges -----------------------------------------------------------

@@ -83,3 +83,28 @@ def test_ranges_in_flight_are_the_daemons_own_children_for_the_file() -> None:
     ]
     assert bench_engine.partial_offsets(lines, 77, dest) == [0, 134217728]
     assert bench_engine.span_bytes([[0, 100], [200, 250]]) == 150
+
+
+def test_counter_windows_on_the_flows_grid_cut_at_the_step() -> None:
+    # a counter at 1 MB/s (8 Mbit/s) until 2.5 s, 3 MB/s after, read every 0.5 s
+    samples = [(t / 2, 1e6 * min(t / 2, 2.5) + 3e6 * max(t / 2 - 2.5, 0)) for t in range(11)]
+    windows = bench_engine.counter_windows(samples, step_s=2.5, end_s=4.8)
+    assert [(w.start_s, w.seconds) for w in windows] == [
+        (0, 1), (1, 1), (2, 0.5), (2.5, 1), (3.5, 1), (4.5, pytest.approx(0.3))]
+    assert [w.rate_mbps for w in windows[:5]] == pytest.approx([8, 8, 8, 24, 24])
+    assert [w.setting for w in windows] == [S4, S4, S4, S12, S12, S12]
+    # between two readings the counter is interpolated: [0.25, 1.25) holds 1 MB
+    [inner] = bench_engine.counter_windows(samples, None, 1.25, start_s=0.25)[:1]
+    assert inner.bytes == pytest.approx(1e6)
+    assert bench_engine.counter_windows(samples[:1], None, 3) == []
+
+
+def test_figures_of_a_step_run_and_of_a_fixed_one() -> None:
+    rates = [20] * 4 + [50] * 8 + [100, 130] + [132] * 16 + [60, 10]
+    windows = series(rates, step_s=12)
+    got = bench_engine.figures(windows, 12.0, tail_s=28.0)
+    assert got.before_mbps == pytest.approx(50)  # windows [4, 12)
+    assert got.after_mbps == pytest.approx(132)  # windows [20, 28)
+    assert got.reach_s == pytest.approx(2.0) and got.below_after == 0  # [13, 14) at 130
+    fixed = bench_engine.figures(series([20] * 4 + [132] * 10 + [5], step_s=99), None, 14.0)
+    assert fixed == bench_engine.Figures(None, pytest.approx(132), None, 0)
