@@ -270,19 +270,28 @@ class Figures:
 
     before_mbps: float | None
     after_mbps: float | None  # a run with a step: its rate after; without: its rate
-    reach_s: float | None
+    reach_s: float | None  # to the 90% held HOLD_WINDOWS windows
     below_after: int  # windows below 90% after the new rate was reached
+    first_s: float | None  # to the first window at 90% (held or not)
+    noise: tuple[int, int]  # windows of the rate after below 90% of it, of all of them
 
 
 def figures(windows: Sequence[Window], step_s: float | None, tail_s: float) -> Figures:
-    """The rates before and after the step, and the time to the new rate (a run without a
-    step: its rate from SETTLE_S to the tail)."""
-    if step_s is None:
-        return Figures(None, median_rate(windows, SETTLE_S, tail_s), None, 0)
-    after = median_rate(windows, step_s + AFTER_FROM_S, tail_s)
-    reach, below = (None, 0) if after is None else \
-        time_to_rate(windows, step_s, REACH * after, tail_s)
-    return Figures(median_rate(windows, SETTLE_S, step_s), after, reach, below)
+    """The rates before and after the step, the time to the new rate, and how many windows
+    of the stretch the rate after is the median of fall below 90% of it (how often one
+    window misses the mark at a steady setting). A run without a step: its rate from
+    SETTLE_S to the tail, and that stretch's windows below 90%."""
+    since = SETTLE_S if step_s is None else step_s + AFTER_FROM_S
+    after = median_rate(windows, since, tail_s)
+    stretch = [w for w in full(windows)
+               if w.start_s >= since - 1e-9 and w.start_s + w.seconds <= tail_s + 1e-9]
+    noise = (0, 0) if after is None else \
+        (sum(w.rate_mbps < REACH * after for w in stretch), len(stretch))
+    if step_s is None or after is None:
+        return Figures(None, after, None, 0, None, noise)
+    reach, below = time_to_rate(windows, step_s, REACH * after, tail_s)
+    first, _ = time_to_rate(windows, step_s, REACH * after, tail_s, hold=1)
+    return Figures(median_rate(windows, SETTLE_S, step_s), after, reach, below, first, noise)
 
 
 @dataclass
@@ -347,20 +356,23 @@ def print_step(runs: list[StepRun], rate_mbps: float, args: argparse.Namespace) 
     print(f"\n## cc step ({args.dataset}, {BEFORE.label()} then {AFTER.label()} at "
           f"{args.step_at:g} s; GridFTP list workers; 1-s windows)\n")
     print("| run | files | done | answered twice | calls | seconds | Mbit/s (wall) | step at s "
-          "| tail at s | windows of | rate before | rate after | reach 90% after step, s | "
-          "windows below 90% after |")
+          "| tail at s | windows of | rate before | rate after | first window at 90%, s | "
+          f"90% held {HOLD_WINDOWS} windows, s | windows below 90% after that | "
+          "windows of the rate after below 90% of it |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
-          "| ---: | ---: |")
+          "| ---: | ---: | ---: | ---: |")
     for r in runs:
         for what, f in (("engine flow", r.flow), (f"link rx ({r.device})", r.link)):
             print(f"| {r.label} | {r.files} | {r.ok} | {r.twice} | {r.calls} | "
                   f"{r.seconds:.1f} | {r.mbps:.1f} | {fmt(r.step_s)} | {r.tail_s:.1f} | "
-                  f"{what} | {fmt(f.before_mbps)} | {fmt(f.after_mbps)} | {fmt(f.reach_s)} | "
-                  f"{f.below_after if f.reach_s is not None else '-'} |")
+                  f"{what} | {fmt(f.before_mbps)} | {fmt(f.after_mbps)} | {fmt(f.first_s)} | "
+                  f"{fmt(f.reach_s)} | {f.below_after if f.reach_s is not None else '-'} | "
+                  f"{f.noise[0]} of {f.noise[1]} |")
     print("\nrate before: median of the windows from 4 s to the step; rate after: from the "
-          "step + 8 s to the tail (fixed cc 12: from 4 s to the tail); reach: the step to the "
-          f"end of the first window at >= 90% of the rate after with the next "
-          f"{HOLD_WINDOWS - 1} also there; Mbit/s of a link of {rate_mbps:g}. engine flow: "
+          "step + 8 s to the tail (fixed cc 12: from 4 s to the tail); first window at 90%: "
+          "the step to the end of the first window at >= 90% of the rate after; held: ... of "
+          f"the first such window with the next {HOLD_WINDOWS - 1} also there; Mbit/s of a "
+          f"link of {rate_mbps:g}. engine flow: "
           "what the tools told (a list call's unmarked bytes spread over the whole call); "
           "link rx: site b's link device, read every 0.1 s (TCP/IP headers included).")
     for what, a, b in (("engine flow", step.flow, ref.flow), ("link rx", step.link, ref.link)):
@@ -540,8 +552,8 @@ def main() -> int:
             runs = kill = None
             if args.only in (None, "step"):
                 runs = [step_run(bed, args, "cc 4 -> 12", BEFORE, args.step_at)]
-                print(json.dumps({k: v for k, v in asdict(runs[0]).items() if k != "windows"}),
-                      file=sys.stderr)
+                print(json.dumps({k: v for k, v in asdict(runs[0]).items()
+                                  if k not in ("windows", "link_windows")}), file=sys.stderr)
                 runs.append(step_run(bed, args, "fixed cc 12", AFTER, None))
             if args.only in (None, "kill"):
                 kill = kill_run(bed, args)

@@ -106,5 +106,12 @@ def test_figures_of_a_step_run_and_of_a_fixed_one() -> None:
     assert got.before_mbps == pytest.approx(50)  # windows [4, 12)
     assert got.after_mbps == pytest.approx(132)  # windows [20, 28)
     assert got.reach_s == pytest.approx(2.0) and got.below_after == 0  # [13, 14) at 130
-    fixed = bench_engine.figures(series([20] * 4 + [132] * 10 + [5], step_s=99), None, 14.0)
-    assert fixed == bench_engine.Figures(None, pytest.approx(132), None, 0)
+    assert got.first_s == pytest.approx(2.0) and got.noise == (0, 8)
+    rates[21] = 110  # a dip in the stretch of the rate after: held and first now differ
+    rates[13] = 110
+    rates[12] = 125
+    got = bench_engine.figures(series(rates, step_s=12), 12.0, tail_s=28.0)
+    assert (got.first_s, got.reach_s) == (pytest.approx(1.0), pytest.approx(3.0))
+    assert got.below_after == 1 and got.noise == (1, 8)
+    fixed = bench_engine.figures(series([20] * 4 + [132] * 9 + [100, 5], step_s=99), None, 14.0)
+    assert fixed == bench_engine.Figures(None, pytest.approx(132), None, 0, None, (1, 10))
