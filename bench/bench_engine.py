@@ -7,14 +7,18 @@
 of about 4 s, ``-cc 1 -pp -fast``, as bench_workers' ``guc-list``) moves a dataset written at
 site a, started at cc 4 (p 1, pp 2); `--step-at` seconds after its start
 ``engine.set(Setting(12, 1, 2))``. The engine's own flow is read in 1-second windows once
-`run` returned (every window then final). Printed: the rate before the step (median of the
-windows from 4 s to the step), the rate after (median of the windows from step + 8 s to the
-tail; the tail starts when a call leaves fewer than 12 items in the engine's queue), the time
-from the step to the end of the first window whose rate is at least 90% of the rate after
-and stays so (that window and the next `HOLD_WINDOWS` - 1 all at 90% or more, before the
-tail), the windows after that one still below 90%, and the files answered more than once
-(counted per file index over the engine's answers: must be 0). The same dataset at a fixed
-cc 12 from the start gives the reference rate (median of its windows from 4 s to its tail).
+`run` returned (every window then final); site b's link device, read every 0.1 s inside
+site b, is cut on the same grid (the engine's flow spreads a list call's unmarked bytes over
+the whole call; the counter says when they came). Printed for each series: the rate before
+the step (median of the windows from 4 s to the step), the rate after (median of the
+windows from step + 8 s to the tail; the tail starts when a call leaves fewer than 12 items
+in the engine's queue), the time from the step to the end of the first window at 90% of the
+rate after, and to the end of the first such window that the next `HOLD_WINDOWS` - 1 also
+reach (before the tail), the windows after that one still below 90%, and how many windows
+of the rate after's stretch are below 90% of it (its noise). Also the files answered more
+than once (counted per file index over the engine's answers: must be 0). The same dataset
+at a fixed cc 12 from the start gives the reference rate (median of its windows from 4 s to
+its tail).
 
 **kill -9 mid-ranges.** A real stork_server inside site b (`tests.testbed.jobs.site_daemon`)
 is given one file of `--big` bytes at site a, ``arguments = "-cc 4 -p 2"``, so it goes as
