@@ -27,7 +27,7 @@ row of the given note, or no usable row ends the bench with exit status 2 and on
 the file and what is missing.
 
 d-w probing (`dw d=D w=W`: Algorithm 1; `dw-interval`: the variant of the paper's [11];
-stork/eos/probing.py) measures each level D times: the k-th measurement of a count is the
+stork/tuning/probing.py) measures each level D times: the k-th measurement of a count is the
 file's k-th repeat from the sampled one on (cycling; a file measured once gives the same value
 again). It is judged, in `same`, on the mean of the repeats it drew on and, in `cross`, on the
 mean of the file's repeats it never saw (a file with D repeats or fewer is left out: the curve
@@ -75,10 +75,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stork.dataset.chunks import default_params, size_class
-from stork.eos.models import estimate
-from stork.eos.probing import interval_search, window_search
-from stork.eos.sampling import Measure, Sample, decide, doubling, guided
 from stork.errors import StorkError, TransferLogError
+from stork.tuning.models import estimate
+from stork.tuning.probing import interval_search, window_search
+from stork.tuning.sampling import Measure, Sample, decide, doubling, guided
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO.parent / "shared" / "data" / "transfer-logs"
@@ -364,7 +364,7 @@ def _doubling(threshold: float) -> Strategy:
 
 
 def _dw(depth: int, width: int, interval: bool = False) -> Strategy:
-    """d-w probing (stork.eos.probing): each level `depth` times; a repeated measurement
+    """d-w probing (stork.tuning.probing): each level `depth` times; a repeated measurement
     of a level is the file's next repeat (see `replay`)."""
     search = interval_search if interval else window_search
 

@@ -76,13 +76,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stork.asm.analysis import Aggregate, Model, build_model
 from stork.dataset.chunks import Params, default_params
 from stork.errors import StorkError, TransferLogError
-from stork.optimizers import OPTIMIZERS, DatasetDescription, Limits, Optimizer, ProbeResult
-from stork.optimizers.asm import AsmOptimizer, AsmSettings
-from stork.optimizers.harp import HarpOptimizer, HarpSettings
 from stork.translog import Skipped, TransferRecord, read_grid_csv
+from stork.tuning import OPTIMIZERS, DatasetDescription, Limits, Optimizer, ProbeResult
+from stork.tuning.asm import AsmOptimizer, AsmSettings
+from stork.tuning.asm_analysis import Aggregate, Model, build_model
+from stork.tuning.harp import HarpOptimizer, HarpSettings
 
 REPO = Path(__file__).resolve().parent.parent
 GRIDS = REPO.parent / "shared" / "data" / "transfer-logs" / "harp-grids"

@@ -104,10 +104,10 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
-# The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
+# The names of stork.tuning.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
 OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval", "climb")
-# those of them that are controllers of a running flow (`stork.optimizers.online`): a job
+# those of them that are controllers of a running flow (`stork.tuning.online`): a job
 # that names one is tuned while it moves on the engine (`stork.server.flow_tuning`)
 ONLINE_OPTIMIZERS = ("climb",)
 

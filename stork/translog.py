@@ -1,6 +1,6 @@
 """The transfer log: one `TransferRecord` per finished chunk or file of a transfer. Pure.
 
-Every optimizer learns from these rows (`stork.optimizers`); the store keeps them (history is
+Every optimizer learns from these rows (`stork.tuning`); the store keeps them (history is
 additive: rows are added, never rewritten) and `stork_history import/export` moves them in
 and out of CSV tables in the column format of the HARP grids (`GRID_COLUMNS`):
 

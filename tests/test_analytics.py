@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stork.analytics import bound as bounds
-from stork.analytics.models import Fit, fit_all, predict
-from stork.analytics.table import (
+from stork.cli.history import main as history
+from stork.errors import AnalyticsError
+from stork.tuning import rate_bound as bounds
+from stork.tuning.rate_models import Fit, fit_all, predict
+from stork.tuning.rate_table import (
     FLOWS,
     RTT,
     Table,
@@ -22,8 +24,6 @@ from stork.analytics.table import (
     read_csv,
     rtt_groups,
 )
-from stork.cli.history import main as history
-from stork.errors import AnalyticsError
 from tests.support import StorkServer
 
 RTTS = (10.0, 20.0, 40.0, 80.0, 160.0)

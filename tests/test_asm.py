@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from stork.asm import state
-from stork.asm.analysis import Aggregate, Cluster, Model, build_model, cluster, maximum
-from stork.asm.surface import Surface
 from stork.dataset.chunks import Params
 from stork.errors import AsmError
-from stork.optimizers import DatasetDescription, Decision, Limits, ProbeResult, get
-from stork.optimizers.asm import AsmOptimizer, AsmSettings
 from stork.store import SqliteStore, open_store
 from stork.translog import TransferRecord, write_grid_csv
+from stork.tuning import DatasetDescription, Decision, Limits, ProbeResult, get
+from stork.tuning.asm import AsmOptimizer, AsmSettings
+from stork.tuning.asm_analysis import Aggregate, Cluster, Model, build_model, cluster, maximum
+from stork.tuning.asm_surface import Surface
 from tests.pgcluster import PostgresCluster
 
 LEVELS = (1, 2, 4, 8, 16, 32)

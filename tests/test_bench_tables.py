@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from stork.analytics.table import read_rows
 from stork.translog import GRID_COLUMNS, read_grid_csv
+from stork.tuning.rate_table import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))

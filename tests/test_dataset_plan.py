@@ -105,8 +105,8 @@ def test_a_pass_completes_fails_naming_files_or_waits_for_retries() -> None:
 
 
 def test_the_streams_only_eos_probes_streams_with_cc_and_pp_at_one() -> None:
-    from stork.optimizers import get
-    from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
+    from stork.tuning import get
+    from stork.tuning.base import DatasetDescription, Limits, ProbeResult
 
     seen: list[tuple[int, int, int]] = []
 

@@ -1,4 +1,4 @@
-"""d-w fast probing (stork/optimizers/dw.py) on fixed curves: where it stops, what it probes,
+"""d-w fast probing (stork/tuning/dw.py) on fixed curves: where it stops, what it probes,
 and why depth matters on a noisy curve."""
 
 from __future__ import annotations
@@ -8,21 +8,21 @@ from collections.abc import Sequence
 
 import pytest
 
-from stork import optimizers
+from stork import tuning as optimizers
 from stork.config import load
 from stork.dataset.chunks import Params
 from stork.eos.samplers import Sampler
-from stork.eos.sampling import Sample
 from stork.eos.service import EosService
 from stork.eos.types import EstimateRequest
 from stork.errors import ConfigError, SamplingError
-from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
-from stork.optimizers.dw import (
+from stork.tuning.base import DatasetDescription, Limits, ProbeResult
+from stork.tuning.dw import (
     DwIntervalOptimizer,
     DwOptimizer,
     interval_search,
     window_search,
 )
+from stork.tuning.sampling import Sample
 
 LEVELS = list(range(1, 9))  # the paper's Lustre default I/O: 1..8 flows
 

@@ -22,10 +22,10 @@ from stork.eos.samplers import (
     Steady,
     steady_rate,
 )
-from stork.eos.sampling import Sample
 from stork.eos.service import EosService
 from stork.eos.types import EstimateRequest, EstimateResult
 from stork.store import SqliteStore
+from stork.tuning.sampling import Sample
 from tests.support import (
     GridFtpServer,
     StorkServer,

@@ -14,12 +14,12 @@ import pytest
 
 from stork import config
 from stork.eos.samplers import Sampler
-from stork.eos.sampling import Sample
 from stork.eos.service import Budget, EosService
 from stork.eos.types import EstimateRequest
 from stork.errors import EosError
 from stork.store import SqliteStore
 from stork.store.base import HistoryEntry
+from stork.tuning.sampling import Sample
 from tests.support import GridFtpServer, StorkServer, make_file, md5
 
 MB = 1024 * 1024

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stork.eos.models import (
+from stork.errors import EosError, FitError, StorkError
+from stork.tuning.models import (
     DynamicOrder,
     SecondOrder,
     estimate,
@@ -17,8 +18,7 @@ from stork.eos.models import (
     fit_second_order,
     pick,
 )
-from stork.eos.sampling import Measure, Sample, decide, doubling, guided
-from stork.errors import EosError, FitError, StorkError
+from stork.tuning.sampling import Measure, Sample, decide, doubling, guided
 
 
 def test_second_order_exact_solve_recovers_parameters() -> None:

@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-from stork.eos.models import SecondOrder, estimate
-from stork.eos.sampling import (
+from stork.tuning.models import SecondOrder, estimate
+from stork.tuning.sampling import (
     HISTORY_RUNS,
     MIN_PRIOR_RUNS,
     History,

@@ -97,14 +97,30 @@ def test_one_throughput_figure_per_job() -> None:
     assert throughput_mbps(transfer(JobState.IDLE)) == 0.0
 
 
-def test_eos_modules_import_nothing_from_the_server() -> None:
-    for path in sorted((REPO / "stork" / "eos").glob("*.py")):
+def imported(package: str) -> list[tuple[str, str]]:
+    """(module file, name) of every import in `package`'s modules."""
+    found = []
+    for path in sorted((REPO / "stork" / package).glob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            for name in names:
-                assert not name.startswith("stork.server"), f"{path.name} imports {name}"
+            found += [(path.name, name) for name in names]
+    return found
+
+
+def test_the_tuning_layer_stands_below_the_services() -> None:
+    """Every optimizer and its numerics live in `stork.tuning`, which imports none of the
+    services that use them (the EOS, ASM's analysis job, the analytics, the daemon)."""
+    above = ("stork.server", "stork.eos", "stork.asm", "stork.analytics", "stork.cli",
+             "stork.optimizers")
+    for module, name in imported("tuning"):
+        assert not name.startswith(above), f"stork/tuning/{module} imports {name}"
+
+
+def test_eos_modules_import_nothing_from_the_server() -> None:
+    for module, name in imported("eos"):
+        assert not name.startswith("stork.server"), f"{module} imports {name}"
     code = ("import sys, pkgutil, importlib, stork.eos\n"
             "for m in pkgutil.iter_modules(stork.eos.__path__):\n"
             "    importlib.import_module('stork.eos.' + m.name)\n"

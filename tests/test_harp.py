@@ -11,7 +11,8 @@ import pytest
 
 from stork.dataset.chunks import Params, SizeClass
 from stork.errors import ConfigError
-from stork.optimizers import (
+from stork.translog import FAILED, TransferRecord
+from stork.tuning import (
     OPTIMIZERS,
     DatasetDescription,
     Decision,
@@ -21,8 +22,8 @@ from stork.optimizers import (
     ProbeResult,
     get,
 )
-from stork.optimizers.base import best_probe
-from stork.optimizers.harp import (
+from stork.tuning.base import best_probe
+from stork.tuning.harp import (
     HarpOptimizer,
     HarpSettings,
     _Choice,
@@ -31,8 +32,8 @@ from stork.optimizers.harp import (
     probe_weights,
     share_concurrency,
 )
-from stork.optimizers.similarity import PAPER_WEIGHTS, Group, features, select, similarity
-from stork.optimizers.surfaces import (
+from stork.tuning.similarity import PAPER_WEIGHTS, Group, features, select, similarity
+from stork.tuning.surfaces import (
     Surface,
     fit_surface,
     integer_best,
@@ -44,7 +45,6 @@ from stork.optimizers.surfaces import (
     relax,
     to_u,
 )
-from stork.translog import FAILED, TransferRecord
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 GRID = list(itertools.product(LEVELS, LEVELS, LEVELS))

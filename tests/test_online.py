@@ -1,4 +1,4 @@
-"""The online controller (`stork.optimizers.online`) on synthetic flows: pure and fast."""
+"""The online controller (`stork.tuning.online`) on synthetic flows: pure and fast."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from collections.abc import Callable
 import pytest
 
 from stork.dataset.chunks import SizeClass
-from stork.optimizers.base import Limits
-from stork.optimizers.online import (
+from stork.transfer.worker import Setting
+from stork.translog import COMPLETED, TransferRecord
+from stork.tuning.base import Limits
+from stork.tuning.online import (
     Change,
     Climb,
     Measured,
@@ -20,8 +22,6 @@ from stork.optimizers.online import (
     prior_from_history,
     streams,
 )
-from stork.transfer.worker import Setting
-from stork.translog import COMPLETED, TransferRecord
 
 LIMITS = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=256)
 Surface = Callable[[Setting, float], float]  # (setting, time) -> true rate in Mbit/s

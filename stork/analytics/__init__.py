@@ -1,5 +1,4 @@
-"""Transfer-rate analytics (Sen, Rao et al., section IV): regression models of the rate as a
-function of RTT and flows fitted to the transfer log or a CSV table (`table`), the three
-families with their cross-validated figures (`models`), the generalization bound (`bound`)
-and the pictures (`plot`). `stork_history analytics` is the command. scikit-learn and
-matplotlib are imported only when a model is fitted or a picture drawn."""
+"""Transfer-rate analytics drawn (`plot`): the regressions of section IV (Sen, Rao et al.)
+live in the tuning layer (`stork.tuning.rate_table`, `rate_models`, `rate_bound`);
+`stork_history analytics` is the command. matplotlib is imported only when a picture is
+drawn."""

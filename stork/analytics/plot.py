@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stork.analytics.models import Array, Fit
-from stork.analytics.table import FLOWS, RTT, Table
 from stork.errors import AnalyticsError
+from stork.tuning.rate_models import Array, Fit
+from stork.tuning.rate_table import FLOWS, RTT, Table
 
 
 def _rows_at_typical(table: Table) -> Table:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stork.asm.analysis import Cluster, Model, maximum
-from stork.asm.surface import Z
 from stork.dataset.chunks import Params
-from stork.optimizers.base import Limits
+from stork.tuning.asm_analysis import Cluster, Model, maximum
+from stork.tuning.asm_surface import Z
+from stork.tuning.base import Limits
 
 
 def _cell(p: Params) -> str:

@@ -3,7 +3,7 @@
 
 Two files in `<STORK_STATE_DIR>/asm/`:
 
-* `state.json`: the additive tallies (`stork.asm.analysis.Aggregate`) and the id of the
+* `state.json`: the additive tallies (`stork.tuning.asm_analysis.Aggregate`) and the id of the
   newest transfer log row folded in. Each run reads only the rows added after it
   (`JobStore.transfers_after`), folds them in and writes the file again (a new file renamed
   over the old one: a crash leaves the old state whole).
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stork.asm.analysis import Aggregate, Cluster, Model, build_model
-from stork.asm.surface import Surface
 from stork.dataset.chunks import Params
 from stork.errors import AsmError
 from stork.store.base import JobStore
+from stork.tuning.asm_analysis import Aggregate, Cluster, Model, build_model
+from stork.tuning.asm_surface import Surface
 
-if TYPE_CHECKING:  # (stork.optimizers imports stork.asm.analysis)
-    from stork.optimizers.asm import AsmOptimizer
+if TYPE_CHECKING:  # (stork.tuning imports stork.tuning.asm_analysis)
+    from stork.tuning.asm import AsmOptimizer
 
 DIRECTORY = "asm"
 STATE_FILE = "state.json"
@@ -155,7 +155,7 @@ def _p(p: Params) -> list[int]:
 def asm_optimizer(state_dir: str | os.PathLike[str]) -> AsmOptimizer:
     """The "asm" optimizer with the model the scheduled analysis persisted (none before the
     first analysis: it then analyses the history it is given)."""
-    from stork.optimizers.asm import AsmOptimizer
+    from stork.tuning.asm import AsmOptimizer
 
     model = load_model(directory(state_dir))
     return AsmOptimizer(model=model if model is not None and model.clusters else None)

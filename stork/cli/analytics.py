@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from stork.analytics.table import RTT_TOLERANCE, groups_text, rtt_groups
 from stork.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -35,10 +34,11 @@ from stork.cli.common import (
     run,
 )
 from stork.errors import AnalyticsError
+from stork.tuning.rate_table import RTT_TOLERANCE, groups_text, rtt_groups
 
 if TYPE_CHECKING:
-    from stork.analytics.models import Fit
-    from stork.analytics.table import Table
+    from stork.tuning.rate_models import Fit
+    from stork.tuning.rate_table import Table
 
 
 def _point(text: str) -> tuple[float, float]:
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
                                          for c, (low, high) in table.ranges().items()))
         if args.hold_out_rtt is not None:
             return _hold_out(table, args.hold_out_rtt, args.folds, args.rtt_tolerance)
-        from stork.analytics.models import fit_all, predict
+        from stork.tuning.rate_models import fit_all, predict
 
         fits = fit_all(table, args.folds)
         _print_fits(fits, args.folds)
@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
 
 
 def _table(args: argparse.Namespace) -> Table:
-    from stork.analytics import table as tables
+    from stork.tuning import rate_table as tables
 
     if args.files:
         return tables.read_csv(args.files)
@@ -155,7 +155,7 @@ def _print_fits(fits: Sequence[Fit], folds: int) -> None:
 
 
 def _hold_out(table: Table, rtt_ms: float, folds: int, tolerance: float) -> int:
-    from stork.analytics.models import fit_all
+    from stork.tuning.rate_models import fit_all
 
     mask = table.near_rtt(rtt_ms, tolerance)
     if not mask.any():

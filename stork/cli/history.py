@@ -168,8 +168,8 @@ def _analyze(argv: list[str]) -> int:
 
     def body() -> int:
         from stork.asm import report, state
-        from stork.asm.analysis import Aggregate, build_model
         from stork.server.tuning import tuning_limits
+        from stork.tuning.asm_analysis import Aggregate, build_model
 
         settings = load_settings(args.config)
         if args.csv:

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from stork.eos.models import DynamicOrder, SecondOrder, fit_dynamic_order, fit_second_order
 from stork.eos.types import EstimateResult
+from stork.tuning.models import DynamicOrder, SecondOrder, fit_dynamic_order, fit_second_order
 
 
 @dataclass(frozen=True)

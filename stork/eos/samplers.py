@@ -38,13 +38,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from stork.eos.sampling import Sample
 from stork.errors import SamplingError
 from stork.identity import RunAs
 from stork.process import TIMEOUT, Child
 from stork.transfer import destination, verify
 from stork.transfer.base import Range, summarize_error
 from stork.transfer.remote import RemoteEnds
+from stork.tuning.sampling import Sample
 from stork.urls import parse_url
 
 _SAMPLE_TIME = "sample time"  # the stop reason of a sample stopped after `seconds`

@@ -53,9 +53,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from stork.config import LiveSettings, Settings
-from stork.eos.probing import Probing, powers_of_two, window_search
 from stork.eos.samplers import InPlaceSampler, Sampler, in_place_refusal, make_sampler
-from stork.eos.sampling import (
+from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail, Source
+from stork.errors import EosError
+from stork.sched import Task, TaskMatrix
+from stork.store.base import HistoryEntry, JobStore
+from stork.transfer import verify
+from stork.transfer.base import Range
+from stork.transfer.remote import RemoteEnds
+from stork.tuning.probing import Probing, powers_of_two, window_search
+from stork.tuning.sampling import (
     HISTORY_RUNS,
     Decision,
     History,
@@ -65,13 +72,6 @@ from stork.eos.sampling import (
     doubling,
     guided,
 )
-from stork.eos.types import EstimateRequest, EstimateResult, SampleDetail, Source
-from stork.errors import EosError
-from stork.sched import Task, TaskMatrix
-from stork.store.base import HistoryEntry, JobStore
-from stork.transfer import verify
-from stork.transfer.base import Range
-from stork.transfer.remote import RemoteEnds
 
 log = logging.getLogger(__name__)
 
@@ -598,7 +598,7 @@ def _ends(request: EstimateRequest) -> RemoteEnds:
 
 
 def _dw_samples(measure: Measure, s: Settings) -> tuple[list[Sample], Probing]:
-    """EOS_SAMPLING = dw: d-w probing (`stork.eos.probing.window_search`, DW_DEPTH and
+    """EOS_SAMPLING = dw: d-w probing (`stork.tuning.probing.window_search`, DW_DEPTH and
     DW_WIDTH) over the powers of two up to EOS_MAX_STREAMS; every measurement is a sample."""
     samples: list[Sample] = []
 

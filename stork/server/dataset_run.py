@@ -82,8 +82,8 @@ from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
 if TYPE_CHECKING:
-    from stork.optimizers.online import Climb
     from stork.server.tuning import SharedConcurrency, Tuning
+    from stork.tuning.online import Climb
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """An online controller at work on a running engine: the optimizer `climb`.
 
-A `FlowTuner` steps a controller (`stork.optimizers.online.Climb`) with the engine's measured
+A `FlowTuner` steps a controller (`stork.tuning.online.Climb`) with the engine's measured
 windows while the engine runs, on a thread of its own, and applies what it answers with
 `Engine.set`: nothing stops, nothing is sent again. A window counts for a setting only once
 every call in flight was taken at it (a change of `p` or `pp` applies to each worker's next
@@ -32,8 +32,8 @@ from stork.transfer.worker import Setting
 
 if TYPE_CHECKING:  # the optimizers load scikit-learn: only jobs that are tuned need them
     from stork.dataset.chunks import SizeClass
-    from stork.optimizers.online import Change, Climb
     from stork.translog import TransferRecord
+    from stork.tuning.online import Change, Climb
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,8 @@ def climb_for(history: Iterable[TransferRecord], preset: Setting, *, src_host: s
     from the transfer log (else `preset`), and why. Small files climb on cc alone (more
     streams per small file buy nothing); the others on cc, then p."""
     from stork.dataset.chunks import SizeClass
-    from stork.optimizers.online import Climb, measured_from_history, prior_from_history
     from stork.server.tuning import tuning_limits
+    from stork.tuning.online import Climb, measured_from_history, prior_from_history
 
     limits = tuning_limits().at_most_cc(items)
     known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
@@ -71,7 +71,7 @@ def climb_for(history: Iterable[TransferRecord], preset: Setting, *, src_host: s
 
 def blocks(windows: list[Window]) -> list[Window]:
     """The flow's windows joined into the controller's (`WINDOW_S`, whole ones only)."""
-    from stork.optimizers.online import WINDOW_S
+    from stork.tuning.online import WINDOW_S
 
     out: list[Window] = []
     group: list[Window] = []

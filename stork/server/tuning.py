@@ -1,6 +1,6 @@
 """An optimizer at work on one chunk of a dataset pass (`stork.server.dataset_run`).
 
-The optimizer (`stork.optimizers`, named by the job's `optimization` or EOS_OPTIMIZER) gets
+The optimizer (`stork.tuning`, named by the job's `optimization` or EOS_OPTIMIZER) gets
 the transfer log (the newest HISTORY_ROWS rows), the chunk's description (mean file size,
 count, the RTT measured at the pass's start, STORK_LINK_MBPS, the TCP buffer), the limits,
 and a probe that sends real files of the chunk, not sent before, through the pass's own batch
@@ -17,7 +17,7 @@ then no history rows (it needs none).
 Chunks of several size classes tuned in one pass run together and share the concurrency
 (HARP's multi-chunk scheduling, `SharedConcurrency`): before each batch a chunk takes its
 share of the largest concurrency any of them was given, by weight = bytes left x TT / UT
-(`stork.optimizers.harp.share_concurrency`); a chunk that finishes leaves its channels to the
+(`stork.tuning.harp.share_concurrency`); a chunk that finishes leaves its channels to the
 others.
 """
 
@@ -29,16 +29,16 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from stork import optimizers
+from stork import tuning as optimizers
 from stork.config import Settings
 from stork.dataset.chunks import Chunk, Params
 from stork.job import DatasetFileRow, Job
-from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
-from stork.optimizers.harp import share_concurrency
 from stork.server.flow_tuning import HISTORY_ROWS
 from stork.store.base import JobStore
 from stork.transfer.options import MAX_CONCURRENCY
 from stork.translog import TransferRecord
+from stork.tuning.base import DatasetDescription, Limits, ProbeResult
+from stork.tuning.harp import share_concurrency
 from stork.urls import parse_url
 
 log = logging.getLogger(__name__)

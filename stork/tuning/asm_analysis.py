@@ -16,7 +16,7 @@ Phases (names as in the paper):
    (scikit-learn) has its first local maximum (see `cluster`), one cluster when the points
    are within `TOLERANCE` of each other.
 2. Surface construction: for each cluster and each load level, a piecewise cubic spline
-   surface (`stork.asm.surface`) through the median throughput of each measured cell.
+   surface (`stork.tuning.asm_surface`) through the median throughput of each measured cell.
 3. Maxima: each surface's largest value on the whole-number lattice the limits allow.
 4. Load intensity tagging: a row run while the daemon knew k other transfers on the link
    (`sharing`) has intensity k / (k + 1) (its fair share, the paper's assumption 1); a row
@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stork.asm.surface import SIGMA_FLOOR, Floats, Surface
 from stork.dataset.chunks import Params
 from stork.translog import COMPLETED, TransferRecord
+from stork.tuning.asm_surface import SIGMA_FLOOR, Floats, Surface
 
-if TYPE_CHECKING:  # (stork.optimizers imports this module: no cycle at run time)
-    from stork.optimizers.base import DatasetDescription, Limits
+if TYPE_CHECKING:  # (stork.tuning imports this module: no cycle at run time)
+    from stork.tuning.base import DatasetDescription, Limits
 
 TOLERANCE = 0.5  # log2 units: points closer than this (1.4x) are one cluster
 MAX_CLUSTERS = 12  # per level of the hierarchy

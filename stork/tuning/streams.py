@@ -1,7 +1,7 @@
 """The paper-001 EOS as an optimizer of datasets: streams only, from samples.
 
 The EOS of the Stork paper chooses one parameter, the parallel streams of one file, from
-sample transfers (`stork.eos.sampling`: `guided` places the samples, `decide` takes the
+sample transfers (`stork.tuning.sampling`: `guided` places the samples, `decide` takes the
 fewest measured streams within the tolerance of the best). Under the optimizer interface a
 sample is a probe with real files of the dataset at (cc = 1, p = n, pp = 1): the same
 transfer the paper samples, so the streams-only EOS can be compared with HARP on the same
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stork.dataset.chunks import Params
-from stork.eos.sampling import Sample, decide, guided
-from stork.optimizers.base import DatasetDescription, Decision, Limits, Optimizer, Probe
 from stork.translog import TransferRecord
+from stork.tuning.base import DatasetDescription, Decision, Limits, Optimizer, Probe
+from stork.tuning.sampling import Sample, decide, guided
 
 TOLERANCE = 0.03  # EOS_TOLERANCE's default
 MAX_SAMPLES = 4  # EOS_MAX_SAMPLES's default

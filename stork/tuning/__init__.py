@@ -1,14 +1,16 @@
-"""Optimizers of (cc, p, pp): one interface (`base.Optimizer`), one implementation per file,
-chosen by name from `OPTIMIZERS` (the submit attribute `optimization` and `EOS_OPTIMIZER`
-name one)."""
+"""The tuning layer: every optimizer of (cc, p, pp) and its numerics, in one package that
+imports none of the services that use it (the EOS, ASM's analysis job, the daemon). The
+probing optimizers share one interface (`base.Optimizer`) and are chosen by name from
+`OPTIMIZERS`; the controllers of a running flow (`online`) from `CONTROLLERS`; the submit
+attribute `optimization` and `EOS_OPTIMIZER` name one of either."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from stork.errors import ConfigError
-from stork.optimizers.asm import AsmOptimizer
-from stork.optimizers.base import (
+from stork.tuning.asm import AsmOptimizer
+from stork.tuning.base import (
     DatasetDescription,
     Decision,
     Limits,
@@ -16,10 +18,10 @@ from stork.optimizers.base import (
     Probe,
     ProbeResult,
 )
-from stork.optimizers.dw import DwIntervalOptimizer, DwOptimizer
-from stork.optimizers.harp import HarpOptimizer
-from stork.optimizers.online import Climb
-from stork.optimizers.streams import StreamsOptimizer
+from stork.tuning.dw import DwIntervalOptimizer, DwOptimizer
+from stork.tuning.harp import HarpOptimizer
+from stork.tuning.online import Climb
+from stork.tuning.streams import StreamsOptimizer
 
 if TYPE_CHECKING:
     from stork.config import Settings
@@ -32,7 +34,7 @@ OPTIMIZERS: dict[str, type[Optimizer]] = {
     DwIntervalOptimizer.name: DwIntervalOptimizer,
 }
 
-# controllers of a running flow (`stork.optimizers.online`): not an `Optimizer`, they are
+# controllers of a running flow (`stork.tuning.online`): not an `Optimizer`, they are
 # stepped on the engine's measurements (`stork.server.flow_tuning`)
 CONTROLLERS: dict[str, type[Climb]] = {Climb.name: Climb}
 

@@ -1,7 +1,7 @@
 """d-w fast probing (Sen, Rao et al., section V, Algorithm 1) and the interval variant of
 their reference [11], as pure searches over `measure(level)`: tested on fixed curves, replayed
 on measured ones (`bench/bench_eos.py`), run by the EOS with real samples (`EOS_SAMPLING =
-dw`) and by the optimizers "dw" and "dw-interval" (`stork.optimizers.dw`) with probes of real
+dw`) and by the optimizers "dw" and "dw-interval" (`stork.tuning.dw`) with probes of real
 files.
 
 The window search (`window_search`) exploits the unimodality of the rate over the number of

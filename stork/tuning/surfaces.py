@@ -35,7 +35,7 @@ from sklearn.model_selection import KFold
 from sklearn.preprocessing import PolynomialFeatures
 
 from stork.dataset.chunks import Params
-from stork.optimizers.base import Limits
+from stork.tuning.base import Limits
 
 Floats = NDArray[np.float64]
 

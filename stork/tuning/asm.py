@@ -1,6 +1,6 @@
 """ASM: adaptive sampling over surfaces learned offline (the paper's Algorithm 1). Pure.
 
-The offline analysis (`stork.asm.analysis`) has clustered the transfer log and built, per
+The offline analysis (`stork.tuning.asm_analysis`) has clustered the transfer log and built, per
 cluster, throughput surfaces for each level of load, lightest first. Online:
 
 1. the dataset's closest cluster (`Model.lookup`: centroids only, independent of the history's
@@ -39,11 +39,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stork.asm.analysis import Aggregate, Cluster, Model, build_model, maximum
-from stork.asm.surface import Surface
 from stork.dataset.chunks import Params
 from stork.errors import AsmError
-from stork.optimizers.base import (
+from stork.translog import TransferRecord
+from stork.tuning.asm_analysis import Aggregate, Cluster, Model, build_model, maximum
+from stork.tuning.asm_surface import Surface
+from stork.tuning.base import (
     DatasetDescription,
     Decision,
     Limits,
@@ -52,8 +53,7 @@ from stork.optimizers.base import (
     ProbeResult,
     best_probe,
 )
-from stork.optimizers.harp import probe_bytes
-from stork.translog import TransferRecord
+from stork.tuning.harp import probe_bytes
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ class AsmOptimizer(Optimizer):
                         unit_mbps=s.at(Params(1, params.p, params.pp)) * scale)
 
     def probe_bytes(self, dataset: DatasetDescription) -> int:
-        """About how much one probe sends (`stork.optimizers.harp.probe_bytes`)."""
+        """About how much one probe sends (`stork.tuning.harp.probe_bytes`)."""
         return probe_bytes(dataset, self.settings.probe_seconds, self.settings.probe_share)
 
 

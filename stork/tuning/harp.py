@@ -56,7 +56,8 @@ import numpy as np
 from sklearn.cluster import DBSCAN
 
 from stork.dataset.chunks import Params, default_params
-from stork.optimizers.base import (
+from stork.translog import TransferRecord
+from stork.tuning.base import (
     DatasetDescription,
     Decision,
     Limits,
@@ -65,8 +66,8 @@ from stork.optimizers.base import (
     ProbeResult,
     best_probe,
 )
-from stork.optimizers.similarity import PAPER_WEIGHTS, Group, features, select
-from stork.optimizers.surfaces import (
+from stork.tuning.similarity import PAPER_WEIGHTS, Group, features, select
+from stork.tuning.surfaces import (
     Floats,
     Surface,
     fit_surface,
@@ -78,7 +79,6 @@ from stork.optimizers.surfaces import (
     relax,
     to_u,
 )
-from stork.translog import TransferRecord
 
 
 @dataclass(frozen=True)

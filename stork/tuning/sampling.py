@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stork.eos.models import Estimate, estimate
 from stork.errors import FitError
+from stork.tuning.models import Estimate, estimate
 
 
 @dataclass(frozen=True)

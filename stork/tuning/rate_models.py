@@ -18,7 +18,7 @@ in, fitted models and figures out; no I/O, no clock (every random choice is seed
   increase of the MSE when the predictor's column is shuffled (permutation importance), as
   shares.
 * R^2 on the whole table (the fit) and cross-validated (out of sample); the bound of
-  `stork.analytics.bound` with C = the largest rate measured.
+  `stork.tuning.rate_bound` with C = the largest rate measured.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from stork.analytics.bound import Bound, bound
-from stork.analytics.table import RTT, Table
 from stork.errors import AnalyticsError
+from stork.tuning.rate_bound import Bound, bound
+from stork.tuning.rate_table import RTT, Table
 
 K_FOLDS = 5
 MIN_ROWS = 20  # below this, 5 folds of 4 rows tell nothing

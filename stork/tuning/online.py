@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from stork.dataset.chunks import SizeClass, size_class
-from stork.optimizers.base import Limits
 from stork.transfer.worker import Setting
 from stork.translog import COMPLETED, TransferRecord
+from stork.tuning.base import Limits
 
 WINDOW_S = 2.0  # the windows it judges (the tools report every second or two, a list call
 # of small files when it ends: rates over one second are lumpy)

@@ -1,6 +1,6 @@
 """d-w fast probing as optimizers of datasets: "dw" (Algorithm 1 of Sen, Rao et al.) and
 "dw-interval" (the variant of their reference [11]); the searches themselves are pure
-functions in `stork.eos.probing` (docs/OPTIMIZERS.md says what of Algorithm 1 they implement).
+functions in `stork.tuning.probing` (docs/OPTIMIZERS.md says what of Algorithm 1 they implement).
 
 `DwOptimizer` runs the search for the stream count p (cc = 1, pp = 1) and then, at the chosen
 p, for the concurrency cc of a dataset, each over the powers of two the limits allow (cc at
@@ -16,7 +16,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stork.dataset.chunks import Params
-from stork.eos.probing import (
+from stork.errors import SamplingError
+from stork.translog import TransferRecord
+from stork.tuning.base import (
+    DatasetDescription,
+    Decision,
+    Limits,
+    Optimizer,
+    Probe,
+    ProbeResult,
+)
+from stork.tuning.probing import (
     DEPTH,
     SEARCHES,
     WIDTH,
@@ -27,16 +37,6 @@ from stork.eos.probing import (
     powers_of_two,
     window_search,
 )
-from stork.errors import SamplingError
-from stork.optimizers.base import (
-    DatasetDescription,
-    Decision,
-    Limits,
-    Optimizer,
-    Probe,
-    ProbeResult,
-)
-from stork.translog import TransferRecord
 
 if TYPE_CHECKING:
     from stork.config import Settings
