@@ -32,6 +32,7 @@ class Valley:
     first byte landed."""
 
     landed_bytes: int
+    start_s: float  # the first byte, on the series' clock (the last sample without bytes)
     span_s: float  # first byte to last byte
     median_mbps: float | None
     lowest_mbps: float | None
@@ -85,13 +86,33 @@ def _when(times: list[float], landed: list[float], level: float) -> float:
     return times[i - 1] + (times[i] - times[i - 1]) * (level - b0) / (b1 - b0)
 
 
+def _rates(times: list[float], landed: list[float], starts: list[float],
+           window_s: float) -> list[float]:
+    """Mbit/s of the windows starting at `starts`."""
+    return [(_at(times, landed, t + window_s) - _at(times, landed, t)) * 8 / window_s / 1e6
+            for t in starts]
+
+
+def window_rates(series: Sequence[tuple[float, float]], window_s: float = WINDOW_S,
+                 step_s: float = STEP_S) -> list[tuple[float, float]]:
+    """(start, Mbit/s) of the windows starting every `step_s` from the series' first
+    sample to its last (for a plot)."""
+    times, landed = _monotone(series)
+    if len(times) < 2:
+        return []
+    count = int((times[-1] - times[0] - window_s) / step_s + 1e-9) + 1
+    starts = [times[0] + k * step_s for k in range(max(count, 0))]
+    return list(zip(starts, _rates(times, landed, starts, window_s), strict=True))
+
+
 def valley(series: Sequence[tuple[float, float]], tail_bytes: float,
            window_s: float = WINDOW_S, step_s: float = STEP_S,
            skip_s: float = SKIP_S) -> Valley:
     """The valley figure of `series`, (seconds, bytes at the destination) samples."""
     times, landed = _monotone(series)
     total = landed[-1] if landed else 0.0
-    empty = Valley(int(total), 0.0, None, None, None, None, None, 0)
+    empty = Valley(int(total), times[0] if times else 0.0, 0.0, None, None, None, None, None,
+                   0)
     if len(times) < 2 or total <= 0:
         return replace(empty, note=f"too little data: {len(times)} samples, "
                                    f"{int(total)} bytes landed")
@@ -102,20 +123,17 @@ def valley(series: Sequence[tuple[float, float]], tail_bytes: float,
     starts = [start + k * step_s for k in range(int((span - window_s) / step_s + 1e-9) + 1)] \
         if span >= window_s else []
     if not starts:
-        return replace(empty, span_s=span,
+        return replace(empty, start_s=start, span_s=span,
                        note=f"too little data: {span:.1f} s from the first byte to the last, "
                             f"shorter than one {window_s:g} s window")
 
-    def rate(t: float) -> float:
-        return (_at(times, landed, t + window_s) - _at(times, landed, t)) * 8 / window_s / 1e6
-
-    rates = [rate(t) for t in starts]
+    rates = _rates(times, landed, starts, window_s)
     median = statistics.median(rates)
     tail_at = _when(times, landed, total - tail_bytes) if tail_bytes < total else start
     lo, hi = start + skip_s, tail_at
     middle = [(r, t) for r, t in zip(rates, starts, strict=True)
               if t >= lo - 1e-9 and t + window_s <= hi + 1e-9]
-    base = Valley(int(total), span, median, None, None, lo - start, hi - start, 0)
+    base = Valley(int(total), start, span, median, None, None, lo - start, hi - start, 0)
     if not middle:
         return replace(base, note=f"too little data: no {window_s:g} s window between "
                                   f"{skip_s:g} s after the first byte and the last "
@@ -123,5 +141,5 @@ def valley(series: Sequence[tuple[float, float]], tail_bytes: float,
     if median <= 0:
         return replace(base, note="no bytes landed in the median window")
     lowest, at = min(middle)
-    return Valley(int(total), span, median, lowest, at - start, lo - start, hi - start,
+    return Valley(int(total), start, span, median, lowest, at - start, lo - start, hi - start,
                   len(middle))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from valley import valley
+from valley import valley, window_rates
 
 RATE = 12.5e6  # bytes/s: 100 Mbit/s
 
@@ -33,7 +33,7 @@ def test_steady_flow_has_no_valley() -> None:
     assert found.note == ""
     assert found.median_mbps == pytest.approx(100)
     assert found.lowest_share == pytest.approx(1)
-    assert found.span_s == pytest.approx(40)
+    assert found.span_s == pytest.approx(40) and found.start_s == pytest.approx(2)
     assert found.judged_from_s == pytest.approx(10)
     assert found.judged_to_s == pytest.approx(32)  # the last 8 s carry the last 8 x RATE
     assert found.windows == 81  # windows starting at 10.0, 10.25, ... 30.0
@@ -77,3 +77,10 @@ def test_a_tail_as_large_as_the_run_leaves_nothing_to_judge() -> None:
     found = valley(steady(40), tail_bytes=41 * RATE)
     assert found.lowest_share is None and "no 2 s window" in found.note
     assert found.median_mbps == pytest.approx(100)
+
+
+def test_window_rates_cover_the_series() -> None:
+    rates = window_rates(steady(10))
+    assert rates[0] == (0.0, 0.0) and rates[-1][0] == pytest.approx(10)
+    assert rates[-1][1] == pytest.approx(100) and len(rates) == 41
+    assert window_rates([(0.0, 0.0)]) == []
