@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from valley import STEP_S, WINDOW_S, Valley, valley, window_rates
 
@@ -358,13 +360,17 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
         sites += [f"b:{engine}" for engine in args.engines]
     servers: dict[str, StorkServer] = {}
     swept: dict[str, Sweep] = {}
+
+    def start(site: str) -> None:
+        knobs = {"STORK_MAX_NUM_JOBS": str(args.max_num_jobs)}
+        where, _, engine = site.partition(":")
+        if engine:
+            knobs["STORK_ENGINE"] = engine
+        servers[site] = site_daemon(bed, where, knobs).start()
+
     try:
         for site in sites:
-            knobs = {"STORK_MAX_NUM_JOBS": str(args.max_num_jobs)}
-            where, _, engine = site.partition(":")
-            if engine:
-                knobs["STORK_ENGINE"] = engine
-            servers[site] = site_daemon(bed, where, knobs).start()
+            start(site)
         for key in args.datasets:
             dataset = plan(DATASETS[key].spec, args.seed)
             source = write(dataset, data / dataset.dirname)
@@ -373,7 +379,22 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
                 if case == "ca" and key not in args.ca_datasets:
                     continue
                 began = time.monotonic()
-                run = run_case(case, key, bed, servers, source, dataset, args, swept, engine)
+                try:
+                    run = run_case(case, key, bed, servers, source, dataset, args, swept,
+                                   engine)
+                except httpx.TransportError as exc:  # a daemon gone: stopped from outside
+                    gone = [k for k, server in servers.items() if not answering(server)]
+                    if not gone:
+                        raise
+                    print(f"<!-- {name} {key} {case}{f' {engine}' if engine else ''}: "
+                          f"daemon(s) {', '.join(gone)} gone ({exc}) at "
+                          f"{time.strftime('%H:%M:%S')}; started again, the case run again "
+                          "-->", flush=True)
+                    for site in gone:
+                        servers.pop(site).stop()
+                        start(site)
+                    run = run_case(case, key, bed, servers, source, dataset, args, swept,
+                                   engine)
                 if key in swept:
                     sweeps[(name, key)] = swept[key]
                 if run is None:
@@ -383,11 +404,20 @@ def run_profile(name: str, bed: Testbed, args: argparse.Namespace, data: Path,
                 print(f"<!-- {name} {key} {case}{f' {engine}' if engine else ''}: "
                       f"{run.moved} files, {run.mbps:.1f} Mbit/s, "
                       f"{run.seconds:.1f} s; {run.params} {run.note} (case took "
-                      f"{time.monotonic() - began:.0f} s, ended {time.strftime('%H:%M:%S')}) -->",
-                      flush=True)
+                      f"{time.monotonic() - began:.0f} s, ended {time.strftime('%H:%M:%S')})"
+                      f"{valley_text(run)} -->", flush=True)
+                save_series(runs, args.workdir / "valley", plots=False)
     finally:
         for server in servers.values():
             server.stop()
+
+
+def answering(server: StorkServer) -> bool:
+    """Whether the daemon runs and answers its API."""
+    try:
+        return server.ready()
+    except RuntimeError:  # it exited
+        return False
 
 
 # --- the store figure ----------------------------------------------------------------------
@@ -530,9 +560,19 @@ def print_valley(runs: list[Run], profiles: list[tuple[str, Link]]) -> None:
                   + "".join(f"; {n}" for n in (v.note, r.note) if n))
 
 
-def save_series(runs: list[Run], directory: Path) -> None:
-    """Case c's bytes at the destination: one JSON file and, with matplotlib, one PNG per
-    link and dataset (the engines together) in `directory`."""
+def valley_text(run: Run) -> str:
+    v = run.valley
+    if v is None:
+        return ""
+    if v.lowest_share is None:
+        return f"; valley: {v.note}"
+    return (f"; 2-s windows: median {v.median_mbps:.1f} Mbit/s, lowest {v.lowest_mbps:.1f} "
+            f"at {v.lowest_at_s:.1f} s, lowest/median {v.lowest_share:.2f}")
+
+
+def save_series(runs: list[Run], directory: Path, plots: bool = True) -> None:
+    """Case c's bytes at the destination: one JSON file and, with matplotlib and `plots`,
+    one PNG per link and dataset (the engines together) in `directory`."""
     mine = [r for r in runs if r.valley is not None]
     if not mine:
         return
@@ -541,6 +581,8 @@ def save_series(runs: list[Run], directory: Path) -> None:
         [{"profile": r.profile, "dataset": r.dataset, "engine": r.engine, "seconds": r.seconds,
           "cc": r.cc, "tail_bytes": r.tail_bytes, "series": r.series,
           "valley": vars(r.valley)} for r in mine]))
+    if not plots:
+        return
     try:
         import matplotlib
         matplotlib.use("Agg")
