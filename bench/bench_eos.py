@@ -1,20 +1,30 @@
 """EOS benchmarks (not tests): model cost, replay against measured curves, sampling overhead.
 
-    .venv/bin/python bench/bench_eos.py [--skip-transfer] [--mode same|cross|both]
+    .venv/bin/python bench/bench_eos.py [--skip-transfer] [--judge cross-repeat|same-curve|both]
         [--history] [--data FILE[:NOTE] ...] [--synthetic SIGMAS] [--json]
 
 The replay answers each sample from a measured curve instead of transferring. Every repeat of
-a measurement is a curve of its own (no medians):
-- ../shared/data/transfer-logs/parallelism-sweeps/{loni,didclab}.csv, rows with
-  Note == "chris-parallelism": one curve per file (FileSize, FileNumbers, hosts) and repeat
-  (the k-th row of a file at each P);
+a measurement is a curve of its own (no medians). By default:
+- every table of ../shared/data/transfer-logs/parallelism-sweeps/, one data set per Note
+  (`chris-parallelism` rows named after the table: `loni`, `didclab`; `loni:engin-losf`):
+  one curve per file (FileSize, FileNumbers, hosts, CC, PP) and repeat (the k-th row of a
+  file at a P is its k-th repeat). A note whose curves hold a median of fewer than three
+  counts is no sweep over P and is left out with a note (loni's `Chris-data`);
 - ../shared/data/transfer-logs/harp-grids/{BTData,SGData}.csv: the parallelism slices of the
-  grids, one curve per file, concurrency, pipelining and repeat (rows above the link's
-  bandwidth are dropped with the repeat they belong to);
+  grids, one curve per file, concurrency, pipelining and repeat;
 - synthetic: each loni file's mean curve, three repeats with lognormal noise (sigma 0.1, 0.2,
   0.3) and random dips (a count that is bad on that file in every repeat, and one-off dips).
 `--data FILE[:NOTE]` replays any table in the parallelism-sweeps column format instead.
 Those tables are not part of the repository and are read where they lie.
+
+Any table in those formats is read as it is: the levels are the counts it measured; a file
+or a repeat that lacks a count has a curve without it (a repeat left with one count is left
+out); a row above its Bandwidth (empty, na or 0: unknown) is dropped alone, a row without a
+numeric P or throughput is skipped and counted; BufferSize is not read. A strategy that asks
+for a count the curve lacks (doubling does not keep to the levels) is answered, and judged,
+at the curve's nearest level; such stand-ins are counted. A table with a missing column, no
+row of the given note, or no usable row ends the bench with exit status 2 and one line naming
+the file and what is missing.
 
 d-w probing (`dw d=D w=W`: Algorithm 1; `dw-interval`: the variant of the paper's [11];
 stork/eos/probing.py) measures each level D times: the k-th measurement of a count is the
@@ -27,13 +37,22 @@ target: 96%), and the probing overhead against a full sweep that measures every 
 (`levels x d`) and against the paper's, which measured every configuration 10 times (`levels x
 10`; the target: 25%).
 
-Judging: `same` takes the samples and the outcome from one repeat; `cross` takes the samples
-from one repeat and judges the chosen count on the mean of the file's other repeats (what a
-transfer after its samples sees), on files with two repeats or more. Share = throughput at the
-chosen count / the best count's, on the judging curve. `--history` replays the curves in
+Judging (`--judge`): `cross-repeat` (`cross`, the default) takes the samples from one repeat
+and judges the chosen count on the mean of the file's other repeats that measured it (what a
+transfer after its samples sees), on files with two repeats or more; `same-curve` (`same`)
+takes the samples and the outcome from one repeat; `both` runs the two. Share = throughput at
+the chosen count / the best count's, on the judging curve. `--history` replays the curves in
 order and lets each optimization use what earlier curves on the same path (hosts, and
 concurrency and pipelining) sampled and what their transfers achieved at the chosen count
 (the repeat's own value, never the judging repeats').
+
+Baselines, judged the same way: every fixed P (on a curve that lacks it, at the nearest
+level), the best fixed P in hindsight, the best fixed P learned from the other measured data
+sets (leave one out: the P with the highest mean share over them, each data set weighing the
+same; the synthetic sets are never learned from), Stork's per-size-class preset (the streams
+of `stork.dataset.chunks.default_params` for the file's size and the row's RTT and Bandwidth),
+and the oracle (1.0). The last table puts the default strategy beside them on every data set,
+with the target of issue 28: a mean share at least the best fixed P of the other data sets.
 """
 
 from __future__ import annotations
@@ -41,6 +60,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -54,9 +74,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stork.dataset.chunks import default_params, size_class
 from stork.eos.models import estimate
 from stork.eos.probing import interval_search, window_search
 from stork.eos.sampling import Measure, Sample, decide, doubling, guided
+from stork.errors import StorkError, TransferLogError
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO.parent / "shared" / "data" / "transfer-logs"
@@ -66,18 +88,22 @@ TOLERANCE = 0.03  # EOS_TOLERANCE's default
 MAX_SAMPLES = 4  # EOS_MAX_SAMPLES's default
 SYNTHETIC_REPEATS = 3
 DEFAULT = "guided"  # the strategy the daemon runs (EOS_SAMPLING's default)
+EXIT_TABLE = 2  # a table the bench cannot use
+MIN_SWEEP_LEVELS = 3  # a default table part whose curves hold fewer counts is no P sweep
 
 Curve = dict[int, float]  # stream count -> Mbit/s
 
 
 @dataclass(frozen=True)
 class File:
-    """One file (and concurrency, pipelining) measured over P, with its repeats in order."""
+    """One file (and concurrency, pipelining) measured over P, with its repeats in order. A
+    repeat holds the counts it measured (a table may lack some)."""
 
     key: tuple[str, ...]
     path: tuple[str, ...]  # what history is shared by: hosts (and CC, PP)
     repeats: tuple[Curve, ...]
     order: tuple[int, ...]  # each repeat's place in the table (its first row)
+    preset: int | None = None  # Stork's per-size-class streams for this file and path
 
 
 @dataclass(frozen=True)
@@ -86,6 +112,7 @@ class DataSet:
     files: tuple[File, ...]
     levels: tuple[int, ...]
     note: str = ""
+    source: str = ""  # the measured data set a synthetic one is made from ("": itself)
 
 
 # a strategy replayed on one curve: (measure, allowed levels, earlier runs on the path)
@@ -96,77 +123,200 @@ Strategy = Callable[[Measure, list[int], History | None], tuple[list[Sample], in
 
 # -- loading ------------------------------------------------------------------------------
 
-def _mbps_limit(bandwidth: str) -> float:
-    """A row's link capacity in Mbit/s (the tables mix bit/s and Mbit/s)."""
+SWEEP_COLUMNS = ("FileSize", "FileNumbers", "Source", "Destination", "P", "Throughput")
+GRID_SLICE_COLUMNS = ("FileSize", "FileCount", "Source", "Destination", "Parallelism",
+                      "Concurrency", "Pipelining", "Throughput")
+_MISSING = frozenset({"", "na", "n/a", "nan", "none", "null"})
+
+
+@dataclass(frozen=True)
+class Point:
+    """One usable measurement of a table."""
+
+    key: tuple[str, ...]  # the file (and options) it measured
+    path: tuple[str, ...]
+    p: int
+    mbps: float
+    preset: int | None
+
+
+def _mbps_limit(bandwidth: str) -> float | None:
+    """A row's link capacity in Mbit/s (the tables mix bit/s and Mbit/s); None: unknown
+    (empty, na, 0)."""
+    if bandwidth.strip().lower() in _MISSING:
+        return None
     value = float(bandwidth)
+    if value <= 0:
+        return None
     return value / 1e6 if value > 1e6 else value
 
 
-def _group(rows: list[tuple[tuple[str, ...], tuple[str, ...], int, float, bool]],
-           name: str, note: str = "") -> DataSet:
-    """Rows (file key, path key, P, Mbit/s, usable) -> one curve per file and repeat. The
-    k-th row of a file at a P is its k-th repeat; a repeat with an unusable row is dropped."""
-    table: dict[tuple[str, ...], dict[int, list[tuple[float, bool, int]]]] = defaultdict(
+def _preset(size: str, rtt: str, bandwidth: str) -> int | None:
+    """Stork's per-size-class streams for a file of `size` bytes on the row's path
+    (`stork.dataset.chunks.default_params`); None where the table does not say."""
+    try:
+        size_bytes, rtt_s = float(size), float(rtt)
+        limit = _mbps_limit(bandwidth)
+    except ValueError:
+        return None
+    if size_bytes <= 0 or rtt_s <= 0 or limit is None:
+        return None
+    bdp = rtt_s * limit * 1e6 / 8
+    return default_params(size_class(round(size_bytes), bdp), size_bytes, bdp).p
+
+
+def _check_columns(path: Path, header: Sequence[str] | None, needed: Sequence[str],
+                   what: str) -> None:
+    missing = [c for c in needed if c not in (header or ())]
+    if missing:
+        raise TransferLogError(str(path), f"not {what}: no column {', '.join(missing)} "
+                                          f"(header: {', '.join(list(header or [])[:16])})")
+
+
+def _group(rows: list[Point], name: str, note: str = "") -> DataSet:
+    """Rows -> one curve per file and repeat: the k-th row of a file at a P is its k-th
+    repeat, so a repeat holds the counts measured that often; repeats with fewer than two
+    counts (nothing to choose among) are left out."""
+    table: dict[tuple[str, ...], dict[int, list[tuple[float, int]]]] = defaultdict(
         lambda: defaultdict(list))
-    paths: dict[tuple[str, ...], tuple[str, ...]] = {}
-    for i, (key, path, p, mbps, usable) in enumerate(rows):
-        table[key][p].append((mbps, usable, i))
-        paths[key] = path
-    files, dropped = [], 0
+    first: dict[tuple[str, ...], Point] = {}
+    for i, row in enumerate(rows):
+        table[row.key][row.p].append((row.mbps, i))
+        first.setdefault(row.key, row)
+    files, single = [], 0
     for key, by_p in table.items():
-        count = min(len(v) for v in by_p.values())
         repeats, order = [], []
-        for r in range(count):
-            if all(by_p[p][r][1] for p in by_p):
-                repeats.append({p: by_p[p][r][0] for p in sorted(by_p)})
-                order.append(min(by_p[p][r][2] for p in by_p))
-            else:
-                dropped += 1
+        for r in range(max(len(v) for v in by_p.values())):
+            curve = {p: v[r][0] for p, v in sorted(by_p.items()) if len(v) > r}
+            if len(curve) < 2:
+                single += 1
+                continue
+            repeats.append(curve)
+            order.append(min(v[r][1] for v in by_p.values() if len(v) > r))
         if repeats:
-            files.append(File(key, paths[key], tuple(repeats), tuple(order)))
-    levels = sorted({p for f in files for p in f.repeats[0]})
-    if dropped:
-        note = (note + "; " if note else "") + f"{dropped} repeats dropped (a row above the link)"
+            files.append(File(key, first[key].path, tuple(repeats), tuple(order),
+                              first[key].preset))
+    levels = sorted({p for f in files for c in f.repeats for p in c})
+    if single:
+        note = (note + "; " if note else "") + f"{single} repeats with one count left out"
     return DataSet(name, tuple(files), tuple(levels), note)
+
+
+def _usable(path: Path, rows: list[Point], counts: dict[str, int], first_bad: dict[str, str],
+            what: str) -> None:
+    """TransferLogError naming the table and why, when it gave no curve."""
+    if rows:
+        return
+    if not counts:
+        raise TransferLogError(str(path), f"no usable row: no {what}")
+    why = "; ".join(f"{n} {reason} (e.g. {first_bad[reason]})" for reason, n in counts.items())
+    raise TransferLogError(str(path), f"no usable row: {why}")
 
 
 def load_sweeps(path: Path, note: str | None = "chris-parallelism",
                 name: str | None = None) -> DataSet:
     """A table in the parallelism-sweeps format; rows that differ in CC or PP are other
-    curves; `note` selects the rows (None: all)."""
-    rows = []
-    skipped = 0
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
+    curves; `note` selects the rows (None: all). Rows without a numeric P or throughput
+    are skipped and counted, a throughput above the row's Bandwidth drops that row (an
+    empty, na or 0 Bandwidth is unknown); raises TransferLogError naming the table when a
+    column is missing or no row is usable."""
+    rows: list[Point] = []
+    counts: dict[str, int] = defaultdict(int)
+    first_bad: dict[str, str] = {}
+    selected = 0
+    notes: set[str] = set()
+
+    def bad(reason: str, line: int, detail: str) -> None:
+        counts[reason] += 1
+        first_bad.setdefault(reason, f"line {line}: {detail}")
+
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        _check_columns(path, reader.fieldnames,
+                       SWEEP_COLUMNS + (("Note",) if note is not None else ()),
+                       "a parallelism sweep table")
+        for row in reader:
+            notes.add(row.get("Note") or "")
             if note is not None and row["Note"] != note:
                 continue
+            selected += 1
+            line = reader.line_num
             hosts = (row["Source"], row["Destination"])
-            options = (row.get("CC", "na"), row.get("PP", "na"))
+            options = (row.get("CC") or "na", row.get("PP") or "na")
             try:  # P is "na" where the row did not vary it
-                p, mbps, limit = int(row["P"]), float(row["Throughput"]), row["Bandwidth"]
-                usable = 0 < mbps <= _mbps_limit(limit)
-            except ValueError:
-                skipped += 1
+                p = int(row["P"])
+            except (TypeError, ValueError):
+                bad("rows without a numeric P", line, f"P {row['P']!r}")
                 continue
-            rows.append(((row["FileSize"], row["FileNumbers"], *hosts, *options),
-                         (*hosts, *options), p, mbps, usable))
-    return _group(rows, name or path.stem + (f":{note}" if note else ""),
-                  f"{skipped} rows without a numeric P or throughput" if skipped else "")
+            try:
+                mbps = float(row["Throughput"])
+                limit = _mbps_limit(row.get("Bandwidth") or "")
+            except (TypeError, ValueError):
+                bad("rows without a numeric Throughput or Bandwidth", line,
+                    f"Throughput {row['Throughput']!r}, Bandwidth {row.get('Bandwidth')!r}")
+                continue
+            if p < 1 or not mbps > 0:
+                bad("rows with P below 1 or no throughput", line, f"P {p}, Throughput {mbps}")
+                continue
+            if limit is not None and mbps > limit:
+                bad("rows above the link", line, f"{mbps:g} Mbit/s, link {limit:g}")
+                continue
+            rows.append(Point((row["FileSize"], row["FileNumbers"], *hosts, *options),
+                            (*hosts, *options), p, mbps,
+                            _preset(row["FileSize"], row.get("RTT") or "",
+                                    row.get("Bandwidth") or "")))
+    if note is not None and not selected:
+        raise TransferLogError(str(path), f"no row with Note {note!r} (the table's notes: "
+                                          f"{', '.join(sorted(notes)) or 'none'})")
+    _usable(path, rows, counts, first_bad, "data rows")
+    data = _group(rows, name or path.stem + (f":{note}" if note else ""),
+                  "; ".join(f"{n} {reason}" for reason, n in counts.items()))
+    if not data.files:
+        raise TransferLogError(str(path), "no usable curve: no file measured at two "
+                                          "stream counts or more")
+    return data
 
 
 def load_grid(path: Path) -> DataSet:
-    """The parallelism slices of a HARP grid: one curve per file, CC, PP and repeat."""
-    rows = []
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
+    """The parallelism slices of a HARP grid: one curve per file, CC, PP and repeat (a row
+    above the link is dropped)."""
+    rows: list[Point] = []
+    counts: dict[str, int] = defaultdict(int)
+    first_bad: dict[str, str] = {}
+    rtts: set[str] = set()
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        _check_columns(path, reader.fieldnames, GRID_SLICE_COLUMNS, "a HARP grid table")
+        for row in reader:
             hosts = (row["Source"], row["Destination"])
             options = (row["Concurrency"], row["Pipelining"])
-            mbps = float(row["Throughput"])
-            rows.append(((row["FileSize"], row["FileCount"], *hosts, *options),
-                         (*hosts, *options), int(row["Parallelism"]),
-                         mbps, 0 < mbps <= _mbps_limit(row["Bandwidth"])))
-    rtt = f"RTT {float(row['RTT']) * 1000:.0f} ms" if rows else ""
-    return _group(rows, path.stem, rtt)
+            try:
+                p, mbps = int(row["Parallelism"]), float(row["Throughput"])
+                limit = _mbps_limit(row.get("Bandwidth") or "")
+            except (TypeError, ValueError):
+                counts["rows without a numeric Parallelism or Throughput"] += 1
+                first_bad.setdefault("rows without a numeric Parallelism or Throughput",
+                                     f"line {reader.line_num}")
+                continue
+            if p < 1 or not mbps > 0 or (limit is not None and mbps > limit):
+                counts["rows above the link or without throughput"] += 1
+                first_bad.setdefault("rows above the link or without throughput",
+                                     f"line {reader.line_num}: {mbps:g} Mbit/s")
+                continue
+            rtts.add(row.get("RTT") or "")
+            rows.append(Point((row["FileSize"], row["FileCount"], *hosts, *options),
+                            (*hosts, *options), p, mbps,
+                            _preset(row["FileSize"], row.get("RTT") or "",
+                                    row.get("Bandwidth") or "")))
+    _usable(path, rows, counts, first_bad, "data rows")
+    rtt = ", ".join(f"RTT {float(r) * 1000:.0f} ms" for r in sorted(rtts)
+                    if r.strip().lower() not in _MISSING)
+    dropped = "; ".join(f"{n} {reason}" for reason, n in counts.items())
+    data = _group(rows, path.stem, "; ".join(x for x in (rtt, dropped) if x))
+    if not data.files:
+        raise TransferLogError(str(path), "no usable curve: no file measured at two "
+                                          "stream counts or more")
+    return data
 
 
 def synthetic(base: DataSet, sigma: float, seed: int = 13) -> DataSet:
@@ -176,7 +326,8 @@ def synthetic(base: DataSet, sigma: float, seed: int = 13) -> DataSet:
     rng = np.random.default_rng(seed)
     files = []
     for f in base.files:
-        mean = {p: statistics.mean(r[p] for r in f.repeats) for p in f.repeats[0]}
+        mean = {p: statistics.mean(r[p] for r in f.repeats if p in r)
+                for p in sorted({p for r in f.repeats for p in r})}
         levels = sorted(mean)
         dip = dict.fromkeys(levels, 1.0)
         if rng.random() < 0.2:
@@ -189,9 +340,11 @@ def synthetic(base: DataSet, sigma: float, seed: int = 13) -> DataSet:
             repeats.append({p: mean[p] * dip[p] * float(n * o)
                             for p, n, o in zip(levels, noise, once, strict=True)})
         files.append(File(f.key, f.path, tuple(repeats),
-                          tuple(len(files) * SYNTHETIC_REPEATS + r for r in range(len(repeats)))))
-    return DataSet(f"loni+noise sigma {sigma:g}", tuple(files), base.levels,
-                   f"{SYNTHETIC_REPEATS} synthetic repeats per loni file, dips")
+                          tuple(len(files) * SYNTHETIC_REPEATS + r for r in range(len(repeats))),
+                          f.preset))
+    return DataSet(f"{base.name}+noise sigma {sigma:g}", tuple(files), base.levels,
+                   f"{SYNTHETIC_REPEATS} synthetic repeats per {base.name} file, dips",
+                   source=base.name)
 
 
 # -- strategies -----------------------------------------------------------------------------
@@ -257,6 +410,7 @@ class Row:
     exact: int = 0  # curves where the chosen count is the judging curve's best
     missed: list[str] | None = None  # curves below 1 - WITHIN (a few, for the report)
     unjudged: int = 0  # cross-repeat cases where the strategy measured every repeat
+    stand_ins: int = 0  # samples and choices of counts a curve lacks, at the nearest level
 
     def summary(self) -> dict[str, float | int | list[str]]:
         if not self.shares:  # cross-repeat, and every file measured in full
@@ -273,7 +427,8 @@ class Row:
                 "flow_selection": round(self.exact / len(self.shares), 4),
                 "overhead_same_depth": round(overhead, 4),
                 "overhead_paper_sweep": round(paper, 4),
-                "missed_examples": (self.missed or [])[:5], "unjudged": self.unjudged}
+                "missed_examples": (self.missed or [])[:5], "unjudged": self.unjudged,
+                "stand_ins": self.stand_ins}
 
 
 def _needed(curve: Curve) -> int:
@@ -283,18 +438,34 @@ def _needed(curve: Curve) -> int:
 
 def _cases(data: DataSet, mode: str) -> list[tuple[File, Curve, Curve, int]]:
     """(file, sampled repeat, judging curve, the repeat's index) in the order of the
-    table's rows."""
+    table's rows. Cross-repeat: each count is judged on the mean of the other repeats
+    that measured it, and the sampled repeat offers the counts some other repeat measured
+    (a curve left with fewer than two is no case)."""
     cases = []
     for f in data.files:
         for r, curve in enumerate(f.repeats):
             if mode == "same":
                 cases.append((f.order[r], f, curve, curve, r))
-            elif len(f.repeats) > 1:
-                others = [o for i, o in enumerate(f.repeats) if i != r]
-                cases.append((f.order[r], f, curve, {p: statistics.mean(o[p] for o in others)
-                                                     for p in curve}, r))
+                continue
+            others = [o for i, o in enumerate(f.repeats) if i != r]
+            judged = {p: statistics.mean(o[p] for o in others if p in o)
+                      for p in curve if any(p in o for o in others)}
+            if len(judged) > 1:
+                cases.append((f.order[r], f, {p: curve[p] for p in judged}, judged, r))
     cases.sort(key=lambda c: c[0])
     return [c[1:] for c in cases]
+
+
+def _nearest_level(levels: Sequence[int], want: int) -> int:
+    """The level nearest to `want` on a log scale (the fewer streams on a tie)."""
+    return min(levels, key=lambda p: (abs(math.log2(p) - math.log2(want)), p))
+
+
+def _nth(f: File, r: int, n: int, k: int) -> float:
+    """The k-th measurement of count `n` from repeat `r` on: the repeats that measured `n`,
+    in order from `r`, cycling."""
+    have = [i for i in (*range(r, len(f.repeats)), *range(r)) if n in f.repeats[i]]
+    return float(f.repeats[have[k % len(have)]][n])
 
 
 def replay(data: DataSet, mode: str, history: bool,
@@ -302,10 +473,23 @@ def replay(data: DataSet, mode: str, history: bool,
     cases = _cases(data, mode)
     if not cases:
         return {"curves": 0}
-    fixed = {p: Row([c[2][p] / max(c[2].values()) for c in cases], [0] * len(cases))
-             for p in data.levels}
-    best_p = max(fixed, key=lambda p: statistics.mean(fixed[p].shares))
+    # every fixed P on every curve; on a curve that lacks it, at the curve's nearest level
+    fixed: dict[int, Row] = {}
+    for p in data.levels:
+        at = [p if p in c[2] else _nearest_level(sorted(c[2]), p) for c in cases]
+        fixed[p] = Row([c[2][a] / max(c[2].values()) for c, a in zip(cases, at, strict=True)],
+                       [0] * len(cases), stand_ins=sum(a != p for a in at))
+        fixed[p].excess = sum(a > _needed(c[2]) for c, a in zip(cases, at, strict=True))
+    # the best fixed P in hindsight: of the counts measured on half the curves or more
+    enough = [p for p, row in fixed.items() if 2 * row.stand_ins <= len(cases)] or list(fixed)
+    best_p = max(enough, key=lambda p: statistics.mean(fixed[p].shares))
     best_share = fixed[best_p].summary()["mean_share"]
+    preset = Row([], [])
+    for f, _, judged, _ in cases:
+        if f.preset is not None:
+            chosen = _nearest_level(sorted(judged), f.preset)
+            preset.shares.append(judged[chosen] / max(judged.values()))
+            preset.samples.append(0)
     rows: dict[str, Row] = {}
     for label, strategy in strategies.items():
         row = Row([], [], depth=DEPTH.get(label, 1), levels=len(data.levels), missed=[])
@@ -316,12 +500,16 @@ def replay(data: DataSet, mode: str, history: bool,
             taken: dict[int, int] = defaultdict(int)
 
             def measure(n: int, c: Curve = curve, f: File = f, r: int = r,
-                        taken: dict[int, int] = taken) -> Sample:
+                        taken: dict[int, int] = taken, row: Row = row) -> Sample:
                 # the k-th measurement of a count is the k-th repeat from this one on
-                # (cycling): a strategy that measures each count once sees this repeat only
-                k = taken[n]
-                taken[n] += 1
-                return Sample(n, c[n] if k == 0 else f.repeats[(r + k) % len(f.repeats)][n])
+                # (cycling): a strategy that measures each count once sees this repeat only;
+                # a count the curve lacks (doubling does not keep to the levels) is answered
+                # at the nearest level
+                at = n if n in c else _nearest_level(sorted(c), n)
+                row.stand_ins += at != n
+                k = taken[at]
+                taken[at] += 1
+                return Sample(n, c[at] if k == 0 else _nth(f, r, at, k))
 
             # judged on the other repeats, a run may not learn from those repeats
             earlier = ([run for key, run in runs[f.path] if mode == "same" or key != f.key]
@@ -334,30 +522,73 @@ def replay(data: DataSet, mode: str, history: bool,
                 if not pool:  # every repeat was measured: nothing left to judge on
                     row.unjudged += 1
                     continue
-                judge = {n: statistics.mean(o[n] for o in pool) for n in curve}
+                judge = {n: statistics.mean(o[n] for o in pool if n in o) for n in curve
+                         if any(n in o for o in pool)}
+                if chosen not in judge:  # the repeats left did not measure the choice
+                    row.unjudged += 1
+                    continue
+            if chosen not in judge:  # judged at the nearest level the curve has
+                row.stand_ins += 1
+                chosen = _nearest_level(sorted(judge), chosen)
             top = max(judge.values())
             row.shares.append(judge[chosen] / top)
             row.exact += judge[chosen] >= top - 1e-9
             if judge[chosen] / top < 1 - WITHIN and row.missed is not None:
                 row.missed.append(f"{f.key[0]} B #{r}: {chosen} -> {judge[chosen] / top:.2f}")
             row.samples.append(len(samples))
-            row.below += judge[chosen] < judge[best_p] - 1e-9
+            row.below += best_p in judge and judge[chosen] < judge[best_p] - 1e-9
             row.excess += chosen > _needed(judge)
             if history:  # what the transfer at the chosen count achieved on this repeat
-                runs[f.path].append((f.key, [*samples, Sample(chosen, curve[chosen],
+                achieved = curve[chosen] if chosen in curve else judge[chosen]
+                runs[f.path].append((f.key, [*samples, Sample(chosen, achieved,
                                                                raw={"kind": "transfer"})]))
         rows[label] = row
-    for p, row in fixed.items():
-        row.excess = sum(p > _needed(c[2]) for c in cases)
-        row.below = sum(c[2][p] < c[2][best_p] - 1e-9 for c in cases)
+    best_row = fixed[best_p]
+    for row in fixed.values():
+        row.below = sum(mine < best - 1e-9
+                        for mine, best in zip(row.shares, best_row.shares, strict=True))
     return {
         "curves": len(cases), "files": len({c[0].key for c in cases}),
+        "levels": list(data.levels),
         "best_fixed": {"streams": best_p, "mean_share": best_share},
         "strategies": {label: {**row.summary(), "best_fixed_share": best_share,
                                "default": label == DEFAULT}
                        for label, row in rows.items()},
         "fixed": {str(p): row.summary() for p, row in fixed.items()},
+        "preset": preset.summary() if preset.shares else None,
     }
+
+
+def best_fixed_elsewhere(results: dict[str, dict[str, dict[str, object]]],
+                         sets: Sequence[DataSet]) -> None:
+    """For each data set and mode, the fixed P with the highest mean share over the other
+    measured data sets (each data set weighs the same; a P measured by fewer than half of
+    them does not count; synthetic sets are never learned from, nor is a set's own source),
+    and its share on this one: `best_fixed_elsewhere`, added in place."""
+    measured = [d for d in sets if not d.source]
+    for data in sets:
+        own = data.source or data.name
+        others = [d for d in measured if d.name != own]
+        for mode, result in results[data.name].items():
+            fixed = result.get("fixed")
+            if not isinstance(fixed, dict) or not others:
+                continue
+            shares: dict[str, list[float]] = defaultdict(list)
+            for d in others:
+                theirs = results[d.name].get(mode, {}).get("fixed")
+                if isinstance(theirs, dict):
+                    for p, s in theirs.items():
+                        shares[p].append(s["mean_share"])
+            here = [p for p in shares if p in fixed]
+            if not here:
+                continue
+            most = max(len(shares[p]) for p in here)
+            p = max((q for q in here if 2 * len(shares[q]) >= most),
+                    key=lambda q: (statistics.mean(shares[q]), -int(q)))
+            result["best_fixed_elsewhere"] = {
+                "streams": int(p), "mean_share": fixed[p]["mean_share"],
+                "learned_from": [d.name for d in others],
+                "learned_share": round(statistics.mean(shares[p]), 4)}
 
 
 def print_table(data: DataSet, mode: str, history: bool, result: dict[str, object]) -> None:
@@ -383,6 +614,8 @@ def print_table(data: DataSet, mode: str, history: bool, result: dict[str, objec
         name = f"**{label}** (default)" if s["default"] else label
         if s["curves"] != result["curves"]:
             name += f" ({s['curves']} curves)"
+        if s.get("stand_ins"):
+            name += f" ({s['stand_ins']} samples or choices at the nearest level)"
         if not s["curves"]:
             print(f"| {name} | no file has more repeats than it measures |" + " |" * 9)
             continue
@@ -390,11 +623,27 @@ def print_table(data: DataSet, mode: str, history: bool, result: dict[str, objec
               f"{s['flow_selection']:.4f} | {s['below_best_fixed']} | {s['mean_samples']:.2f} | "
               f"{s['overhead_same_depth']:.3f} | {s['overhead_paper_sweep']:.3f} | "
               f"{s['more_streams_than_needed']} |")
+    elsewhere = result.get("best_fixed_elsewhere")
+    learned = elsewhere["streams"] if isinstance(elsewhere, dict) else None
     for p, s in fixed.items():
-        mark = " (best fixed P)" if int(p) == best["streams"] else ""
+        marks = ["best fixed P"] if int(p) == best["streams"] else []
+        marks += ["best fixed P of the other data sets"] if int(p) == learned else []
+        if s["stand_ins"]:
+            marks.append(f"on {s['stand_ins']} curves the nearest level")
+        mark = f" ({'; '.join(marks)})" if marks else ""
         print(f"| fixed {p}{mark} | {s['mean_share']:.4f} | {s['p10']:.4f} | "
               f"{s['within_5pct']:.4f} | {s['flow_selection']:.4f} | "
               f"{s['below_best_fixed']} | 0 | | | {s['more_streams_than_needed']} |")
+    preset = result.get("preset")
+    if isinstance(preset, dict):
+        count = "" if preset["curves"] == result["curves"] else f" ({preset['curves']} curves)"
+        print(f"| per-class preset{count} | {preset['mean_share']:.4f} | {preset['p10']:.4f} | "
+              f"{preset['within_5pct']:.4f} | {preset['flow_selection']:.4f} | | 0 | | | |")
+    if isinstance(elsewhere, dict):
+        print(f"\nBest fixed P learned from the other data sets "
+              f"({', '.join(elsewhere['learned_from'])}): {elsewhere['streams']} "
+              f"(their mean share {elsewhere['learned_share']:.4f}; here "
+              f"{elsewhere['mean_share']:.4f}).")
     for label, s in strategies.items():
         if not label.startswith("dw") or not s["curves"]:
             continue
@@ -406,6 +655,54 @@ def print_table(data: DataSet, mode: str, history: bool, result: dict[str, objec
             what += [] if cheap else [cost]
             print(f"\n- {label} misses the target: {', '.join(what)}; e.g. (file, repeat: "
                   f"chosen -> share) {'; '.join(s['missed_examples'][:3]) or '-'}")
+
+
+def print_summary(sets: Sequence[DataSet], results: dict[str, dict[str, dict[str, object]]],
+                  history: bool) -> None:
+    """The default strategy against its baselines on every data set and mode, and the
+    target: a mean share at least the best fixed P learned from the other data sets."""
+    print(f"\n### Every data set: the default strategy ({DEFAULT}) against the baselines"
+          f"{', with history' if history else ''}\n")
+    print("| data set | judged | curves | levels | " + DEFAULT + ": mean share / samples | "
+          "best fixed P of the other data sets | best fixed P in hindsight | per-class preset "
+          "| oracle | at least the best fixed P of the others |")
+    print("| --- | --- | ---: | --- | --- | --- | --- | --- | ---: | --- |")
+    missed: list[str] = []
+    met: list[str] = []
+    for data in sets:
+        for mode, result in results[data.name].items():
+            if not result.get("curves"):
+                print(f"| {data.name} | {mode} | 0 | | | | | | | (no file with two repeats) |")
+                continue
+            strategies = result["strategies"]
+            assert isinstance(strategies, dict)
+            own = strategies.get(DEFAULT)
+            best = result["best_fixed"]
+            assert isinstance(best, dict)
+            levels = result["levels"]
+            assert isinstance(levels, list)
+            elsewhere = result.get("best_fixed_elsewhere")
+            preset = result.get("preset")
+            cells = [data.name, mode, str(result["curves"]),
+                     f"{levels[0]}..{levels[-1]} ({len(levels)})",
+                     f"{own['mean_share']:.4f} / {own['mean_samples']:.2f}"
+                     if own and own.get("curves") else "-",
+                     f"{elsewhere['streams']}: {elsewhere['mean_share']:.4f}"
+                     if isinstance(elsewhere, dict) else "-",
+                     f"{best['streams']}: {best['mean_share']:.4f}",
+                     f"{preset['mean_share']:.4f}" if isinstance(preset, dict) else "-",
+                     "1.0000"]
+            if own and own.get("curves") and isinstance(elsewhere, dict):
+                ok = own["mean_share"] >= elsewhere["mean_share"]
+                (met if ok else missed).append(f"{data.name} ({mode})")
+                cells.append("met" if ok else "MISSED")
+            else:
+                cells.append("-")
+            print("| " + " | ".join(cells) + " |")
+    if met or missed:
+        print(f"\ntarget {DEFAULT} >= the best fixed P of the other data sets: met on "
+              f"{len(met)} of {len(met) + len(missed)}"
+              + (f"; MISSED on {', '.join(missed)}" if missed else ""))
 
 
 # -- the other benchmarks ---------------------------------------------------------------------
@@ -470,21 +767,58 @@ def sampling_overhead() -> None:
 
 # -- command line ---------------------------------------------------------------------------
 
-def data_sets(specs: list[str], sigmas: list[float]) -> list[DataSet]:
+def _notes(path: Path) -> list[str]:
+    """The values of a table's Note column, in the order they first appear."""
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        if "Note" not in (reader.fieldnames or ()):
+            return []
+        return list(dict.fromkeys(row["Note"] for row in reader))
+
+
+def data_sets(specs: list[str], sigmas: list[float]) -> tuple[list[DataSet], list[str]]:
+    """The data sets to replay and a note per default table part left out. Given specs:
+    those tables (errors name the table). Else every note of every parallelism-sweeps
+    table (a table's `chris-parallelism` rows named after the table alone; a note whose
+    curves hold a median of fewer than MIN_SWEEP_LEVELS counts is left out: loni's
+    Chris-data, a grid over CC and PP with P = 1 and one other count per curve), the
+    parallelism slices of BTData and SGData, and the synthetic sets from loni."""
     if specs:
-        out = []
+        given = []
         for spec in specs:
-            path, _, note = (spec, "", "") if Path(spec).exists() else spec.rpartition(":")
-            out.append(load_sweeps(Path(path), note or None))
-        return out
+            if Path(spec).exists():
+                path, note = spec, ""
+            elif ":" in spec:
+                path, _, note = spec.rpartition(":")
+            else:
+                raise TransferLogError(spec, "no such file")
+            given.append(load_sweeps(Path(path), note or None))
+        return given, []
     if not SWEEPS.exists():
-        return []
-    loni = load_sweeps(SWEEPS / "loni.csv", name="loni")
-    out = [loni, load_sweeps(SWEEPS / "didclab.csv", name="didclab")]
+        return [], []
+    out: list[DataSet] = []
+    left_out: list[str] = []
+    for table in sorted(SWEEPS.glob("*.csv")):
+        parts: list[str | None] = [*_notes(table)] or [None]
+        for part in parts:
+            name = table.stem if part in (None, "chris-parallelism") else f"{table.stem}:{part}"
+            try:
+                data = load_sweeps(table, part, name=name)
+            except TransferLogError as exc:
+                left_out.append(f"{name} left out: {exc.reason}")
+                continue
+            counts = statistics.median(len(c) for f in data.files for c in f.repeats)
+            if counts < MIN_SWEEP_LEVELS:
+                left_out.append(f"{name} left out: its curves hold a median of {counts:g} "
+                                f"stream counts, not a sweep over P (--data "
+                                f"{table}:{part} replays it)")
+                continue
+            out.append(data)
     out += [load_grid(GRIDS / f"{name}.csv") for name in ("BTData", "SGData")
             if (GRIDS / f"{name}.csv").exists()]
-    out += [synthetic(loni, sigma) for sigma in sigmas]
-    return out
+    loni = next((d for d in out if d.name == "loni"), None)
+    out += [synthetic(loni, sigma) for sigma in sigmas] if loni else []
+    return out, left_out
 
 
 def _commit() -> str:
@@ -497,8 +831,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--skip-transfer", action="store_true", help="skip the 1 GiB GridFTP run")
-    p.add_argument("--mode", choices=("same", "cross", "both"), default="both",
-                   help="judge on the sampled repeat, on the other repeats, or both")
+    p.add_argument("--judge", choices=("cross-repeat", "same-curve", "both"),
+                   default="cross-repeat",
+                   help="judge the choice on the mean of the other repeats (the default), on "
+                        "the sampled repeat, or both")
+    p.add_argument("--mode", choices=("same", "cross", "both"), default=None,
+                   help=argparse.SUPPRESS)  # the earlier name of --judge
     p.add_argument("--history", action="store_true",
                    help="each optimization may use the earlier curves on the same path")
     p.add_argument("--data", action="append", default=[], metavar="FILE[:NOTE]",
@@ -510,30 +848,41 @@ def main() -> int:
     p.add_argument("--json", action="store_true",
                    help="print the replay only, as JSON (no model cost, no transfer)")
     args = p.parse_args()
+    judge = {"same": "same-curve", "cross": "cross-repeat"}.get(args.mode or "", args.mode
+                                                               or args.judge)
+    modes = {"same-curve": ("same",), "cross-repeat": ("cross",),
+             "both": ("same", "cross")}[judge]
     sigmas = [float(s) for s in args.synthetic.split(",") if s.strip()]
+    unknown = [n for n in args.strategies.split(",") if n and n not in STRATEGIES]
+    if unknown:
+        p.error(f"unknown strategy {', '.join(unknown)}: known are {', '.join(STRATEGIES)}")
     chosen = {name: STRATEGIES[name] for name in args.strategies.split(",") if name}
-    modes = ("same", "cross") if args.mode == "both" else (args.mode,)
-    sets = data_sets(args.data, sigmas)
-    if not args.json:
-        model_cost()
-        if not sets:
-            print(f"\n(replay skipped: {SWEEPS} not found)")
-        print(f"\n## Replay of measured curves (commit {_commit()})")
-    out: dict[str, object] = {"commit": _commit(), "history": args.history,
-                              "tolerance": TOLERANCE, "default_strategy": DEFAULT,
-                              "data_sets": {}}
-    for data in sets:
-        per_mode = {}
-        for mode in modes:
-            result = replay(data, mode, args.history, chosen)
-            per_mode[mode] = result
-            if not args.json:
-                print_table(data, mode, args.history, result)
-        out["data_sets"][data.name] = {"note": data.note, **per_mode}  # type: ignore[index]
+    try:
+        sets, left_out = data_sets(args.data, sigmas)
+    except (StorkError, OSError) as exc:  # a table it cannot use: one line, no traceback
+        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
+        return EXIT_TABLE
+    results = {data.name: {mode: replay(data, mode, args.history, chosen) for mode in modes}
+               for data in sets}
+    best_fixed_elsewhere(results, sets)
     if args.json:
+        out = {"commit": _commit(), "history": args.history, "tolerance": TOLERANCE,
+               "default_strategy": DEFAULT, "judge": judge, "left_out": left_out,
+               "data_sets": {d.name: {"note": d.note, **results[d.name]} for d in sets}}
         json.dump(out, sys.stdout, indent=1)
         print()
-    elif not args.skip_transfer:
+        return 0
+    model_cost()
+    if not sets:
+        print(f"\n(replay skipped: {SWEEPS} not found)")
+    print(f"\n## Replay of measured curves (commit {_commit()})")
+    for data in sets:
+        for mode in modes:
+            print_table(data, mode, args.history, results[data.name][mode])
+    print_summary(sets, results, args.history)
+    for note in left_out:
+        print(f"note: {note}")
+    if not args.skip_transfer:
         sampling_overhead()
     return 0
 

@@ -64,9 +64,14 @@ def _parse_path(text: str) -> str:
     return text
 
 
+def is_database_url(database: str) -> bool:
+    """Whether a database setting names a PostgreSQL server (a URL), not a SQLite file."""
+    return database.startswith(("postgresql://", "postgres://"))
+
+
 def _parse_database(text: str) -> str:
     """An absolute SQLite file path, or a postgresql:// URL (the shared store)."""
-    if text.startswith(("postgresql://", "postgres://")):
+    if is_database_url(text):
         return text
     if "://" in text:
         raise ValueError(f"expected an absolute path or a postgresql:// URL, got {text!r}")
@@ -101,7 +106,10 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
 
 # The names of stork.optimizers.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
-OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval")
+OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval", "climb")
+# those of them that are controllers of a running flow (`stork.optimizers.online`): a job
+# that names one is tuned while it moves on the engine (`stork.server.flow_tuning`)
+ONLINE_OPTIMIZERS = ("climb",)
 
 
 def _parse_size_knob(text: str) -> int:
@@ -270,7 +278,9 @@ KNOBS: tuple[Knob, ...] = (
          "How the EOS measures a stream count: gridftp (a slice of the real file) or iperf3."),
     Knob("EOS_OPTIMIZER", "eos_optimizer", "harp", _parse_choice(*OPTIMIZER_NAMES), LIVE,
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
-         "may name one instead: optimization = \"harp\")."),
+         "may name one instead: optimization = \"harp\"). climb tunes the running flow "
+         "instead of probing before it (STORK_ENGINE flow; a single file may name it too, "
+         "its ranges then tuned as they move)."),
     Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling", "dw"),
          LIVE,
          "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "
@@ -305,6 +315,10 @@ KNOBS: tuple[Knob, ...] = (
          "small for two samples within EOS_SAMPLING_BUDGET), and where a budgeted run "
          "without history starts sampling (then twice as many, then onwards where the gain "
          "is)."),
+    Knob("EOS_ESTIMATION_MAX_S", "eos_estimation_max_s", "60", _parse_float_min(0), LIVE,
+         "Longest an estimation job (dap_type = estimation) samples: it always measures (at "
+         "least one sample), whatever its size; no further sample starts that would pass "
+         "this. 0: no limit but EOS_MAX_SAMPLES."),
     Knob("EOS_SAMPLE_TIME", "eos_sample_time_s", "5", _parse_float_min(1), LIVE,
          "Seconds per iperf3 sample (the first second is discarded as slow start); a GridFTP "
          "sample still running after this long is stopped and judged on what it moved."),
@@ -409,6 +423,7 @@ class Settings:
     dw_width: int
     eos_sample_size: int
     eos_sampling_budget: float
+    eos_estimation_max_s: float
     eos_sample_time_s: float
     eos_default_streams: int
     eos_iperf_port: int

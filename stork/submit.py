@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import classad2
 
-from stork.config import OPTIMIZER_NAMES
+from stork.config import ONLINE_OPTIMIZERS, OPTIMIZER_NAMES
 from stork.dataset.base import parse_dir_url
 from stork.dataset.expand import LISTERS, is_dataset
 from stork.errors import ArgumentsError, SubmitError, SubmitProblem
@@ -487,10 +487,12 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
         fields["size_bytes"] = size
 
     dataset = dap_type is DapType.TRANSFER and is_dataset(urls["src_url"], fields.get("url_list"))
-    if fields.get("optimizer") and not dataset:
-        raise _Invalid("optimization", f"{fields['optimizer']} tunes datasets (cc, p, pp); a "
-                                       "single file takes optimization = \"YES\" (the EOS "
-                                       "chooses its streams)")
+    optimizer = fields.get("optimizer")
+    if optimizer and not dataset and optimizer not in ONLINE_OPTIMIZERS:
+        raise _Invalid("optimization", f"{optimizer} tunes datasets (cc, p, pp); a single "
+                                       "file takes optimization = \"YES\" (the EOS chooses "
+                                       f"its streams) or {' or '.join(ONLINE_OPTIMIZERS)} "
+                                       "(its ranges tuned while they move)")
     if dataset and "checksum" in fields:
         raise _Invalid("checksum", "is one file's expected checksum; a dataset takes "
                                    "verify_checksum = true")

@@ -27,6 +27,8 @@ never silently dropped. The rules, each from a defect of the published tables:
   ``bytes * 8 / Duration / 1e6``. A row's unit is told by comparing it with its own
   FileSize * FileCount / Duration: Mibit/s values are converted to Mbit/s (x 1.048576), a
   row that matches neither within 1% is skipped.
+* BufferSize 0 (a table that did not record the buffer, or a system default it could not
+  read) is unknown (None), as are an empty cell and ``na``; a negative size is skipped.
 * A throughput above the path's Bandwidth is impossible (a 10 Gbit/s link cannot carry
   66 Gbit/s): skipped.
 * Date: ``2015-04-08``, ``4/8/15`` or ``4/8/2015``. Time: ``15:56:00.989789`` or, in tables
@@ -226,7 +228,7 @@ def _record(row: dict[str, str], clock: _Clock, origin: str) -> TransferRecord:
     bw = _optional_float(row, "Bandwidth")
     bw_bps = bandwidth_bps(bw) if bw is not None else None
     rtt = _optional_float(row, "RTT")
-    buffer = _optional_float(row, "BufferSize")
+    buffer = _optional_float(row, "BufferSize", zero_unknown=True)
     p = _int(row, "Parallelism", least=1)
     cc = _int(row, "Concurrency", least=1)
     pp = max(_int(row, "Pipelining", least=0), 1)
@@ -269,8 +271,13 @@ def _float(row: dict[str, str], column: str, *, positive: bool = False) -> float
     return value
 
 
-def _optional_float(row: dict[str, str], column: str) -> float | None:
+def _optional_float(row: dict[str, str], column: str, *,
+                    zero_unknown: bool = False) -> float | None:
+    """A positive number, or None where the cell is empty or ``na`` (or 0, with
+    `zero_unknown`: a column where 0 means "not recorded")."""
     if row[column].lower() in _MISSING:
+        return None
+    if zero_unknown and _float(row, column) == 0:
         return None
     return _float(row, column, positive=True)
 

@@ -22,8 +22,9 @@ from stork.dataset.chunks import Params
 from stork.errors import AsmError
 from stork.optimizers import DatasetDescription, Decision, Limits, ProbeResult, get
 from stork.optimizers.asm import AsmOptimizer, AsmSettings
-from stork.store import SqliteStore
+from stork.store import SqliteStore, open_store
 from stork.translog import TransferRecord, write_grid_csv
+from tests.pgcluster import PostgresCluster
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 GRID = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=1024, values=LEVELS)
@@ -365,3 +366,22 @@ def test_history_analyze_without_a_transfer_log_creates_nothing(tmp_path: Path) 
     assert result.returncode == 3
     assert "stork.db: no transfer log there" in result.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_history_analyze_reads_the_transfer_log_of_a_postgresql_store(
+        tmp_path: Path, postgres: PostgresCluster) -> None:
+    url = postgres.new_database()
+    store = open_store(url)
+    try:
+        store.add_transfers(two_networks())
+    finally:
+        store.close()
+    cfg = tmp_path / "cfg"
+    cfg.write_text(f"STORK_STATE_DIR = {tmp_path / 'state'}\nSTORK_DATABASE = {url}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "stork.cli.history", "analyze", "-c", str(cfg)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "72 new transfer log row(s) read" in result.stdout, result.stdout
+    assert "4 cluster(s)" in result.stdout

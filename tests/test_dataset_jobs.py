@@ -286,7 +286,8 @@ def test_chunks_of_two_size_classes_are_tuned_side_by_side_and_sent_once(
 
 
 def test_optimizer_names_read_without_scikit_learn_match_the_registry() -> None:
-    from stork.config import OPTIMIZER_NAMES
-    from stork.optimizers import OPTIMIZERS
+    from stork.config import ONLINE_OPTIMIZERS, OPTIMIZER_NAMES
+    from stork.optimizers import CONTROLLERS, OPTIMIZERS
 
-    assert set(OPTIMIZER_NAMES) == set(OPTIMIZERS)
+    assert set(OPTIMIZER_NAMES) == set(OPTIMIZERS) | set(CONTROLLERS)
+    assert set(ONLINE_OPTIMIZERS) == set(CONTROLLERS)

@@ -3,6 +3,7 @@ changes, against a real GridFTP server."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -101,6 +102,34 @@ def test_a_change_of_setting_or_load_ends_the_window_and_the_stretch() -> None:
     assert {w.setting for w in flow.windows(since_s=4.5)} == {fast}
 
 
+def test_a_late_report_lands_in_the_windows_it_moved_in_until_they_are_final() -> None:
+    """A list call says its bytes when it ends: with a lag the windows it spanned get them
+    (and are read only once final); without one they all land in the open window."""
+    late = Flow(0.0, S1, window_s=1.0, lag_s=5.0)
+    late.add(0.0, 4.0, 4_000_000)  # 8 Mbit/s for 4 s, told at 4 s
+    late.tick(4.5)
+    assert late.windows() == []  # nothing final yet
+    late.add(1.0, 4.5, 3_500_000)  # another call, from 1 s to 4.5 s
+    late.tick(10.0)
+    assert [round(w.rate_mbps, 3) for w in late.windows()] == [8.0, 16.0, 16.0, 16.0, 4.0]
+    assert late.stretches(10.0)[0].bytes == late.total_bytes == 7_500_000
+    now = Flow(0.0, S1, window_s=1.0)
+    now.add(0.0, 1.0, 1_000_000)
+    now.tick(3.0)
+    now.add(0.0, 3.0, 3_000_000)  # told late: its first two seconds are in closed windows
+    now.tick(4.0)
+    assert [round(w.rate_mbps, 3) for w in now.windows()] == [8.0, 0.0, 0.0, 24.0]
+    with pytest.raises(ValueError, match="lag_s"):
+        Flow(0.0, S1, lag_s=-1.0)
+    # an engine's flow: final when every call has told its bytes (`settle`), not by a lag
+    told = Flow(0.0, S1, window_s=1.0, lag_s=math.inf)
+    told.add(0.0, 3.0, 3_000_000)
+    told.tick(6.0)
+    assert told.windows() == []
+    told.settle(2.0)
+    assert [w.rate_mbps for w in told.windows()] == [8.0, 8.0]
+
+
 def test_the_flow_keeps_a_bounded_series() -> None:
     flow = Flow(0.0, S1, window_s=1.0, keep=10)
     flow.add(0.0, 100.0, 100_000_000)
@@ -127,9 +156,16 @@ def test_markers_of_a_list_call_count_each_file_from_zero() -> None:
     marks.reach(300, 1.0, lambda *a: said.append(a))  # the first file
     marks.reach(500, 2.0, lambda *a: said.append(a))
     marks.reach(100, 3.0, lambda *a: said.append(a))  # the second file, counted from 0
-    marks.total(1200, 4.0, lambda *a: said.append(a))  # the call's end: both files' sizes
+    marks.total(1200, 4.0, lambda *a: said.append(a))  # both files' sizes by 4 s
     assert said == [(0.0, 1.0, 300), (1.0, 2.0, 200), (2.0, 3.0, 100), (3.0, 4.0, 600)]
     assert sum(n for *_, n in said) == 1200
+    # at a call's end what no marker said moved over the whole call (small files end
+    # between markers), not in the last second
+    calls: list[tuple[float, float, int]] = []
+    whole = Marks(10.0)
+    whole.reach(100, 11.0, lambda *a: calls.append(a))
+    whole.rest(4000, 14.0, lambda *a: calls.append(a))
+    assert calls == [(10.0, 11.0, 100), (10.0, 14.0, 3900)]
 
 
 # -- the engine, through a worker of the test's own ------------------------------------------

@@ -1,6 +1,8 @@
-"""The sampling budget (issue 13, point 4): when the size is known, sampling takes at most
-EOS_SAMPLING_BUDGET of the transfer's predicted time; a transfer too small for even one sample
-is answered from the history or with STORK_DEFAULT_STREAMS, and the job ad says which and why."""
+"""The sampling budget (issue 13, point 4): when the size is known, a transfer's sampling
+takes at most EOS_SAMPLING_BUDGET of its predicted time; a transfer too small for even one
+sample is answered from the history or with STORK_DEFAULT_STREAMS, and the job ad says which
+and why. An estimation is asked to measure: whatever its size it samples, for at most
+EOS_ESTIMATION_MAX_S (issue 28, point 3)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from stork.eos.samplers import Sampler
 from stork.eos.sampling import Sample
 from stork.eos.service import Budget, EosService
 from stork.eos.types import EstimateRequest
+from stork.errors import EosError
 from stork.store import SqliteStore
 from stork.store.base import HistoryEntry
 from tests.support import GridFtpServer, StorkServer, make_file, md5
@@ -63,7 +66,7 @@ def test_a_small_transfer_is_not_sampled_and_says_why(tmp_path: Path, gridftp: G
         server.stop()
 
 
-def test_an_estimation_with_a_small_size_is_answered_without_samples(
+def test_an_estimation_with_a_small_size_measures(
         tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
     src = make_file(gridftp_root / "budget-est.dat", 4 * MB, seed=42)
     server = StorkServer(tmp_path).start()
@@ -72,9 +75,13 @@ def test_an_estimation_with_a_small_size_is_answered_without_samples(
             src_url = "{gridftp.url(src)}"; dest_url = "{gridftp.url(tmp_path / 'e.dat')}" ]""")
         out = server.cli("stork_submit", "est.dap", cwd=tmp_path, check=True).stdout
         ad = classad2.ClassAd(out[out.index("["):out.rindex("]") + 1])
-        assert ad["optimization_source"] == "default" and ad["samples"] == []
-        assert ad["optimization_reason"].startswith("not sampled")
-        assert ad["model"] == "none" and ad["sampling_time_s"] == 0
+        assert ad["optimization_source"] == "sampled" and len(ad["samples"]) >= 2
+        assert "EOS_ESTIMATION_MAX_S" in ad["optimization_reason"]
+        assert ad["model"] != "none" and ad["sampling_time_s"] > 0
+        measured = max(sample["mbps"] for sample in ad["samples"])
+        # the figure comes from the samples, not from STORK_LINK_MBPS (1000)
+        assert ad["estimated_throughput_mbps"] != 1000
+        assert ad["estimated_throughput_mbps"] <= 1.5 * measured
     finally:
         server.stop()
 
@@ -101,7 +108,13 @@ class TimedCurve(Sampler):
 def service(tmp_path: Path, curve: TimedCurve, store: SqliteStore | None = None,
             **knobs: str) -> EosService:
     env = {"HOME": str(tmp_path), **{f"_STORK_{k}": v for k, v in knobs.items()}}
-    return EosService(config.load(None, env=env), store, sampler_factory=lambda r: curve)
+    return EosService(config.load(None, env=env), store, sampler_factory=lambda r: curve,
+                      source_size=lambda r: None)
+
+
+def transfer(size: int, **fields: bool) -> EstimateRequest:
+    """A transfer job's optimization of `size` bytes (the source's own size is not had)."""
+    return EstimateRequest(SRC, DEST, size_bytes=size, transfer=True, **fields)
 
 
 def test_sampling_stops_when_the_next_sample_would_pass_the_budget(tmp_path: Path) -> None:
@@ -111,7 +124,7 @@ def test_sampling_stops_when_the_next_sample_would_pass_the_budget(tmp_path: Pat
     # pass it, and starts from EOS_DEFAULT_STREAMS (32), then 64.
     curve = TimedCurve(0.9)
     eos = service(tmp_path, curve)
-    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9))
+    result = eos.estimate(transfer(2 * 10**9))
     assert result.optimization_source == "budget" and result.optimal_streams in curve.calls
     taken = len(curve.calls)
     assert taken == len(result.samples) == 2 and curve.calls == [32, 64]
@@ -125,7 +138,7 @@ def test_sampling_stops_when_the_next_sample_would_pass_the_budget(tmp_path: Pat
     unsized = eos.estimate(EstimateRequest(SRC, DEST, "-b 1M"))
     assert unsized.optimization_source == "sampled" and len(unsized.samples) > 2
     unbounded = service(tmp_path, TimedCurve(0.0), EOS_SAMPLING_BUDGET="0")
-    assert unbounded.estimate(EstimateRequest(SRC, DEST, size_bytes=10)).optimization_source \
+    assert unbounded.estimate(transfer(10)).optimization_source \
         == "sampled"
     eos.shutdown()
     unbounded.shutdown()
@@ -135,7 +148,7 @@ def test_the_history_predicts_the_transfer_time_and_answers_small_ones(tmp_path:
     store = SqliteStore(str(tmp_path / "q.db"))
     curve = TimedCurve(0.0)
     eos = service(tmp_path, curve, store)
-    small = EstimateRequest(SRC, DEST, size_bytes=100 * MB)
+    small = transfer(100 * MB)
     # no history: 100 MiB at 1000 Mbit/s is 0.84 s; one 64 MiB sample (0.54 s) does not fit
     first = eos.estimate(small)
     assert first.optimization_source == "default" and curve.calls == []
@@ -149,7 +162,7 @@ def test_the_history_predicts_the_transfer_time_and_answers_small_ones(tmp_path:
     assert sampled.optimization_source == "sampled" and curve.calls
     assert "the pair's best transfer in the history (3 streams)" in sampled.optimization_reason
     # a tiny one on the same pair: the optimization just recorded answers it
-    tiny = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=MB))
+    tiny = eos.estimate(transfer(MB))
     assert tiny.optimization_source == "history" and tiny.from_history
     assert tiny.optimal_streams == sampled.optimal_streams and tiny.sampling_time_s == 0
     assert "the pair's last optimization" in tiny.optimization_reason
@@ -182,13 +195,12 @@ def test_a_budget_that_allows_one_sample_is_not_worth_sampling(tmp_path: Path) -
     curve = TimedCurve(0.0)
     eos = service(tmp_path, curve, EOS_DEFAULT_STREAMS="8")
     for in_place in (False, True):
-        result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=200 * MB,
-                                              in_place=in_place))
+        result = eos.estimate(transfer(200 * MB, in_place=in_place))
         assert result.optimization_source == "default" and curve.calls == []
         assert result.optimal_streams == 8
     # 1200 MiB: 10.1 s, 1.01 s of sampling, still less than two (1.07 s); 1300 MiB: two fit
-    assert eos.estimate(EstimateRequest(SRC, DEST, size_bytes=1200 * MB)).samples == ()
-    sampled = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=1300 * MB))
+    assert eos.estimate(transfer(1200 * MB)).samples == ()
+    sampled = eos.estimate(transfer(1300 * MB))
     assert sampled.optimization_source == "sampled" and curve.calls[:2] == [8, 16]
     eos.shutdown()
 
@@ -207,7 +219,7 @@ def test_bytes_the_samples_left_in_the_destination_are_progress_not_cost(
     # two fit.
     scratch = TimedCurve(0.9)
     eos = service(tmp_path, scratch)
-    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9, in_place=True))
+    result = eos.estimate(transfer(2 * 10**9, in_place=True))
     assert result.optimization_source == "budget" and scratch.calls == [32, 64]
     assert "of it a cost" not in result.optimization_reason
     eos.shutdown()
@@ -216,7 +228,42 @@ def test_bytes_the_samples_left_in_the_destination_are_progress_not_cost(
     # 32 by the tolerance, and ends with 32 between the two
     kept = TimedCurve(0.9, keeps=64 * MB)
     eos = service(tmp_path, kept)
-    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=2 * 10**9, in_place=True))
+    result = eos.estimate(transfer(2 * 10**9, in_place=True))
     assert result.optimization_source == "sampled" and kept.calls == [32, 64, 8]
     assert result.optimal_streams == 32
+    eos.shutdown()
+
+
+def test_an_estimation_samples_whatever_its_size_within_its_own_limit(tmp_path: Path) -> None:
+    # 1 MiB would not allow a transfer two samples (its budget at STORK_LINK_MBPS is 0.8 ms)
+    # but an estimation is asked for measured figures: it samples, 0.9 s a sample, and no
+    # sample starts that would pass EOS_ESTIMATION_MAX_S (2 s): two run
+    curve = TimedCurve(0.9)
+    eos = service(tmp_path, curve, EOS_ESTIMATION_MAX_S="2")
+    result = eos.estimate(EstimateRequest(SRC, DEST, size_bytes=MB))
+    assert curve.calls and len(result.samples) == 2 == len(curve.calls)
+    assert result.optimization_source == "budget"
+    assert result.optimization_reason.startswith("sampling stopped by EOS_ESTIMATION_MAX_S "
+                                                 "after 2 sample(s)")
+    best = max(mbps for _, mbps in result.samples)
+    assert result.estimated_throughput_mbps <= best * 1.5
+    assert result.estimated_throughput_mbps != eos.settings.link_mbps
+    # the same size as a transfer's optimization is not sampled (its budget)
+    assert eos.estimate(transfer(MB)).samples == ()
+    eos.shutdown()
+
+
+class Silent(TimedCurve):
+    """A path where nothing moves."""
+
+    def measure(self, n: int) -> Sample:
+        self.calls.append(n)
+        return Sample(n, 0.0, duration_s=0.0)
+
+
+def test_an_estimation_that_measures_nothing_says_so(tmp_path: Path) -> None:
+    eos = service(tmp_path, Silent(0.0))
+    with pytest.raises(EosError, match=r"nothing was measured from ftp://10\.9\.9\.1.*moved no "
+                                       r"data"):
+        eos.estimate(EstimateRequest(SRC, DEST, size_bytes=MB))
     eos.shutdown()

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import classad2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -154,6 +155,26 @@ def test_daemon_in_a_site_moves_files_and_estimates(bed: Testbed) -> None:
     # (its connect to site b's server; the link is 40 ms)
     assert len(rows) == 3
     assert all(0.036 <= r["rtt_s"] <= 0.06 for r in rows), [r["rtt_s"] for r in rows]
+
+
+@needs_testbed
+def test_an_estimation_on_a_slow_link_answers_what_it_measured(bed: Testbed) -> None:
+    """48 MiB on the 100 Mbit/s link with STORK_LINK_MBPS at its default (1000): a
+    transfer's budget would not sample, but an estimation measures, and its figures are
+    the link's, not the configured rate."""
+    src = make_file(bed.site_dir("a") / "est48.dat", 4 << 20, seed=48)
+    work = bed.workdir / "stork-est"
+    with StorkServer(work, {"EOS_SAMPLE_SIZE": "4M"}, prefix=bed.argv("a", [])) as server:
+        est = work / "est48.dap"
+        est.write_text(f'[ dap_type = estimation; size = {48 << 20}; '
+                       f'src_url = "{bed.url("a", src)}"; '
+                       f'dest_url = "{bed.url("b", bed.site_dir("b") / "est48.dat")}"; ]')
+        out = server.cli("stork_submit", str(est), check=True).stdout
+    ad = classad2.ClassAd(out[out.index("["):out.rindex("]") + 1])
+    assert ad["optimization_source"] in ("sampled", "budget") and len(ad["samples"]) >= 2
+    assert 5 < ad["estimated_throughput_mbps"] <= 110, ad
+    expected_s = (48 << 20) * 8 / 1e6 / ad["estimated_throughput_mbps"]
+    assert ad["estimated_time_s"] == pytest.approx(expected_s, rel=0.05)
 
 
 SAMPLE = """

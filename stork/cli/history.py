@@ -37,6 +37,7 @@ from stork.cli.common import (
     when,
 )
 from stork.client import Client
+from stork.config import is_database_url
 from stork.store import open_store
 from stork.translog import TransferRecord, read_grid_csv, write_grid_csv
 
@@ -178,7 +179,7 @@ def _analyze(argv: list[str]) -> int:
                 print(f"{name}: {agg.add(rows)} row(s) used, {len(skipped)} skipped")
             model = build_model(agg)
         else:
-            if not Path(settings.database).exists():
+            if not is_database_url(settings.database) and not Path(settings.database).exists():
                 error(f"{settings.database}: no transfer log there (STORK_DATABASE, from "
                       f"{settings.source}); nothing was analysed")
                 return EXIT_INVALID

@@ -11,9 +11,11 @@ barrier where the flow drains to the slowest file and starts again.
 one lets the workers above it finish their call and take no more; `p` and `pp` apply to the
 next call each worker makes. Nothing in flight is killed or sent again because of a change.
 The bytes the tools report go into the engine's `Flow` (windows of measured rate at each
-setting), which the tuning layer reads, and into the job's (`meter`: a job may run several
-engines), which the job keeps as its series. `stop` ends every call in flight (their items are
-answered as not done: `ok` None) and takes no more.
+setting, final only once every call in flight has told its bytes for them, so that a late
+report lands where the bytes moved: `tick`), which the tuning layer reads, and into the
+job's (`meter`: a job may run several engines), which the job keeps as its series. `stop`
+ends every call in flight (their items are answered as not done: `ok` None) and takes no
+more.
 
 What an answer means (done, retry alone, failed) is the caller's: `on_take` is called on the
 worker's thread before each call (to mark its files in flight), `on_results` after it with
@@ -22,7 +24,9 @@ the call and its answers, so a call's files are checked while the other workers'
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -38,6 +42,8 @@ CALL_S = 4.0  # a list call lasts about this long at the worker's recent rate
 LIST_MIN_BYTES = 4 << 20  # before any rate is known, and at least
 LIST_MAX_FILES = 500  # globus-url-copy reads the whole list first: keep it short
 RATE_WINDOWS = 5  # the recent rate: over the last windows of the flow
+STAGGER = (0.5, 0.83, 1.17, 1.5)  # a slot's call, as a share of call_s
+
 
 
 def _check(setting: Setting) -> None:
@@ -68,13 +74,15 @@ class Engine:
         self._on_results = on_results
         self._on_take = on_take
         self.clock = clock
-        self.flow = flow if flow is not None else Flow(clock(), setting)
+        # its windows are made final by `tick` once every call told its bytes for them
+        self.flow = flow if flow is not None else Flow(clock(), setting, lag_s=math.inf)
         self.meter = meter  # the job's flow over all its engines, fed the same reports
         self.call_s = call_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._slots: dict[int, Worker | None] = {}  # slot -> its worker (None: starting)
         self._in_flight: dict[int, Taken] = {}
+        self._told: dict[int, float] = {}  # slot -> up to when its call told its bytes
         self._stopped = False
         self._started = False
         self.calls = 0
@@ -110,6 +118,7 @@ class Engine:
             self._fill()
             while self._slots:
                 self._changed.wait()
+        self.flow.end(self.clock())  # every window final
 
     def stop(self) -> None:
         """End every call in flight and take no more items."""
@@ -161,14 +170,17 @@ class Engine:
                     if taken is None:
                         return
                     self._in_flight[slot] = taken
+                    self._told[slot] = taken.started_s
                     self.calls += 1
                 try:
                     if self._on_take is not None:
                         self._on_take(taken)
-                    results = worker.run(taken.items, taken.setting, self._report)
+                    results = worker.run(taken.items, taken.setting,
+                                         functools.partial(self._report, slot))
                 finally:
                     with self._lock:
                         self._in_flight.pop(slot, None)
+                        self._told.pop(slot, None)
                 self._on_results(taken, results)
         except Exception:
             log.exception("engine worker %d failed", slot)
@@ -179,10 +191,22 @@ class Engine:
                 self._slots.pop(slot, None)
                 self._changed.notify_all()
 
-    def _report(self, t0: float, t1: float, nbytes: float) -> None:
+    def _report(self, slot: int, t0: float, t1: float, nbytes: float) -> None:
+        with self._lock:
+            self._told[slot] = max(self._told.get(slot, t1), t1)
         self.flow.add(t0, t1, nbytes)
         if self.meter is not None:
             self.meter.add(t0, t1, nbytes)
+        self.tick(t1)
+
+    def tick(self, now: float) -> None:
+        """Close the flow's windows up to `now`, and make final those every call in flight
+        has told its bytes for (a call says what it moved up to its last report: a list
+        call of small files only when it ends), so a window is read only once whole."""
+        with self._lock:
+            told = min(self._told.values(), default=now)
+        self.flow.tick(now)
+        self.flow.settle(min(told, now))
 
     def _take(self, slot: int, lists: bool) -> Taken | None:
         """The next call's items for `slot` (in the lock); None: the slot retires (stopped,
@@ -193,7 +217,7 @@ class Engine:
         first = self._queue.popleft()
         items = [first]
         if lists and not first.is_range:
-            budget = self._list_bytes(setting) - first.size_bytes
+            budget = self._list_bytes(setting, slot) - first.size_bytes
             while (self._queue and not self._queue[0].is_range and budget > 0
                    and len(items) < LIST_MAX_FILES):
                 item = self._queue.popleft()
@@ -201,11 +225,14 @@ class Engine:
                 budget -= item.size_bytes
         return Taken(slot, tuple(items), setting, self.clock())
 
-    def _list_bytes(self, setting: Setting) -> float:
-        """About `call_s` seconds of one worker's recent share of the flow."""
+    def _list_bytes(self, setting: Setting, slot: int) -> float:
+        """About `call_s` seconds of one worker's recent share of the flow, staggered by
+        slot (half to one and a half times), so that the workers' calls do not all end,
+        and start again, together."""
+        stagger = STAGGER[slot % len(STAGGER)]
         recent = self.flow.windows()[-RATE_WINDOWS:]
         seconds = sum(w.seconds for w in recent)
         if seconds <= 0:
-            return LIST_MIN_BYTES
+            return LIST_MIN_BYTES * stagger
         per_worker = sum(w.bytes for w in recent) / seconds / max(setting.cc, 1)
-        return max(per_worker * self.call_s, LIST_MIN_BYTES)
+        return max(per_worker * self.call_s, LIST_MIN_BYTES) * stagger

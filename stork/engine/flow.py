@@ -83,17 +83,44 @@ class _Open:
                        self.count, mean, spread)
 
 
+@dataclass
+class _Pending:
+    """A closed window that late reports may still add to (younger than the flow's lag)."""
+
+    start_s: float
+    end_s: float
+    bytes: float
+    setting: Setting
+    load: int
+
+    def window(self) -> Window:
+        return Window(self.start_s, self.end_s - self.start_s, self.bytes, self.setting,
+                      self.load)
+
+
 class Flow:
     """The flow of one engine (its windows carry its settings), or a job's over several
-    engines (a series only: it keeps the setting it was made with)."""
+    engines (a series only: it keeps the setting it was made with).
+
+    `lag_s`: a window is final only `lag_s` after it ended. A tool that reports rarely (a
+    list call of small files says its bytes when the call ends, a GridFTP third-party
+    transfer every few seconds) reports bytes that moved in windows already closed; until a
+    window is final such a report is spread over it as over the open one, so the windows
+    the tuning layer reads say when the bytes moved, not when they were told. With no lag a
+    report's part before the open window lands in it."""
 
     def __init__(self, start_s: float, setting: Setting = SERIES_ONLY, *,
-                 window_s: float = 1.0, keep: int = 900, load: int = 0) -> None:
+                 window_s: float = 1.0, keep: int = 900, load: int = 0,
+                 lag_s: float = 0.0) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be positive, not {window_s}")
+        if lag_s < 0:
+            raise ValueError(f"lag_s must not be negative, not {lag_s}")
         self.window_s = window_s
+        self.lag_s = lag_s
         self._lock = threading.Lock()
         self._windows: deque[Window] = deque(maxlen=keep)
+        self._pending: deque[_Pending] = deque()
         self._stretches: list[Stretch] = []
         self._start = start_s  # the open window's start
         self._bytes = 0.0
@@ -109,24 +136,45 @@ class Flow:
     # -- reports --------------------------------------------------------------------------
 
     def add(self, t0: float, t1: float, nbytes: float) -> None:
-        """`nbytes` moved between t0 and t1 (spread evenly; all at t1 when t1 <= t0)."""
+        """`nbytes` moved between t0 and t1 (spread evenly; all at t1 when t1 <= t0) over
+        the windows not yet final; what falls before them lands in the oldest."""
         if nbytes <= 0:
             return
         with self._lock:
             self.total_bytes += nbytes
-            t0 = max(min(t0, t1), self._start)
+            t0 = min(t0, t1)
+            self._roll(t1)
             if t1 <= t0:
-                self._advance(t1)
-                self._bytes += nbytes
+                self._at(t1, nbytes)
+            else:
+                self._spread(t0, t1, nbytes)
+            self._final(t1 - self.lag_s)
+
+    def _spread(self, t0: float, t1: float, nbytes: float) -> None:
+        """`nbytes` evenly over [t0, t1) of the windows not yet final and the open one;
+        the part before them into the oldest."""
+        rate = nbytes / (t1 - t0)
+        given = 0.0
+        for window in self._pending:
+            part = rate * max(0.0, min(window.end_s, t1) - max(window.start_s, t0))
+            window.bytes += part
+            given += part
+        part = rate * max(0.0, t1 - max(self._start, t0))
+        self._bytes += part
+        given += part
+        if nbytes - given > 1e-9 * nbytes:
+            self._at(float("-inf"), nbytes - given)
+
+    def _at(self, t: float, nbytes: float) -> None:
+        """`nbytes` into the window not yet final that holds `t` (the oldest when none)."""
+        for window in self._pending:
+            if window.start_s <= t < window.end_s:
+                window.bytes += nbytes
                 return
-            rate = nbytes / (t1 - t0)
-            while t1 >= self._start + self.window_s:
-                edge = self._start + self.window_s
-                if t0 < edge:
-                    self._bytes += rate * (edge - t0)
-                    t0 = edge
-                self._close(edge)
-            self._bytes += rate * (t1 - t0)
+        if t >= self._start or not self._pending:
+            self._bytes += nbytes
+        else:
+            self._pending[0].bytes += nbytes
 
     def set(self, t: float, setting: Setting) -> None:
         """The setting changed at `t`: the open window and stretch end there."""
@@ -142,57 +190,87 @@ class Flow:
             load = self._load if load is None else load
             if (setting, load) == (self._setting, self._load):
                 return
-            self._advance(t)
+            self._roll(t)
             self._close(t)
+            self._final(t - self.lag_s)
             self._setting, self._load = setting, load
-            self._new_stretch(t)
 
     def tick(self, t: float) -> None:
         """Close the windows that ended by `t` (a quiet flow still has windows: at 0)."""
         with self._lock:
             self._advance(t)
 
+    def settle(self, t: float) -> None:
+        """The windows that ended by `t` are whole (every report for them came): final."""
+        with self._lock:
+            self._final(t)
+
     def end(self, t: float) -> None:
-        """The flow ended at `t`: the windows up to it closed, the last one short."""
+        """The flow ended at `t`: the windows up to it closed and final, the last one
+        short."""
         with self._lock:
             self._advance(t)
             self._close(t)
+            self._final(float("inf"))
 
     # -- reading --------------------------------------------------------------------------
 
     def windows(self, since_s: float = float("-inf")) -> list[Window]:
+        """The final windows (those `lag_s` old or more)."""
         with self._lock:
             return [w for w in self._windows if w.start_s >= since_s]
 
     def stretches(self, t: float | None = None) -> list[Stretch]:
-        """Every stretch so far, the open one as it stands: at `t` when given, with what
-        the window still open at `t` holds."""
+        """Every stretch so far, the last one as it stands: at `t` when given, with what
+        the windows not yet final and the one open at `t` hold."""
         with self._lock:
-            current = self._stretch
+            closed, current = list(self._stretches), dataclasses.replace(self._stretch)
             if t is not None:
                 self._advance(t)
-                current = dataclasses.replace(self._stretch)
+                closed, current = list(self._stretches), dataclasses.replace(self._stretch)
+                windows = [p.window() for p in self._pending]
                 if t > self._start:
-                    current.add(Window(self._start, t - self._start, self._bytes,
-                                       self._setting, self._load), full=False)
-            return [*self._stretches, current.close()]
+                    windows.append(Window(self._start, t - self._start, self._bytes,
+                                          self._setting, self._load))
+                for window in windows:
+                    current = _fold(closed, current, window, full=window.seconds >=
+                                    self.window_s * (1 - 1e-9) and window is not windows[-1])
+            return [*closed, current.close()]
 
     # -- inside the lock ------------------------------------------------------------------
 
     def _advance(self, t: float) -> None:
+        self._roll(t)
+        self._final(t - self.lag_s)
+
+    def _roll(self, t: float) -> None:
+        """Close the windows that ended by `t` (not yet final)."""
         while t >= self._start + self.window_s:
             self._close(self._start + self.window_s)
 
     def _close(self, end: float) -> None:
         seconds = end - self._start
         if seconds > 0:
-            window = Window(self._start, seconds, self._bytes, self._setting, self._load)
-            self._windows.append(window)
-            self._stretch.add(window, full=seconds >= self.window_s * (1 - 1e-9))
+            self._pending.append(_Pending(self._start, end, self._bytes, self._setting,
+                                          self._load))
         self._start = end
         self._bytes = 0.0
 
-    def _new_stretch(self, t: float) -> None:
-        if self._stretch.seconds > 0:
-            self._stretches.append(self._stretch.close())
-        self._stretch = _Open(self._setting, self._load, t)
+    def _final(self, before: float) -> None:
+        """The windows that ended by `before` are final: into the series and the stretch."""
+        while self._pending and self._pending[0].end_s <= before:
+            window = self._pending.popleft().window()
+            self._windows.append(window)
+            self._stretch = _fold(self._stretches, self._stretch, window,
+                                  full=window.seconds >= self.window_s * (1 - 1e-9))
+
+
+def _fold(closed: list[Stretch], current: _Open, window: Window, *, full: bool) -> _Open:
+    """`window` added to the running stretch, or to a new one when its setting or load is
+    not the stretch's (the stretch before then closed into `closed`)."""
+    if (window.setting, window.load) != (current.setting, current.load):
+        if current.seconds > 0:
+            closed.append(current.close())
+        current = _Open(window.setting, window.load, window.start_s)
+    current.add(window, full)
+    return current

@@ -363,6 +363,8 @@ def _from_scratch(run: _Run, n_max: int, tolerance: float) -> None:
     run.take(4)
     run.take(16)
     measured = _by_count(run.samples)
+    if not measured:
+        return  # nothing moved at any count: nothing to fit
     if max(measured.values()) - min(measured.values()) < math.log1p(tolerance):
         return  # three counts as far apart as 1 and 16 agree: the path is flat
     while not run.full:

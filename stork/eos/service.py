@@ -7,9 +7,9 @@ that was already queued when an equal run ended takes that run's answer too (wit
 EOS_SHARE_WINDOW): the paper's Algorithm 6, where a finished EOS task's result goes to every
 equal task in its row, applied to the optimizations of jobs waiting in the queue.
 
-The sampling budget: when the size of what is to be moved is known (an estimation's
-`size`; a transfer job's source, else its `size`), sampling may take at most
-EOS_SAMPLING_BUDGET of the transfer's predicted time. Before any sample that time is the size
+The sampling budget: when the size of what a transfer job moves is known (its source's,
+else its `size`), sampling may take at most EOS_SAMPLING_BUDGET of the transfer's predicted
+time. Before any sample that time is the size
 at the best rate the history holds for the host pair (a finished transfer's achieved rate or
 an optimization's measured optimum, within EOS_HISTORY_TTL), else at STORK_LINK_MBPS, the
 path's nominal bandwidth: the fastest the transfer could go. Once samples have run it is the
@@ -27,6 +27,11 @@ else the stream count of its fastest transfer) or is EOS_DEFAULT_STREAMS, withou
 otherwise sampling stops when the next sample would pass the budget, and the answer is
 decided from the samples taken. `optimization_source`
 says which: sampled, budget (stopped early), history or default.
+
+An estimation job is asked for measured figures, so no budget turns it into a guess: whatever
+its `size`, it samples (at least once), and no sample starts that would pass
+EOS_ESTIMATION_MAX_S (`EstimationLimit`); when every sample moved nothing it fails saying so,
+never answering with a configured rate.
 
 A transfer job's GridFTP samples are written into its destination as byte ranges of the
 transfer when both ends are file:// or ftp:// (`samplers.InPlaceSampler`); the answer lists
@@ -89,6 +94,8 @@ class Optimization:
 class Budget:
     """The sampling time a transfer of known size may spend (EOS_SAMPLING_BUDGET)."""
 
+    name = "the budget"
+
     size_bytes: int
     rate_mbps: float  # predicted before any sample
     basis: str  # where the rate comes from
@@ -133,6 +140,40 @@ class Budget:
                 f"{self.fraction:g} allows {self.seconds:.3g} s of sampling")
 
 
+@dataclass(frozen=True)
+class EstimationLimit:
+    """The sampling time an estimation may spend (EOS_ESTIMATION_MAX_S): an estimation is
+    asked for measured figures, so it always samples (its first sample runs whatever the
+    limit), and no transfer's predicted time bounds it."""
+
+    seconds: float
+    first_sample_s: float
+    name = "EOS_ESTIMATION_MAX_S"
+
+    def allows_two(self) -> bool:
+        return True
+
+    def measured(self, samples: Sequence[Sample]) -> EstimationLimit:
+        return self
+
+    def spent(self, elapsed_s: float, kept_bytes: int, samples: Sequence[Sample]) -> float:
+        return elapsed_s
+
+    def describe(self) -> str:
+        return f"an estimation samples for at most {self.seconds:g} s"
+
+
+Limit = Budget | EstimationLimit
+
+
+def _source_size(request: EstimateRequest) -> int | None:
+    """The source's size as the job's owner sees it (None: it cannot be had)."""
+    try:
+        return verify.size_of(request.src_url, _ends(request))
+    except verify.VerifyError:
+        return None
+
+
 class BudgetSpent(EosError):
     """The next sample would pass the sampling budget (caught inside the service)."""
 
@@ -146,18 +187,20 @@ __all__ = ["Budget", "EosService", "EstimateRequest", "EstimateResult", "Optimiz
 class EosService:
     def __init__(self, settings: Settings | LiveSettings, store: JobStore | None,
                  sampler_factory: SamplerFactory | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 source_size: Callable[[EstimateRequest], int | None] | None = None) -> None:
         self._live = LiveSettings.of(settings)
         settings = self._live.current
         self.store = store
         self.clock = clock
         self._factory = sampler_factory or self._default_sampler
+        self._source_size = source_size or _source_size
         self._pool = ThreadPoolExecutor(settings.eos_workers, thread_name_prefix="eos")
         self._lock = threading.Lock()
         # optimization tasks wait in the task matrix: equal ones share a run, approximate
         # ones (same pair, other options) run one after another, hosts stay within limits
         self.matrix = TaskMatrix(settings.eos_alpha, settings.eos_beta)
-        self._waiting: dict[Task, tuple[EstimateRequest, Budget | None,
+        self._waiting: dict[Task, tuple[EstimateRequest, Limit | None,
                                         Future[tuple[Optimization, bool]]]] = {}
         self._ids = itertools.count(1)
         # equal-task key -> (when its last sampling run ended, what it found)
@@ -206,7 +249,7 @@ class EosService:
                                           note="use_history: the pair's last optimization")
                 return self._answer(request, hit, from_history=True, shared=False)
         budget = self._budget(request)
-        if budget is not None and not budget.allows_two():
+        if isinstance(budget, Budget) and not budget.allows_two():
             return self._unsampled(request, budget)
         task = self.task_for(request)
         future: Future[tuple[Optimization, bool]] = Future()
@@ -227,15 +270,17 @@ class EosService:
         """A transfer's request with its source's own size (else the job's `size`)."""
         if not request.transfer:
             return request
-        try:
-            size = verify.size_of(request.src_url, _ends(request))
-        except verify.VerifyError:
-            size = None
+        size = self._source_size(request)
         return dataclasses.replace(request, size_bytes=size) if size else request
 
-    def _budget(self, request: EstimateRequest) -> Budget | None:
-        """The sampling budget of a request whose size is known (None: unbounded)."""
+    def _budget(self, request: EstimateRequest) -> Limit | None:
+        """The sampling budget of a transfer whose size is known (None: unbounded); an
+        estimation's own limit (it is asked to measure: a size never turns it into a
+        guess)."""
         s = self.settings
+        if not request.transfer:
+            return EstimationLimit(s.eos_estimation_max_s, s.eos_sample_time_s) \
+                if s.eos_estimation_max_s > 0 else None
         if s.eos_sampling_budget <= 0 or not request.size_bytes:
             return None
         rate, basis = self._predicted_rate(request)
@@ -259,7 +304,7 @@ class EosService:
                                               f"({best.streams} streams)")
         return s.link_mbps, "STORK_LINK_MBPS: no history for the pair"
 
-    def _budgeted(self, sampler: Sampler, budget: Budget, taken: list[Sample]) -> Measure:
+    def _budgeted(self, sampler: Sampler, budget: Limit, taken: list[Sample]) -> Measure:
         """The sampler's `measure`, raising BudgetSpent instead of starting a sample that
         would pass the budget (the first always runs: `estimate` checked that two fit). What
         sampling has spent is its time less the bytes it left in the destination
@@ -277,7 +322,7 @@ class EosService:
             if taken and spent + expected > now.seconds:
                 progress = (f", {spent:.3g} s of it a cost ({kept} bytes went into the "
                             f"destination)" if kept else "")
-                raise BudgetSpent(f"sampling stopped by the budget after {len(taken)} "
+                raise BudgetSpent(f"sampling stopped by {budget.name} after {len(taken)} "
                                   f"sample(s) in {elapsed:.3g} s{progress}: another "
                                   f"(~{expected:.2g} s) would pass it; {now.describe()}")
             began = time.monotonic()
@@ -375,7 +420,7 @@ class EosService:
         with self._lock:
             return self.matrix.snapshot()
 
-    def _optimize(self, request: EstimateRequest, budget: Budget | None = None) -> Optimization:
+    def _optimize(self, request: EstimateRequest, budget: Limit | None = None) -> Optimization:
         s = self.settings
         sampler = self._factory(request)
         start = time.monotonic()
@@ -394,13 +439,18 @@ class EosService:
             else:
                 samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples,
                                  history=path,
-                                 first=s.eos_default_streams if budget is not None else None)
+                                 first=s.eos_default_streams if isinstance(budget, Budget)
+                                 else None)
         except BudgetSpent as spent:
             samples, source, note = taken, Source.BUDGET, str(spent)
         except BaseException:
             if isinstance(sampler, InPlaceSampler):
                 sampler.abandon()  # the whole file will be sent: leave no holes behind
             raise
+        if not request.transfer and not any(x.mbps > 0 for x in samples):
+            raise EosError(f"nothing was measured from {request.src_url} to "
+                           f"{request.dest_url}: {len(samples)} sample(s) moved no data"
+                           + (f" ({note})" if note else ""))
         if probed is not None and source is Source.SAMPLED:  # d-w's own choice, not decide's
             decision = Decision(probed.chosen, probed.mean_mbps, "dw",
                                 f"d-w probing (d={s.dw_depth}, w={s.dw_width}): "
@@ -410,7 +460,7 @@ class EosService:
         elapsed = time.monotonic() - start
         if not note:
             note = f"{len(samples)} samples in {elapsed:.3g} s" + (
-                f" within the budget ({budget.describe()})" if budget is not None else "")
+                f" within {budget.name} ({budget.describe()})" if budget is not None else "")
         optimization = Optimization(tuple(samples), decision, elapsed, sampler.name, source,
                                     note, *self._placement(request, sampler))
         log.info("EOS %s -> %s: %d streams, %.1f Mbit/s (%s) from %d samples in %.1f s (%s)",

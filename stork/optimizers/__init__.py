@@ -18,6 +18,7 @@ from stork.optimizers.base import (
 )
 from stork.optimizers.dw import DwIntervalOptimizer, DwOptimizer
 from stork.optimizers.harp import HarpOptimizer
+from stork.optimizers.online import Climb
 from stork.optimizers.streams import StreamsOptimizer
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ OPTIMIZERS: dict[str, type[Optimizer]] = {
     DwIntervalOptimizer.name: DwIntervalOptimizer,
 }
 
+# controllers of a running flow (`stork.optimizers.online`): not an `Optimizer`, they are
+# stepped on the engine's measurements (`stork.server.flow_tuning`)
+CONTROLLERS: dict[str, type[Climb]] = {Climb.name: Climb}
+
 
 def get(name: str, settings: Settings | None = None) -> Optimizer:
     """A new optimizer by its name (with its knobs from `settings`, when given); ConfigError
@@ -43,5 +48,5 @@ def get(name: str, settings: Settings | None = None) -> Optimizer:
     return kind() if settings is None else kind.from_settings(settings)
 
 
-__all__ = ["OPTIMIZERS", "DatasetDescription", "Decision", "Limits", "Optimizer", "Probe",
-           "ProbeResult", "get"]
+__all__ = ["CONTROLLERS", "OPTIMIZERS", "DatasetDescription", "Decision", "Limits", "Optimizer",
+           "Probe", "ProbeResult", "get"]

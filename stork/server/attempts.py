@@ -39,6 +39,7 @@ from stork.server import events
 from stork.server.admission import host_of
 from stork.server.dataset_run import DatasetRun
 from stork.server.file_run import LANDED_KEY, FileRun, landed_of
+from stork.server.flow_tuning import HISTORY_ROWS, tunes_online
 from stork.server.judge import (
     AttemptOutcome,
     DatasetFacts,
@@ -242,6 +243,9 @@ class Attempts:
                 landed=list(landed), range_size=range_size, output=job.spec.output,
                 err=job.spec.err, write_result=lambda d: self.store.update_result(job_id, d),
                 rtt_s=lambda: self._rtts.of([plan.src_url, plan.dest_url]),
+                add_transfers=self.store.add_transfers,
+                history=(lambda: self.store.transfers(limit=HISTORY_ROWS))
+                if tunes_online(job.spec, self.settings) else None,
                 on_progress=lambda p: self._progress(job_id, p),
                 on_exit=lambda r: self._exited(job_id, r),
                 on_pid=lambda pid: self.store.set_pid(job_id, attempt_no, pid))
@@ -410,8 +414,10 @@ class Attempts:
         verdict = judge(running.job, outcome, self.settings, now)
         if verdict.remove_partial and isinstance(running.process, FileRun):
             self.store.update_result(running.job.id, {LANDED_KEY: []})  # they go with it
+        # a file sent as ranges put its flow's stretches in the transfer log already
+        logged = isinstance(running.process, FileRun) and running.process.logged_flow
         return self._apply(running.job, plan.attempt_no, verdict, now, plan.src_url,
-                           plan.destination)
+                           plan.destination, log_transfer=not logged)
 
     def _outcome(self, plan: Plan, result: AttemptResult) -> AttemptOutcome:
         """The facts the judge needs (this is where the destination is looked at)."""
@@ -445,7 +451,7 @@ class Attempts:
         self.store.update_result(plan.job.id, {"source_checksum": f"{kind}:{value}"})
 
     def _apply(self, job: Job, attempt_no: int, verdict: Verdict, now: float, src_url: str,
-               dest: Destination | None) -> float | None:
+               dest: Destination | None, *, log_transfer: bool = True) -> float | None:
         """Carry out a verdict; returns when to try again (None: not to be retried, or the
         transition did not land because the job moved on). `dest`: the attempt's claimed
         destination (None: no tool ran, or a dataset, whose files are its pass's)."""
@@ -458,7 +464,7 @@ class Attempts:
         if done is None:
             return None
         events.record(done, now, verdict.userlog)
-        if verdict.history is not None:
+        if verdict.history is not None and log_transfer:
             self._log_transfer(job, verdict.history, now, src_url, dest_url)
         if verdict.history is not None and self._record_transfer is not None:
             h = verdict.history

@@ -48,7 +48,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote
 
-from stork.config import Settings
+from stork.config import ONLINE_OPTIMIZERS, Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
@@ -63,7 +63,8 @@ from stork.errors import (
 from stork.identity import RunAs, open_as
 from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
-from stork.server.flow_report import FlowReport
+from stork.server.flow_report import FlowReport, stretch_records
+from stork.server.flow_tuning import HISTORY_ROWS, FlowTuner, climb_for, tunes_online
 from stork.server.judge import DatasetOutcome, judge_file
 from stork.server.runner import StopReason
 from stork.store.base import FileResult, JobStore
@@ -80,6 +81,7 @@ from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
 if TYPE_CHECKING:
+    from stork.optimizers.online import Climb
     from stork.server.tuning import SharedConcurrency, Tuning
 
 log = logging.getLogger(__name__)
@@ -290,7 +292,7 @@ class DatasetRun:
         self.rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
         rtt = RTT_UNKNOWN_S if self.rtt_s is None else self.rtt_s
         bdp = self.settings.link_mbps * 1e6 / 8 * rtt
-        ordered = self.sink is not None and self.sink.ordered  # one file, one stream at a time
+        ordered = self._ordered()
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
                              cc=1 if ordered else opts.concurrency,
                              p=1 if ordered else opts.streams, pp=opts.pipelining)
@@ -351,6 +353,9 @@ class DatasetRun:
         chunks tuned together share the concurrency (`stork.server.tuning`)."""
         queue = list(chunk.indexes)
         params = chunk.params
+        if tunes_online(self.job.spec, self.settings) and not self._ordered():
+            self._flow(chunk, rows, queue, params, tuned=True)
+            return
         tuning = self._tuning(chunk, rows, queue)
         if tuning is None and self.settings.engine == "flow":
             self._flow(chunk, rows, queue, params)
@@ -365,25 +370,40 @@ class DatasetRun:
             tuning.finish()
 
     def _flow(self, chunk: Chunk, rows: dict[int, DatasetFileRow], queue: list[int],
-              params: Params) -> None:
+              params: Params, *, tuned: bool = False) -> None:
         """The chunk's files through the transfer engine (`stork.engine`): `params.cc`
         workers of the files' transfer module, each taking its next call the moment its
         last one ends, and each call's files checked and committed by the worker that moved
         them while the others move on (`_called`). Files with an XRootD or WebDAV end go to
-        gfal2 workers, the others to globus-url-copy workers."""
+        gfal2 workers, the others to globus-url-copy workers. `tuned`: an online optimizer
+        sets the engine while it runs (`stork.server.flow_tuning`)."""
         urls = {i: self.file_urls(rows[i], rows[i].attempts + 1) for i in queue}
         label = f"{chunk.size_class.value} {params.label()}"
         for gfal in (False, True):
             files = [FileWork(i, *urls[i], rows[i].size_bytes) for i in queue
                      if through_gfal(*urls[i]) is gfal]
             if files and not self.stopped():
+                climb = self._climb(chunk, files, params) if tuned else None
                 self._run_engine(self.gfal if gfal else self.module, files, params, rows, urls,
-                                 label)
+                                 label, climb)
+
+    def _climb(self, chunk: Chunk, files: list[FileWork],
+               params: Params) -> tuple[Climb, str]:
+        """The chunk's controller, its prior from the path's history."""
+        src, dest = (parse_url(u).host or "localhost" for u in (files[0].src_url,
+                                                                 files[0].dest_url))
+        rtt = RTT_UNKNOWN_S if self.rtt_s is None else self.rtt_s
+        return climb_for(self.store.transfers(limit=HISTORY_ROWS),
+                         Setting(params.cc, params.p, params.pp), src_host=src, dest_host=dest,
+                         cls=chunk.size_class, bdp_bytes=self.settings.link_mbps * 1e6 / 8 * rtt,
+                         load=self.known_load(files[0].src_url, files[0].dest_url),
+                         items=len(files))
 
     def _run_engine(self, module: TransferModule, files: list[FileWork], params: Params,
                     rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
-                    label: str) -> None:
-        """`files` through an engine of `module`'s workers, stopped with the pass."""
+                    label: str, climb: tuple[Climb, str] | None = None) -> None:
+        """`files` through an engine of `module`'s workers, stopped with the pass; with
+        `climb` (a controller and why its prior), started at its prior and tuned."""
         spec = self.job.spec
         context = WorkerContext(
             run_as=self.run_as, env=module.environment(self._request("", "", 1)),
@@ -401,43 +421,39 @@ class DatasetRun:
             indexes = [i.file.index for i in taken.items]
             self.store.start_files(self.job.id, self.attempt_no, indexes, label)
 
-        engine = Engine(plan_items(files, 0), new_worker, Setting(params.cc, params.p, params.pp),
+        setting = climb[0].prior if climb else Setting(params.cc, params.p, params.pp)
+        engine = Engine(plan_items(files, 0), new_worker, setting,
                         lambda _, results: self._called(engine, results, rows, urls),
                         on_take=on_take, meter=self.meter)
         with self._lock:
             if self._stop is not None:
                 return
             self._engines.add(engine)
+        tuner = None if climb is None else FlowTuner(
+            engine, climb[0], what=label.split(maxsplit=1)[0], prior_reason=climb[1],
+            write_result=lambda d: self.store.update_result(self.job.id, d)).start()
         try:
             engine.run()
         finally:
+            if tuner is not None:
+                tuner.stop()
             with self._lock:
                 self._engines.discard(engine)
-            self._log_flow(engine, files)
+            self._log_flow(engine, files, tuner)
 
-    def _log_flow(self, engine: Engine, files: list[FileWork]) -> None:
+    def _log_flow(self, engine: Engine, files: list[FileWork],
+                  tuner: FlowTuner | None = None) -> None:
         """The engine's flow into the transfer log (what optimizers learn from): one row
-        per stretch at one setting and load, its mean rate over its whole span."""
-        now_mono, now_wall = time.monotonic(), self.clock()
+        per stretch at one setting and load, its mean rate over its whole span; of a tuned
+        flow, what its tuner measured at each setting."""
         known = [f.size_bytes for f in files if f.size_bytes is not None]
-        mean = sum(known) / len(known) if known else 0.0
-        first = files[0]
-        records = []
-        for stretch in engine.flow.stretches(now_mono):
-            if stretch.bytes <= 0 or stretch.seconds <= 0:
-                continue
-            s = stretch.setting
-            records.append(TransferRecord(
-                time=now_wall - (now_mono - stretch.start_s),
-                src_host=parse_url(first.src_url).host or "localhost",
-                dest_host=parse_url(first.dest_url).host or "localhost", rtt_s=self.rtt_s,
-                bandwidth_bps=self.settings.link_mbps * 1e6,
-                buffer_bytes=self.job.spec.options.tcp_buffer_bytes, file_size_bytes=mean,
-                file_count=max(round(stretch.bytes / mean), 1) if mean else 1,
-                cc=s.cc, p=s.p, pp=s.pp, fast=self.settings.dataset_fast,
-                bytes_moved=int(stretch.bytes), duration_s=round(stretch.seconds, 6),
-                throughput_mbps=round(stretch.mean_mbps, 3), sharing=stretch.load,
-                spread_mbps=round(stretch.stdev_mbps, 3) if stretch.windows > 1 else None))
+        now = time.monotonic()
+        records = stretch_records(
+            engine.flow.stretches(now) if tuner is None else tuner.stretches(),
+            now_mono=now, now_wall=self.clock(),
+            src_url=files[0].src_url, dest_url=files[0].dest_url, rtt_s=self.rtt_s,
+            link_mbps=self.settings.link_mbps, buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
+            file_bytes=sum(known) / len(known) if known else 0.0, fast=self.settings.dataset_fast)
         try:
             self.store.add_transfers(records)
         except Exception:
@@ -477,7 +493,13 @@ class DatasetRun:
                 queue: list[int]) -> Tuning | None:
         """The chunk's optimizer, when the job asks for one (`optimization`). Imported
         here: the optimizers load scikit-learn, which only datasets that ask need."""
-        if not self.job.spec.optimization or (self.sink is not None and self.sink.ordered):
+        if not self.job.spec.optimization or self._ordered():
+            return None
+        name = self.job.spec.optimizer or self.settings.eos_optimizer
+        if name in ONLINE_OPTIMIZERS:  # a controller of a flow, with STORK_ENGINE = batch
+            self.store.update_result(self.job.id, {f"optimizer_{chunk.size_class.value}": {
+                "optimizer": name, "failure": f"{name} tunes a running flow and "
+                f"STORK_ENGINE is {self.settings.engine}: the chunk ran with its preset"}})
             return None
         from stork.server.tuning import SharedConcurrency, Tuning
 
@@ -485,6 +507,10 @@ class DatasetRun:
             if self._shared_cc is None:
                 self._shared_cc = SharedConcurrency()
         return Tuning.start(self, chunk, rows, queue, self._shared_cc)
+
+    def _ordered(self) -> bool:
+        """A sink that takes its bytes in order (a FIFO): one file, one stream at a time."""
+        return self.sink is not None and self.sink.ordered
 
     def known_load(self, src_url: str, dest_url: str) -> int:
         """Other transfers the daemon runs now on this link (other attempts on either host,

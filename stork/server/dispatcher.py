@@ -25,6 +25,7 @@ from stork.job import DapType, Job, JobState
 from stork.server import events
 from stork.server.admission import Admission
 from stork.server.attempts import Attempts, NotLaunchable, Plan, plan_attempt
+from stork.server.flow_tuning import tunes_online
 from stork.server.optimization import EstimatorFor, Optimizations
 from stork.server.runner import StopReason
 from stork.store.base import JobStore
@@ -180,7 +181,8 @@ class Dispatcher:
             self.attempts.refuse(job, problem)
             self.admission.release(job_id)
             return
-        if self.optimizations.wants(plan):
+        # a job tuned online is tuned while it runs (`flow_tuning`), not before
+        if self.optimizations.wants(plan) and not tunes_online(job.spec, self.settings):
             self.optimizations.begin(plan, self._optimized)
         elif not self._launch(plan):
             self.admission.release(job_id)

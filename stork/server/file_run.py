@@ -33,16 +33,20 @@ from contextlib import ExitStack
 from typing import Any
 
 from stork.config import Settings
+from stork.dataset.chunks import SizeClass, default_params
 from stork.engine import Assembly, Engine, Flow, plan_items, range_bytes
 from stork.engine.items import Span, covered, merged
 from stork.errors import IdentityError, RetryableTransferError, TransferError
 from stork.identity import RunAs
-from stork.server.flow_report import FlowReport
+from stork.server.flow_report import FlowReport, stretch_records
+from stork.server.flow_tuning import FlowTuner, climb_for
 from stork.server.runner import AttemptProcess, AttemptResult, StopReason, open_output
 from stork.transfer import verify
 from stork.transfer.base import Progress, TransferModule, TransferRequest
 from stork.transfer.remote import RemoteEnds
 from stork.transfer.worker import FileWork, Item, ItemResult, Setting, Worker, WorkerContext
+from stork.translog import TransferRecord
+from stork.urls import parse_url
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +86,9 @@ class FileRun:
                  rtt_s: Callable[[], float | None],
                  on_progress: Callable[[Progress], None],
                  on_exit: Callable[[AttemptResult], None],
-                 on_pid: Callable[[int], None] | None = None) -> None:
+                 on_pid: Callable[[int], None] | None = None,
+                 add_transfers: Callable[[list[TransferRecord]], object] | None = None,
+                 history: Callable[[], list[TransferRecord]] | None = None) -> None:
         self.job_id = job_id
         self.request = request
         self.module = module
@@ -96,6 +102,9 @@ class FileRun:
         self._on_progress = on_progress
         self._on_exit = on_exit
         self._on_pid = on_pid
+        self._add_transfers = add_transfers  # the flow's stretches into the transfer log
+        self._history = history  # given: the job is tuned online (`flow_tuning`)
+        self.logged_flow = False
         self._lock = threading.Lock()
         self._stop: StopReason | None = None
         self._engine: Engine | None = None
@@ -151,8 +160,7 @@ class FileRun:
         except verify.VerifyError:
             size = None
         range_size = self.range_size if self.landed and self.range_size else \
-            range_bytes(self.settings.link_mbps * 1e6 / 8 * (self._rtt_s() or 0.0),
-                        self.settings.range_min_mb << 20)
+            range_bytes(self._bdp(), self.settings.range_min_mb << 20)
         items = plan_items([FileWork(0, src, dest, size)], range_size, {0: self.landed})
         if size is None or (not any(i.is_range for i in items) and not self.landed):
             self._run_whole()
@@ -202,6 +210,18 @@ class FileRun:
             assert worker is not None and worker.writes_ranges, f"{self.module.name}: no ranges"
             return worker
 
+        climb = None
+        if self._history is not None:
+            src, dest = (parse_url(u).host or "localhost" for u in (self.request.src_url,
+                                                                     self.request.dest_url))
+            preset = setting  # the job's own -p / -cc; without them the large-file preset
+            if options.streams is None and options.concurrency is None:
+                p = default_params(SizeClass.LARGE, range_size, self._bdp())
+                preset = Setting(p.cc, p.p, p.pp)
+            climb = climb_for(self._history(), preset, src_host=src, dest_host=dest,
+                              cls=SizeClass.LARGE, bdp_bytes=self._bdp(), load=0,
+                              items=len(items))
+            setting = climb[0].prior
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._landed(engine, assembly, results),
                         meter=self.meter)
@@ -211,10 +231,16 @@ class FileRun:
             self._engine = engine
         report = FlowReport(self.meter, self._write_result,
                             on_report=lambda: self._progress(assembly, before)).start()
+        tuner = None if climb is None else FlowTuner(
+            engine, climb[0], what="file", prior_reason=climb[1],
+            write_result=self._write_result).start()
         try:
             engine.run()
         finally:
             report.stop()
+            if tuner is not None:
+                tuner.stop()
+            self._log_flow(engine, size, tuner)
         done = assembly.bytes_landed(0)
         seconds = time.monotonic() - self.start_time
         if self.stopped():
@@ -227,6 +253,28 @@ class FileRun:
         if failure is not None:
             return AttemptResult(1, str(failure), done - before, seconds, failure=failure)
         return AttemptResult(0, "", done - before, seconds)
+
+    def _bdp(self) -> float:
+        return self.settings.link_mbps * 1e6 / 8 * (self._rtt_s() or 0.0)
+
+    def _log_flow(self, engine: Engine, size: int, tuner: FlowTuner | None) -> None:
+        """The ranges' flow into the transfer log: one row per stretch at one setting (of a
+        tuned flow, what its tuner measured at each)."""
+        if self._add_transfers is None:
+            return
+        now = time.monotonic()
+        records = stretch_records(
+            engine.flow.stretches(now) if tuner is None else tuner.stretches(),
+            now_mono=now, now_wall=time.time(),
+            src_url=self.request.src_url, dest_url=self.request.dest_url, rtt_s=self._rtt_s(),
+            link_mbps=self.settings.link_mbps,
+            buffer_bytes=self.request.options.tcp_buffer_bytes, file_bytes=float(size),
+            fast=False)
+        try:
+            self._add_transfers(records)
+            self.logged_flow = True
+        except Exception:
+            log.exception("job %d: cannot add the flow to the transfer log", self.job_id)
 
     def _stopped(self, done: int) -> AttemptResult:
         assert self._stop is not None

@@ -12,16 +12,44 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from stork.engine.flow import Flow
+from stork.engine.flow import Flow, Stretch
 from stork.engine.series import series
 from stork.job import FLOW_RESULT_KEY
+from stork.translog import TransferRecord
+from stork.urls import parse_url
 
 log = logging.getLogger(__name__)
 
 EVERY_S = 2.0
+
+
+def stretch_records(stretches: Iterable[Stretch], *, now_mono: float, now_wall: float,
+                    src_url: str, dest_url: str, rtt_s: float | None, link_mbps: float,
+                    buffer_bytes: int | None, file_bytes: float, fast: bool
+                    ) -> list[TransferRecord]:
+    """An engine's flow as transfer log rows (what optimizers learn from): one per stretch
+    at one setting and load (`Flow.stretches`, or what a tuner measured), its mean rate and
+    the spread of its windows; `file_bytes` is the mean size of the items' files."""
+    records = []
+    for stretch in stretches:
+        if stretch.bytes <= 0 or stretch.seconds <= 0:
+            continue
+        s = stretch.setting
+        records.append(TransferRecord(
+            time=now_wall - (now_mono - stretch.start_s),
+            src_host=parse_url(src_url).host or "localhost",
+            dest_host=parse_url(dest_url).host or "localhost", rtt_s=rtt_s,
+            bandwidth_bps=link_mbps * 1e6, buffer_bytes=buffer_bytes,
+            file_size_bytes=file_bytes,
+            file_count=max(round(stretch.bytes / file_bytes), 1) if file_bytes else 1,
+            cc=s.cc, p=s.p, pp=s.pp, fast=fast, bytes_moved=int(stretch.bytes),
+            duration_s=round(stretch.seconds, 6), throughput_mbps=round(stretch.mean_mbps, 3),
+            sharing=stretch.load,
+            spread_mbps=round(stretch.stdev_mbps, 3) if stretch.windows > 1 else None))
+    return records
 
 
 class FlowReport:

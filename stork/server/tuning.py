@@ -35,6 +35,7 @@ from stork.dataset.chunks import Chunk, Params
 from stork.job import DatasetFileRow, Job
 from stork.optimizers.base import DatasetDescription, Limits, ProbeResult
 from stork.optimizers.harp import share_concurrency
+from stork.server.flow_tuning import HISTORY_ROWS
 from stork.store.base import JobStore
 from stork.transfer.options import MAX_CONCURRENCY
 from stork.translog import TransferRecord
@@ -60,7 +61,6 @@ class ChunkRun(Protocol):
     def run_batch(self, batch: list[int], rows: dict[int, DatasetFileRow], params: Params,
                   what: str) -> float | None: ...
 
-HISTORY_ROWS = 100_000  # newest transfer log rows an optimizer learns from
 MAX_RETUNES = 6  # new decisions per chunk when batches leave the predicted band, at most
 RETUNE_AFTER = 2  # batches in a row outside the band: a drift, not one noisy batch
 RETUNE_GAP_S = 10.0  # least time between two decisions of a chunk (each change of parameters

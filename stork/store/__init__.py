@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stork.config import is_database_url
 from stork.store.base import Attempt, JobStore, Outage, Transition
 from stork.store.sqlite import SqliteStore
 
@@ -11,7 +12,7 @@ __all__ = ["Attempt", "JobStore", "Outage", "SqliteStore", "Transition", "open_s
 def open_store(database: str, node: str = "", lease_s: float = 30.0) -> JobStore:
     """The store for a database setting: a postgresql:// URL (the shared store, for nodes
     named `node` holding leases of `lease_s`), else a SQLite file path."""
-    if database.startswith(("postgresql://", "postgres://")):
+    if is_database_url(database):
         from stork.store.postgres import PostgresStore  # psycopg only when used
 
         return PostgresStore(database, node=node, lease_s=lease_s)

@@ -101,7 +101,7 @@ class GridFtpWorker(ChildWorker):
             return [ItemResult(i, None) for i in items]
         moved = sum(i.size_bytes for i in items)
         if ended.code == 0:
-            marks.total(moved, time.monotonic(), report)  # what no marker said
+            marks.rest(moved, time.monotonic(), report)  # what no marker said
             return [ItemResult(i, True) for i in items]
         failure = self.module.judge(ended.code, ended.stderr_tail)
         if len(items) == 1:

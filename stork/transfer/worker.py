@@ -146,6 +146,7 @@ class Marks:
     file's count is kept as the floor, its rest is said at the call's end)."""
 
     def __init__(self, start_s: float) -> None:
+        self.start = start_s
         self.t = start_s
         self.done = 0  # the call's bytes said so far
         self._floor = 0  # the bytes of the files before the one the markers count now
@@ -162,5 +163,14 @@ class Marks:
         """The call has moved `done` bytes by `now`."""
         if done > self.done:
             report(self.t, now, done - self.done)
+            self.done = done
+        self.t = now
+
+    def rest(self, done: int, now: float, report: Report) -> None:
+        """The call ended at `now` having moved `done` bytes: what no marker said moved
+        over the whole call (a small file ends between two markers, so a list call's files
+        are mostly not followed by any), not since the last marker."""
+        if done > self.done:
+            report(self.start, now, done - self.done)
             self.done = done
         self.t = now

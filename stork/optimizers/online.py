@@ -1,0 +1,352 @@
+"""PURE: an optimizer as a controller of a running flow (issue 28's shape).
+
+The engine (`stork.engine`) changes its setting without stopping anything, so a setting is
+tried on the flow itself: no sample, no probe, no restart. `Climb` starts at a *prior* (the
+path's history or the per-class preset, `prior_from_history`) and is *stepped* with the
+measured rates (Mbit/s, one per full window of the flow) at the setting in effect since it
+settled. It answers a `Change` or nothing:
+
+1. At the prior it measures `windows` windows: the reference.
+2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling
+   first, and judges each against the reference (`judge`): a setting with more streams is
+   kept only when its gain less the noise (`z` standard errors of the difference of the two
+   means, from the spread of the windows at each setting) still reaches `min_gain`; one
+   with fewer streams when its loss, noise included, stays within `min_gain` (with gains
+   within 5%, the fewer streams win). While the difference is within the noise the tried
+   setting is measured longer, up to `max_windows`, and then the fewer streams win. A kept
+   setting becomes the reference and the climb goes on the same way; a refused one sends
+   the flow back to the reference, which is measured again (its windows pooled with the
+   earlier ones), and the other direction is tried (halving, only when doubling was
+   refused at once), then the next axis. A neighbour the path's history
+   (`known`, `measured_from_history`) already refuses against the reference is passed over
+   without moving the flow.
+3. When every axis is done it holds the reference and watches: when the mean of the last
+   `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
+   `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
+   and the search starts again from the prior.
+
+Each change carries its reason and its figures, which the job's ad records. The caller
+(`stork.server.flow_tuning`) resets the rates after a change it applies, and counts a
+window only once every call in flight was taken at the new setting (a change of `p`
+applies to a worker's next call).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from stork.dataset.chunks import SizeClass, size_class
+from stork.optimizers.base import Limits
+from stork.transfer.worker import Setting
+from stork.translog import COMPLETED, TransferRecord
+
+WINDOW_S = 2.0  # the windows it judges (the tools report every second or two, a list call
+# of small files when it ends: rates over one second are lumpy)
+WINDOWS = 3  # full windows measured at a setting before it is judged,
+MAX_WINDOWS = 8  # and at most, while the difference stays within the noise
+MIN_GAIN = 0.05  # a gain smaller than this is no gain (and fewer streams win)
+Z = 2.0  # standard errors of the difference a gain must clear
+DRIFT_Z = 3.0  # a hold's drift: this many spreads of its windows,
+DRIFT_SHARE = 0.15  # and this share of its mean, twice in a row
+HISTORY_MIN_S = 3.0  # a transfer log row shorter than this says little of its setting
+AXES = ("cc", "p")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A setting's windows: their mean and spread (Mbit/s)."""
+
+    setting: Setting
+    mean: float
+    stdev: float
+    count: int
+
+    @classmethod
+    def of(cls, setting: Setting, rates: Sequence[float]) -> Measured:
+        stdev = statistics.stdev(rates) if len(rates) > 1 else 0.0
+        return cls(setting, statistics.fmean(rates), stdev, len(rates))
+
+    def label(self) -> str:
+        return f"{self.setting.label()}: {self.mean:.1f} ± {self.stdev:.1f} Mbit/s"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A new setting for the flow, why, and the figures it was judged on."""
+
+    setting: Setting
+    reason: str
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+def streams(setting: Setting) -> int:
+    return setting.cc * setting.p
+
+
+def _moved(setting: Setting, axis: str, up: bool, limits: Limits) -> Setting | None:
+    """`setting` with `axis` doubled (up) or halved, inside `limits`; None when it cannot
+    move that way."""
+    value = getattr(setting, axis)
+    top = limits.max_cc if axis == "cc" else limits.max_p
+    new = min(value * 2, top) if up else max(value // 2, 1)
+    if new == value:
+        return None
+    moved = Setting(new, setting.p, setting.pp) if axis == "cc" else \
+        Setting(setting.cc, new, setting.pp)
+    return moved if streams(moved) <= limits.max_streams else None
+
+
+class Verdict(Enum):
+    KEPT = "kept"
+    REFUSED = "refused"
+    OPEN = "open"  # the difference is within the noise: more windows may tell
+
+
+def judge(ref: Measured, tried: Measured, *, min_gain: float, z: float
+          ) -> tuple[Verdict, str, dict[str, float]]:
+    """`tried` against `ref`: more streams are kept when the gain, less the noise (`z`
+    standard errors of the difference, from the spread of each one's windows), still
+    reaches `min_gain`, and refused when even the gain plus the noise does not; fewer
+    streams are kept when the loss, noise included, stays within `min_gain` (with gains
+    within 5%, the fewer streams win), and refused when it passes it even less the noise.
+    Between the two the verdict is open (a test repeated as windows come in: so strict a
+    bar keeps the repeated looks from buying streams on noise)."""
+    gain = tried.mean / ref.mean - 1 if ref.mean > 0 else math.inf
+    noise = z * math.sqrt(ref.stdev ** 2 / ref.count + tried.stdev ** 2 / tried.count)
+    share = noise / ref.mean if ref.mean > 0 else 0.0
+    figures = {"reference_mbps": round(ref.mean, 3), "tried_mbps": round(tried.mean, 3),
+               "gain": round(gain, 4), "noise": round(share, 4),
+               "windows": float(tried.count)}
+    what = f"{tried.label()} ({tried.count} windows) against {ref.label()}: {gain:+.1%}"
+    if streams(tried.setting) > streams(ref.setting):
+        if gain - share >= min_gain:
+            return Verdict.KEPT, (f"{what}, at least {min_gain:.0%} even less the noise "
+                                  f"({share:.1%})"), figures
+        if gain + share < min_gain:
+            return Verdict.REFUSED, (f"{what}, below {min_gain:.0%} even with the noise "
+                                     f"({share:.1%})"), figures
+        return Verdict.OPEN, f"{what}, within the noise ({share:.1%})", figures
+    if gain - share >= -min_gain:
+        return Verdict.KEPT, (f"{what} with fewer streams, within {min_gain:.0%} even less "
+                              f"the noise ({share:.1%})"), figures
+    if gain + share < -min_gain:
+        return Verdict.REFUSED, (f"{what} with fewer streams, a loss past {min_gain:.0%} "
+                                 f"even with the noise ({share:.1%})"), figures
+    return Verdict.OPEN, f"{what} with fewer streams, within the noise ({share:.1%})", figures
+
+
+class Climb:
+    """A noise-aware climb over (cc, p) on a running flow; see the module."""
+
+    name = "climb"
+
+    def __init__(self, prior: Setting, limits: Limits, *, axes: Sequence[str] = AXES,
+                 windows: int = WINDOWS, max_windows: int = MAX_WINDOWS,
+                 min_gain: float = MIN_GAIN, z: float = Z, drift_z: float = DRIFT_Z,
+                 drift_share: float = DRIFT_SHARE,
+                 known: Mapping[Setting, Measured] | None = None) -> None:
+        if windows < 2 or max_windows < windows:
+            raise ValueError(f"a setting is judged on 2 windows or more (and at most "
+                             f"max_windows), not {windows} (max {max_windows})")
+        unknown = set(axes) - set(AXES)
+        if unknown:
+            raise ValueError(f"axes are cc and p, not {sorted(unknown)}")
+        self.prior = prior
+        self.limits = limits
+        self.axes = tuple(axes)
+        self.windows = windows
+        self.max_windows = max_windows
+        self.min_gain = min_gain
+        self.z = z
+        self.drift_z = drift_z
+        self.drift_share = drift_share
+        self.known = dict(known or {})  # the path's history at this load
+        self.current = prior
+        self.reference: Measured | None = None
+        self.holding = False
+        self._todo: list[tuple[str, bool]] = []
+        self._trying: tuple[str, bool, bool] | None = None  # axis, up, first move that way
+        self._drifts = 0
+        self._again = False
+        self._restart()
+
+    def _restart(self) -> None:
+        self.current, self.reference, self.holding = self.prior, None, False
+        self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
+        self._trying, self._drifts, self._again = None, 0, False
+
+    # -- the step -------------------------------------------------------------------------
+
+    def step(self, rates: Sequence[float]) -> Change | None:
+        """`rates`: the full windows at `current` since it settled (oldest first)."""
+        if self.holding:
+            return self._watch(rates)
+        if len(rates) < self.windows:
+            return None
+        if self.reference is None:
+            self.reference = Measured.of(self.current, rates)
+            return self._next(f"measured the start, {self.reference.label()}")
+        if self._again:  # back at the reference after a refusal: its windows join it
+            self._again = False
+            again = Measured.of(self.current, rates)
+            self.reference = pooled(self.current, [self.reference, again]) or again
+            return self._next(f"measured {again.label()} again ({again.count} windows), "
+                              f"{self.reference.mean:.1f} Mbit/s over "
+                              f"{self.reference.count}")
+        return self._judge(Measured.of(self.current, rates[-self.max_windows:]))
+
+    def _judge(self, tried: Measured) -> Change | None:
+        assert self.reference is not None and self._trying is not None
+        verdict, why, figures = judge(self.reference, tried, min_gain=self.min_gain, z=self.z)
+        if verdict is Verdict.OPEN and tried.count < self.max_windows:
+            return None  # more windows at the tried setting
+        if verdict is Verdict.OPEN:  # still open at max_windows: the point estimate decides
+            fewer = streams(tried.setting) < streams(self.reference.setting)
+            gain = figures["gain"]
+            kept = gain >= -self.min_gain if fewer else False
+            verdict = Verdict.KEPT if kept else Verdict.REFUSED
+            why += f"; still open after {tried.count} windows: " + \
+                ("the fewer streams win" if kept else "the fewer streams win: kept the reference")
+        return self._after(verdict, tried, why, figures)
+
+    def _after(self, verdict: Verdict, tried: Measured, why: str,
+               figures: dict[str, float]) -> Change | None:
+        assert self._trying is not None and self.reference is not None
+        axis, up, first = self._trying
+        if verdict is Verdict.KEPT:
+            self.reference = tried
+            self._todo = [(a, u) for a, u in self._todo if a != axis]
+            self._todo.insert(0, (axis, up))  # go on the same way
+            return self._next(f"kept: {why}", figures, first=False)
+        if not (up and first):  # halving is tried only when doubling was refused at once
+            self._todo = [(a, u) for a, u in self._todo if a != axis]
+        # back to the reference, measured again before the next try: a reference measured
+        # high by chance would refuse every neighbour, and the path may have moved since
+        self._again, self._trying = True, None
+        ref = self.reference.setting
+        return self._go(ref, f"refused: {why}; back to {ref.label()} to measure it again",
+                        figures)
+
+    def _next(self, why: str, figures: dict[str, float] | None = None, *,
+              first: bool = True) -> Change | None:
+        """The next setting to try from the reference (a neighbour the history already
+        refuses is passed over without moving the flow), or the hold at it."""
+        assert self.reference is not None
+        ref = self.reference.setting
+        passed: list[str] = []
+        while self._todo:
+            axis, up = self._todo.pop(0)
+            moved = _moved(ref, axis, up, self.limits)
+            if moved is None:
+                first = True
+                continue
+            self._trying = (axis, up, first)
+            known = self.known.get(moved)
+            if known is not None and known.count >= self.windows:
+                verdict, known_why, _ = judge(self.reference, known, min_gain=self.min_gain,
+                                              z=self.z)
+                if verdict is Verdict.REFUSED:
+                    passed.append(f"{moved.label()} refused from the history: {known_why}")
+                    if not (up and first):
+                        self._todo = [(a, u) for a, u in self._todo if a != axis]
+                    first = True
+                    continue
+            if passed:
+                why += "; " + "; ".join(passed)
+            return self._go(moved, f"{why}; trying {axis} {'up' if up else 'down'}",
+                            figures)
+        if passed:
+            why += "; " + "; ".join(passed)
+        self.holding, self._trying = True, None
+        return self._go(ref, f"{why}; holding {ref.label()}", figures, always=True)
+
+    def _go(self, setting: Setting, why: str, figures: dict[str, float] | None, *,
+            always: bool = False) -> Change | None:
+        """The change to `setting` (None when the flow is there already, unless `always`:
+        the hold is said once even where it moves nothing)."""
+        if setting == self.current and not always:
+            return None
+        self.current = setting
+        return Change(setting, why, figures or {})
+
+    def _watch(self, rates: Sequence[float]) -> Change | None:
+        """At the hold: a drift of the rate at the unchanged setting reopens the search
+        (without the history's figures: they were of the load before)."""
+        if len(rates) < 2 * self.windows:
+            return None
+        before, recent = rates[:-self.windows], rates[-self.windows:]
+        hold = Measured.of(self.current, before)
+        now = statistics.fmean(recent)
+        moved = abs(now - hold.mean)
+        if moved <= max(self.drift_z * hold.stdev, self.drift_share * hold.mean):
+            self._drifts = 0
+            return None
+        self._drifts += 1
+        if self._drifts < 2:
+            return None
+        figures = {"hold_mbps": round(hold.mean, 3), "now_mbps": round(now, 3)}
+        why = (f"the rate at {self.current.label()} went from {hold.mean:.1f} to {now:.1f} "
+               f"Mbit/s with nothing changed (the load moved): searching again from the prior")
+        self.known.clear()
+        self._restart()
+        return Change(self.prior, why, figures)
+
+
+def pooled(setting: Setting, parts: Iterable[Measured]) -> Measured | None:
+    """Measurements of one setting taken apart, as one: their windows' mean and spread
+    (within each and between them)."""
+    parts = [m for m in parts if m.count > 0]
+    count = sum(m.count for m in parts)
+    if not count:
+        return None
+    mean = sum(m.mean * m.count for m in parts) / count
+    squares = sum((m.count - 1) * m.stdev ** 2 + m.count * (m.mean - mean) ** 2
+                  for m in parts)
+    return Measured(setting, mean, math.sqrt(squares / (count - 1)) if count > 1 else 0.0,
+                    count)
+
+
+# -- the prior --------------------------------------------------------------------------
+
+def measured_from_history(history: Iterable[TransferRecord], *, src_host: str,
+                          dest_host: str, cls: SizeClass, bdp_bytes: float, load: int,
+                          limits: Limits) -> dict[Setting, Measured]:
+    """What the transfer log knows of each setting on this path for this size class, pooled
+    (`pooled`): rows at the same known load when there are any. A row counts as its
+    `duration_s` in WINDOW_S windows with its spread (a row without one, a whole transfer,
+    as one window at its mean)."""
+    rows = [r for r in history
+            if r.src_host == src_host and r.dest_host == dest_host
+            and r.outcome == COMPLETED and r.duration_s >= HISTORY_MIN_S
+            and r.throughput_mbps > 0
+            and size_class(round(r.file_size_bytes), bdp_bytes) is cls]
+    rows = [r for r in rows if r.sharing == load] or rows
+    parts: dict[Setting, list[Measured]] = {}
+    for r in rows:
+        setting = Setting(r.cc, r.p, r.pp)
+        if setting.cc <= limits.max_cc and setting.p <= limits.max_p \
+                and streams(setting) <= limits.max_streams:
+            windows = max(int(r.duration_s / WINDOW_S), 1) if r.spread_mbps is not None else 1
+            parts.setdefault(setting, []).append(
+                Measured(setting, r.throughput_mbps, r.spread_mbps or 0.0, windows))
+    out = {s: pooled(s, ms) for s, ms in parts.items()}
+    return {s: m for s, m in out.items() if m is not None}
+
+
+def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
+                       min_gain: float = MIN_GAIN) -> tuple[Setting, str]:
+    """Where to start: of the settings the path's history measured (`measured_from_history`)
+    the fewest streams within `min_gain` of the best mean, else `preset`; with why."""
+    if not known:
+        return preset, (f"no transfer of this size class on this path in the log: the "
+                        f"preset {preset.label()}")
+    best = max(m.mean for m in known.values())
+    near = [m for m in known.values() if m.mean >= best * (1 - min_gain)]
+    chosen = min(near, key=lambda m: (streams(m.setting), -m.mean))
+    return chosen.setting, (f"the path's history ({len(known)} settings measured): "
+                            f"{chosen.label()} over {chosen.count} windows, the fewest "
+                            f"streams within {min_gain:.0%} of the best {best:.1f} Mbit/s")

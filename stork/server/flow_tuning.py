@@ -1,0 +1,202 @@
+"""An online controller at work on a running engine: the optimizer `climb`.
+
+A `FlowTuner` steps a controller (`stork.optimizers.online.Climb`) with the engine's measured
+windows while the engine runs, on a thread of its own, and applies what it answers with
+`Engine.set`: nothing stops, nothing is sent again. A window counts for a setting only once
+every call in flight was taken at it (a change of `p` or `pp` applies to each worker's next
+call; a lower `cc` retires workers as their calls end) and `RAMP_S` after that (new
+connections start slow). Once a worker finds nothing left to take, the tail of the flow
+says nothing of a setting and the tuner stops stepping.
+
+Each change is kept on the job's ad (`optimizer_<what>`: the prior and why, every change
+with its reason and figures, the setting held at the end) as it is made, so `stork_q -l`
+shows a running job's tuning. The transfer log gets one row per stretch at one setting
+(`DatasetRun._log_flow`, `FileRun`): the next job on the path starts from the best of them
+(`prior_from_history`).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from stork.config import ONLINE_OPTIMIZERS, Settings
+from stork.engine import Engine
+from stork.engine.flow import Stretch, Window
+from stork.job import JobSpec
+from stork.transfer.worker import Setting
+
+if TYPE_CHECKING:  # the optimizers load scikit-learn: only jobs that are tuned need them
+    from stork.dataset.chunks import SizeClass
+    from stork.optimizers.online import Change, Climb
+    from stork.translog import TransferRecord
+
+log = logging.getLogger(__name__)
+
+HISTORY_ROWS = 100_000  # newest transfer log rows an optimizer learns from
+STEP_S = 0.5  # how often the controller looks at the flow
+RAMP_S = 1.0  # after a setting is in effect in every call, its first windows are slow start
+CHANGES_KEPT = 40  # changes listed on the job's ad (the count is of all of them)
+
+
+def tunes_online(spec: JobSpec, settings: Settings) -> bool:
+    """Whether a job's flow is tuned while it runs: it asks for optimization with an online
+    optimizer (its own `optimization`, else EOS_OPTIMIZER) and runs on the engine."""
+    name = spec.optimizer or settings.eos_optimizer
+    return spec.optimization and name in ONLINE_OPTIMIZERS and settings.engine == "flow"
+
+
+def climb_for(history: Iterable[TransferRecord], preset: Setting, *, src_host: str,
+              dest_host: str, cls: SizeClass, bdp_bytes: float, load: int,
+              items: int) -> tuple[Climb, str]:
+    """The controller of a flow of `items` items of size class `cls` on a path: its prior
+    from the transfer log (else `preset`), and why. Small files climb on cc alone (more
+    streams per small file buy nothing); the others on cc, then p."""
+    from stork.dataset.chunks import SizeClass
+    from stork.optimizers.online import Climb, measured_from_history, prior_from_history
+    from stork.server.tuning import tuning_limits
+
+    limits = tuning_limits().at_most_cc(items)
+    known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
+                                  bdp_bytes=bdp_bytes, load=load, limits=limits)
+    prior, why = prior_from_history(known, preset)
+    prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
+    axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
+    return Climb(prior, limits, axes=axes, known=known), why
+
+
+def blocks(windows: list[Window]) -> list[Window]:
+    """The flow's windows joined into the controller's (`WINDOW_S`, whole ones only)."""
+    from stork.optimizers.online import WINDOW_S
+
+    out: list[Window] = []
+    group: list[Window] = []
+    for window in windows:
+        group.append(window)
+        seconds = sum(w.seconds for w in group)
+        if seconds >= WINDOW_S * (1 - 1e-9):
+            out.append(Window(group[0].start_s, seconds, sum(w.bytes for w in group),
+                              group[0].setting, group[-1].load))
+            group = []
+    return out
+
+
+def span(windows: list[Window]) -> Stretch | None:
+    """Full windows at one setting as a stretch: its spread the stdev of the controller's
+    windows (`blocks`), which it counts (None: not one whole)."""
+    joined = blocks(windows)
+    if not joined:
+        return None
+    seconds = sum(w.seconds for w in joined)
+    nbytes = sum(w.bytes for w in joined)
+    rates = [w.rate_mbps for w in joined]
+    return Stretch(joined[0].setting, joined[-1].load, joined[0].start_s, seconds, nbytes,
+                   len(joined), nbytes * 8 / 1e6 / seconds if seconds > 0 else 0.0,
+                   statistics.stdev(rates) if len(rates) > 1 else 0.0)
+
+
+class FlowTuner:
+    def __init__(self, engine: Engine, climb: Climb, *, what: str, prior_reason: str,
+                 write_result: Callable[[dict[str, Any]], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine = engine
+        self.climb = climb
+        self.key = f"optimizer_{what}"
+        self.clock = clock
+        self._write_result = write_result
+        self._started = clock()
+        self._measure_from: float | None = None  # when the current setting's windows count
+        self._counted: list[Window] = []  # the windows that count at the current setting
+        self.spans: list[Stretch] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.changes: list[dict[str, Any]] = []
+        self.count = 0
+        self._info: dict[str, Any] = {"optimizer": climb.name,
+                                      "prior": climb.prior.label(),
+                                      "prior_reason": prior_reason}
+
+    def start(self) -> FlowTuner:
+        self._write()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"tuner-{self.key}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._close_span()
+        self._write()
+
+    def _close_span(self) -> None:
+        """The windows that counted at the setting now left, as one stretch."""
+        if self._counted and (whole := span(self._counted)) is not None:
+            self.spans.append(whole)
+        self._counted = []
+
+    def stretches(self) -> list[Stretch]:
+        """What the controller measured: one stretch per setting it settled at, its windows
+        only (no change-over, no slow start, no tail), for the transfer log."""
+        return list(self.spans)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(STEP_S):
+            try:
+                self.tick()
+            except Exception:  # a tuner's failure never stops the transfer
+                log.exception("%s: the controller failed; the flow keeps its setting",
+                              self.key)
+                self._info["failure"] = "the controller failed (see the daemon's log)"
+                return
+
+    def tick(self) -> Change | None:
+        """One look at the flow: the controller's step on the windows that count."""
+        now = self.clock()
+        flow = self.engine.flow
+        self.engine.tick(now)
+        if not self.engine.left() and self.engine.workers() < self.engine.setting.cc:
+            return None  # the tail (a worker found nothing to take): nothing more to tune
+        current = self.climb.current
+        if self._measure_from is None:
+            if not self._settled():
+                return None
+            self._measure_from = now + RAMP_S
+        full = flow.window_s * (1 - 1e-9)
+        self._counted = [w for w in flow.windows(self._measure_from)
+                         if w.setting == current and w.seconds >= full]
+        change = self.climb.step([b.rate_mbps for b in blocks(self._counted)])
+        if change is None:
+            return None
+        self._close_span()
+        self.engine.set(change.setting)
+        self._measure_from = None
+        self.count += 1
+        if len(self.changes) < CHANGES_KEPT:
+            self.changes.append({"t_s": round(now - self._started, 1),
+                                 "setting": change.setting.label(), "reason": change.reason,
+                                 **change.figures})
+        log.info("%s: %s (%s)", self.key, change.setting.label(), change.reason)
+        self._write()
+        return change
+
+    def _settled(self) -> bool:
+        """Whether every call in flight runs at the current setting's p and pp, and no more
+        of them than its cc."""
+        setting = self.engine.setting
+        taken = self.engine.in_flight()
+        return len(taken) <= setting.cc and all(
+            t.setting.p == setting.p and t.setting.pp == setting.pp for t in taken)
+
+    def _write(self) -> None:
+        info = {**self._info, "changes": list(self.changes), "change_count": self.count,
+                "setting": self.climb.current.label(), "holding": self.climb.holding}
+        try:
+            self._write_result({self.key: info})
+        except Exception:  # the record is not worth the transfer
+            log.exception("%s: cannot record the tuning on the job", self.key)

@@ -1,0 +1,94 @@
+"""The online optimizer `climb` through a real daemon on an emulated 40 ms, 100 Mbit/s link
+with 0.1% loss (`tests.testbed`): it changes the running engine's setting with reasons and
+figures on the job, nothing is sent twice or lost, the transfer log gets one row per setting,
+and the next job on the path starts from what the first one learned."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import StorkServer, make_file, md5
+from tests.testbed import Testbed, pair
+from tests.testbed.netns import leftovers, unavailable_reason
+
+REASON = unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"testbed not possible: {REASON}")
+
+KIB = 1 << 10
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    with Testbed(pair(40, 100, 0.001), tmp_path_factory.mktemp("tuning-bed")) as testbed:
+        yield testbed
+    assert leftovers(testbed.tag) == []
+
+
+@pytest.fixture(scope="module")
+def daemon(bed: Testbed) -> Iterator[StorkServer]:
+    """A daemon inside site b (third party from a), its store kept for the module."""
+    server = StorkServer(bed.workdir / "stork", {"STORK_LINK_MBPS": "100",
+                                                 "STORK_RANGE_MIN_MB": "8"},
+                         prefix=bed.argv("b", []))
+    with server:
+        yield server
+
+
+def dataset(bed: Testbed, name: str, count: int, size: int) -> tuple[Path, Path]:
+    src = bed.site_dir("a") / name
+    src.mkdir()
+    for i in range(count):
+        make_file(src / f"f{i:04d}.dat", size, seed=i)
+    dest = bed.site_dir("b") / name
+    dest.mkdir()
+    return src, dest
+
+
+def submit(daemon: StorkServer, bed: Testbed, src: Path, dest: Path, *,
+           slash: str = "/") -> dict[str, Any]:
+    [job_id] = daemon.submit(f'[ dap_type = transfer; src_url = "{bed.url("a", src)}{slash}"; '
+                             f'dest_url = "{bed.url("b", dest)}{slash}"; '
+                             f'optimization = "climb"; ]\n')
+    job: dict[str, Any] = daemon.wait_state(job_id, timeout_s=240)
+    assert job["state"] == "COMPLETED", job
+    return job
+
+
+def test_a_dataset_is_tuned_while_it_moves_and_the_next_starts_from_what_it_learned(
+        bed: Testbed, daemon: StorkServer) -> None:
+    src, dest = dataset(bed, "first", 2000, 256 * KIB)
+    job = submit(daemon, bed, src, dest)
+    for path in sorted(src.iterdir()):
+        assert md5(dest / path.name) == md5(path), path.name
+    tuning = job["result"]["optimizer_small"]
+    assert tuning["optimizer"] == "climb" and "preset" in tuning["prior_reason"]
+    # it acted: at least one setting tried on the running flow, with its reason and figures
+    assert tuning["change_count"] >= 1, tuning
+    first = tuning["changes"][0]
+    assert "measured the start" in first["reason"] and "trying cc" in first["reason"]
+    judged = [c for c in tuning["changes"][1:] if "gain" in c]
+    assert all({"reference_mbps", "tried_mbps", "noise"} <= set(c) for c in judged)
+    files = daemon.api("GET", f"/v1/jobs/{job['id']}/files").json()["files"]
+    assert all(f["attempts"] == 1 for f in files)  # nothing sent twice
+    rows = [r for r in daemon.api("GET", "/v1/transfers").json()["transfers"]
+            if r["file_size_bytes"] < 1 << 20]
+    assert len({(r["cc"], r["p"], r["pp"]) for r in rows}) >= 2, rows  # a row per setting
+
+    src2, dest2 = dataset(bed, "second", 120, 256 * KIB)
+    second = submit(daemon, bed, src2, dest2)
+    assert "history" in second["result"]["optimizer_small"]["prior_reason"]
+
+
+def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,
+                                                        daemon: StorkServer) -> None:
+    src_dir, dest_dir = bed.site_dir("a"), bed.site_dir("b")
+    big = make_file(src_dir / "big.dat", 192 << 20, seed=7)
+    job = submit(daemon, bed, big, dest_dir / "big.dat", slash="")
+    assert md5(dest_dir / "big.dat") == md5(big)
+    tuning = job["result"]["optimizer_file"]
+    assert tuning["optimizer"] == "climb" and tuning["change_count"] >= 1, tuning
+    assert "eos_error" not in job["result"] and "optimized_streams" not in job["result"]

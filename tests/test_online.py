@@ -1,0 +1,225 @@
+"""The online controller (`stork.optimizers.online`) on synthetic flows: pure and fast."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from stork.dataset.chunks import SizeClass
+from stork.optimizers.base import Limits
+from stork.optimizers.online import (
+    Change,
+    Climb,
+    Measured,
+    Verdict,
+    judge,
+    measured_from_history,
+    pooled,
+    prior_from_history,
+    streams,
+)
+from stork.transfer.worker import Setting
+from stork.translog import COMPLETED, TransferRecord
+
+LIMITS = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=256)
+Surface = Callable[[Setting, float], float]  # (setting, time) -> true rate in Mbit/s
+
+
+def run(climb: Climb, surface: Surface, *, seconds: int = 200, noise: float = 0.05,
+        seed: int = 1) -> list[tuple[int, Change]]:
+    """Step `climb` once a second on `surface` with Gaussian noise (a share of the rate);
+    after a change the flow settles for one window, as the tuner waits for it."""
+    rng = random.Random(seed)
+    rates: list[float] = []
+    settle = 1
+    changes = []
+    for t in range(seconds):
+        true = surface(climb.current, t)
+        if settle:
+            settle -= 1
+            continue
+        rates.append(max(true * (1 + rng.gauss(0, noise)), 0.0))
+        change = climb.step(rates)
+        if change is not None:
+            changes.append((t, change))
+            rates, settle = [], 1
+    return changes
+
+
+def saturating(knee: int, link: float = 200.0) -> Surface:
+    """The rate grows with the streams up to `knee`, then stays at the link."""
+    return lambda s, t: link * min(streams(s), knee) / knee
+
+
+def test_climbs_to_the_knee_and_not_past_it() -> None:
+    climb = Climb(Setting(2, 1, 1), LIMITS)
+    changes = run(climb, saturating(16))
+    assert climb.holding
+    assert streams(climb.current) == 16, changes
+    assert climb.current == Setting(16, 1, 1)
+    assert any("kept" in c.reason for _, c in changes)
+    # the step past the knee was tried and refused: no gain beyond the noise
+    assert any(c.setting == Setting(32, 1, 1) for _, c in changes)
+    back = [c for _, c in changes if c.reason.startswith("refused")]
+    assert back and back[-1].setting == Setting(16, 1, 1)
+    assert "measure it again" in back[-1].reason and "holding" in changes[-1][1].reason
+
+
+def test_few_streams_suffice_and_fewer_win() -> None:
+    climb = Climb(Setting(8, 4, 1), LIMITS)
+    run(climb, saturating(1))
+    assert climb.holding
+    assert streams(climb.current) <= 2
+
+
+def test_a_loss_is_refused_and_the_flow_goes_back() -> None:
+    def peaked(s: Setting, t: float) -> float:  # best at 8 streams, worse both ways
+        return 200.0 - 20.0 * abs(streams(s).bit_length() - 4)
+
+    climb = Climb(Setting(8, 1, 1), LIMITS)
+    changes = run(climb, peaked)
+    assert climb.current == Setting(8, 1, 1)
+    tried = {c.setting for _, c in changes}
+    assert Setting(16, 1, 1) in tried and Setting(4, 1, 1) in tried
+    assert changes[-1][1].setting == Setting(8, 1, 1)
+    refusals = [c for _, c in changes if c.reason.startswith("refused")]
+    assert len(refusals) == 3 and all(c.figures["gain"] < 0 for c in refusals)  # cc up, down, p up
+    assert all(c.setting == Setting(8, 1, 1) for c in refusals)  # back each time
+
+
+def test_noise_does_not_buy_streams() -> None:
+    """On a flat surface with 15% noise, more streams are almost never kept: over 40 seeds
+    the climb ends at the prior's streams or fewer in most runs."""
+    ended_above = 0
+    for seed in range(40):
+        climb = Climb(Setting(4, 1, 1), LIMITS)
+        run(climb, lambda s, t: 150.0, seconds=120, noise=0.15, seed=seed)
+        ended_above += streams(climb.current) > 4
+    assert ended_above <= 4
+
+
+def test_a_load_step_reopens_the_search_from_the_prior() -> None:
+    def loaded(s: Setting, t: float) -> float:
+        share = 0.5 if t >= 100 else 1.0
+        return share * 200.0 * min(streams(s), 8) / 8
+
+    climb = Climb(Setting(4, 1, 1), LIMITS)
+    changes = run(climb, loaded, seconds=180)
+    before = [c for t, c in changes if t < 100]
+    after = [(t, c) for t, c in changes if t >= 100]
+    assert before[-1].setting == Setting(8, 1, 1)
+    t, reopened = after[0]
+    assert reopened.setting == Setting(4, 1, 1)
+    assert "load" in reopened.reason and t - 100 <= 12
+    assert reopened.figures["now_mbps"] < reopened.figures["hold_mbps"] * 0.7
+
+
+def test_a_steady_hold_stays_put() -> None:
+    climb = Climb(Setting(8, 1, 1), LIMITS)
+    changes = run(climb, saturating(8), seconds=400, noise=0.1)
+    holds = [t for t, c in changes if "holding" in c.reason]
+    assert holds and all("load" not in c.reason for t, c in changes if t > holds[0])
+
+
+def test_limits_are_obeyed() -> None:
+    limits = Limits(max_cc=6, max_p=32, max_pp=32, max_streams=12)
+    climb = Climb(Setting(3, 2, 1), limits, axes=("cc", "p"))
+    changes = run(climb, saturating(64))
+    for _, change in changes:
+        assert change.setting.cc <= 6 and streams(change.setting) <= 12
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="axes are cc and p"):
+        Climb(Setting(1, 1, 1), LIMITS, axes=("pp",))
+    with pytest.raises(ValueError, match="2 windows or more"):
+        Climb(Setting(1, 1, 1), LIMITS, windows=5, max_windows=4)
+    with pytest.raises(ValueError, match="2 windows or more"):
+        Climb(Setting(1, 1, 1), LIMITS, windows=1)
+
+
+def row(cc: int, p: int, mbps: float, *, src: str = "a", size: float = 256 << 10,
+        sharing: int = 0, seconds: float = 10.0, outcome: str = COMPLETED,
+        spread: float | None = 5.0) -> TransferRecord:
+    return TransferRecord(time=0.0, src_host=src, dest_host="b", rtt_s=0.04,
+                          bandwidth_bps=2e8, buffer_bytes=None, file_size_bytes=size,
+                          file_count=100, cc=cc, p=p, pp=1, fast=True,
+                          bytes_moved=int(mbps * 1e6 / 8 * seconds), duration_s=seconds,
+                          throughput_mbps=mbps, sharing=sharing, outcome=outcome,
+                          spread_mbps=spread)
+
+
+def known(history: list[TransferRecord], *, src: str = "a",
+          load: int = 0) -> dict[Setting, Measured]:
+    return measured_from_history(history, src_host=src, dest_host="b", cls=SizeClass.SMALL,
+                                 bdp_bytes=1e6, load=load, limits=LIMITS)
+
+
+def test_prior_is_the_fewest_streams_within_five_percent_of_the_best() -> None:
+    history = [row(16, 1, 150.0), row(16, 1, 160.0), row(32, 1, 158.0), row(8, 1, 100.0),
+               row(64, 1, 400.0, src="elsewhere"), row(2, 1, 500.0, size=1 << 30),
+               row(4, 1, 900.0, seconds=1.0), row(4, 1, 900.0, outcome="partial")]
+    measured = known(history)
+    assert set(measured) == {Setting(16, 1, 1), Setting(32, 1, 1), Setting(8, 1, 1)}
+    assert measured[Setting(16, 1, 1)].mean == pytest.approx(155.0)
+    assert measured[Setting(16, 1, 1)].count == 10  # two rows of five two-second windows
+    prior, why = prior_from_history(measured, Setting(8, 1, 4))
+    assert prior == Setting(16, 1, 1), why
+    assert "history" in why
+
+
+def test_prior_prefers_rows_at_the_same_load_and_falls_back_to_the_preset() -> None:
+    history = [row(16, 1, 150.0), row(4, 1, 90.0, sharing=2)]
+    loaded, _ = prior_from_history(known(history, load=2), Setting(8, 1, 4))
+    assert loaded == Setting(4, 1, 1)
+    preset, why = prior_from_history(known(history, src="x"), Setting(8, 1, 4))
+    assert preset == Setting(8, 1, 4) and "preset" in why
+
+
+def test_pooled_measurements_keep_the_spread_within_and_between() -> None:
+    s = Setting(1, 1, 1)
+    one = pooled(s, [Measured(s, 100.0, 10.0, 5), Measured(s, 100.0, 10.0, 5)])
+    assert one is not None and one.count == 10 and one.mean == 100.0
+    assert one.stdev == pytest.approx(10.0 * (8 / 9) ** 0.5)
+    apart = pooled(s, [Measured(s, 80.0, 0.0, 5), Measured(s, 120.0, 0.0, 5)])
+    assert apart is not None and apart.mean == 100.0 and apart.stdev > 20.0
+    assert pooled(s, []) is None
+
+
+def test_an_open_difference_is_measured_longer_before_it_is_judged() -> None:
+    """A 10% gain under 10% noise is within the noise after 4 windows: the climb keeps
+    measuring (up to MAX_WINDOWS) instead of deciding at once; with more windows (less
+    noise) the same rules decide."""
+    ref = Measured(Setting(8, 1, 1), 100.0, 10.0, 4)
+    verdict, why, _ = judge(ref, Measured(Setting(16, 1, 1), 110.0, 10.0, 4), min_gain=0.05,
+                            z=2.0)
+    assert verdict is Verdict.OPEN and "within the noise" in why
+    verdict, _, _ = judge(ref, Measured(Setting(16, 1, 1), 130.0, 5.0, 12), min_gain=0.05,
+                          z=2.0)
+    assert verdict is Verdict.KEPT
+    longer = Measured(Setting(8, 1, 1), 100.0, 10.0, 12)
+    verdict, _, _ = judge(longer, Measured(Setting(16, 1, 1), 95.0, 2.0, 12), min_gain=0.05,
+                          z=2.0)
+    assert verdict is Verdict.REFUSED
+    # fewer streams, the same rate: kept (fewer win) once the noise allows it
+    quiet = Measured(Setting(8, 1, 1), 100.0, 5.0, 12)
+    verdict, _, _ = judge(quiet, Measured(Setting(4, 1, 1), 99.0, 2.0, 12), min_gain=0.05,
+                          z=2.0)
+    assert verdict is Verdict.KEPT
+    verdict, _, _ = judge(quiet, Measured(Setting(4, 1, 1), 80.0, 2.0, 12), min_gain=0.05,
+                          z=2.0)
+    assert verdict is Verdict.REFUSED
+
+
+def test_a_neighbour_the_history_refuses_is_not_tried_on_the_flow() -> None:
+    history = {Setting(16, 1, 1): Measured(Setting(16, 1, 1), 150.0, 5.0, 40),
+               Setting(4, 1, 1): Measured(Setting(4, 1, 1), 60.0, 5.0, 40)}
+    climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), known=history)
+    changes = run(climb, lambda s, t: 150.0 * min(streams(s), 8) / 8, seconds=60)
+    assert climb.holding and climb.current == Setting(8, 1, 1)
+    tried = {c.setting for _, c in changes}
+    assert Setting(16, 1, 1) not in tried and Setting(4, 1, 1) not in tried
+    assert "refused from the history" in changes[0][1].reason
+    assert "holding" in changes[0][1].reason
