@@ -183,9 +183,10 @@ def per_file_jobs(server: StorkServer, bed: Testbed, part: Dataset, src: Path, d
 
 class DestinationPoll:
     """Bytes at a local destination directory over time, polled in a thread every
-    `interval_s` (os.scandir and a stat per file; a file's bytes are its size, or its
-    allocated blocks when fewer: a file written out of order has holes): (seconds since
-    `start()`, bytes) in `series`. A directory not made yet holds 0 bytes."""
+    `interval_s` while the `with` block runs (os.scandir and a stat per file; a file's bytes
+    are its size, or its allocated blocks when fewer: a file written out of order has holes):
+    (seconds since the block began, bytes) in `series`. A directory not made yet holds 0
+    bytes. One use per instance."""
 
     def __init__(self, directory: Path, interval_s: float = STEP_S) -> None:
         self.directory = directory
