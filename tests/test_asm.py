@@ -356,13 +356,18 @@ def test_history_analyze_report_prints_clusters_and_draws_one_png_each(tmp_path:
     assert all((tmp_path / "r" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
-def test_history_analyze_without_a_transfer_log_creates_nothing(tmp_path: Path) -> None:
+def analyze(tmp_path: Path, config: str) -> subprocess.CompletedProcess[str]:
+    """`stork_history analyze` with this configuration (its state under tmp_path)."""
     cfg = tmp_path / "cfg"
-    cfg.write_text(f"STORK_STATE_DIR = {tmp_path / 'state'}\n")
-    result = subprocess.run(
+    cfg.write_text(f"STORK_STATE_DIR = {tmp_path / 'state'}\n{config}")
+    return subprocess.run(
         [sys.executable, "-m", "stork.cli.history", "analyze", "-c", str(cfg)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=120, check=False,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+
+
+def test_history_analyze_without_a_transfer_log_creates_nothing(tmp_path: Path) -> None:
+    result = analyze(tmp_path, "")
     assert result.returncode == 3
     assert "stork.db: no transfer log there" in result.stderr
     assert not (tmp_path / "state").exists()
@@ -376,12 +381,7 @@ def test_history_analyze_reads_the_transfer_log_of_a_postgresql_store(
         store.add_transfers(two_networks())
     finally:
         store.close()
-    cfg = tmp_path / "cfg"
-    cfg.write_text(f"STORK_STATE_DIR = {tmp_path / 'state'}\nSTORK_DATABASE = {url}\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "stork.cli.history", "analyze", "-c", str(cfg)],
-        capture_output=True, text=True, timeout=120, check=False,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    result = analyze(tmp_path, f"STORK_DATABASE = {url}\n")
     assert result.returncode == 0, result.stderr
     assert "72 new transfer log row(s) read" in result.stdout, result.stdout
     assert "4 cluster(s)" in result.stdout
