@@ -10,8 +10,9 @@ says nothing of a setting and the tuner stops stepping.
 
 Each change is kept on the job's ad (`optimizer_<what>`: the prior and why, every change
 with its reason and figures, the setting held at the end) as it is made, so `stork_q -l`
-shows a running job's tuning. The transfer log gets one row per stretch at one setting
-(`DatasetRun._log_flow`, `FileRun`): the next job on the path starts from the best of them
+shows a running job's tuning. The transfer log gets what the controller measured at each
+setting it settled at (`stretches`: its windows only, no change-over, slow start or tail;
+`DatasetRun._log_flow`, `FileRun`): the next job on the path starts from the best of them
 (`prior_from_history`).
 """
 
