@@ -12,6 +12,7 @@ import htcondor2
 import pytest
 
 from tests.support import GridFtpServer, StorkServer, removed_after, wait_for
+from tests.test_eos_partial import invocations, option, real_guc, recording_guc
 
 
 def make_tree(root: Path, count: int, size: int, *, sub_every: int = 0) -> dict[str, bytes]:
@@ -291,3 +292,80 @@ def test_optimizer_names_read_without_scikit_learn_match_the_registry() -> None:
 
     assert set(OPTIMIZER_NAMES) == set(OPTIMIZERS) | set(CONTROLLERS)
     assert set(ONLINE_OPTIMIZERS) == set(CONTROLLERS)
+
+
+def test_a_datasets_large_file_goes_as_ranges_beside_its_small_files(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """With 1 MiB ranges (16 BDPs of loopback at a nominal 10 Mbit/s are far less) a 5 MiB
+    file of a dataset is sent as byte ranges written in place (third party and to local
+    disk), its small files as lists; every file byte-identical, each sent once."""
+    src = gridftp_root / "ds-ranges"
+    made = make_tree(src, 20, 20_000)
+    big = hashlib.sha256(b"big").digest() * ((5 << 20) // 32) + b"tail..."
+    (src / "big.dat").write_bytes(big)
+    made["big.dat"] = big
+    third, local = gridftp_root / "ds-ranges-copy", tmp_path / "ds-ranges-local"
+    calls = tmp_path / "calls.log"
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", {"STORK_RANGE_MIN_MB": "1", "STORK_LINK_MBPS": "10",
+                             "STORK_GLOBUS_URL_COPY":
+                             str(recording_guc(tmp_path, calls))}) as stork:
+        ids = stork.submit(f"""
+        [ dap_type = transfer; src_url = "{gridftp.url(src)}/";
+          dest_url = "{gridftp.url(third)}/"; arguments = "-cc 3" ]
+        [ dap_type = transfer; src_url = "{gridftp.url(src)}/"; dest_url = "file://{local}/";
+          arguments = "-cc 3" ]""")
+        for job_id in ids:
+            job = stork.wait_state(job_id, timeout_s=240)
+            assert job["state"] == "COMPLETED", job
+            assert (job["files_done"], job["files_failed"]) == (21, 0)
+            assert job["result"]["dataset_files_as_ranges"] == 1
+            assert all(f["attempts"] == 1 for f in files_of(stork, job_id))
+    assert_same(made, third)
+    assert_same(made, local)
+    # each job sent the big file as its six ranges, each once
+    ranges = [r for r in invocations(calls) if "-partial-offset" in r]
+    assert all(any(a.endswith("/big.dat") for a in r) for r in ranges)
+    spans = sorted((int(option(r, "-partial-offset") or -1),
+                    int(option(r, "-partial-length") or -1)) for r in ranges)
+    assert spans == sorted([(o, min(1 << 20, len(big) - o)) for o in range(0, len(big), 1 << 20)]
+                           * 2)
+
+
+def test_a_failed_range_is_sent_again_alone_and_a_second_failure_is_its_files(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """A range that fails once is sent again by itself and its file completes; a range that
+    fails twice fails its file (retried in a later pass, the job's rules), not the others."""
+    src = gridftp_root / "ds-range-fail"
+    made = make_tree(src, 5, 10_000)
+    for name in ("once.dat", "always.dat"):
+        data = hashlib.sha256(name.encode()).digest() * ((3 << 20) // 32)
+        (src / name).write_bytes(data)
+        made[name] = data
+    seen = tmp_path / "failed-once"
+    wrapper = tmp_path / "failing-guc"
+    wrapper.write_text(f"""#!/bin/sh
+case "$*" in
+  *"-partial-offset {1 << 20} "*once.dat*)
+    if [ ! -e {seen} ]; then touch {seen}; echo "550 injected failure" >&2; exit 1; fi;;
+  *"-partial-offset {1 << 20} "*always.dat*) echo "550 injected failure" >&2; exit 1;;
+esac
+exec {real_guc()} "$@"
+""")
+    wrapper.chmod(0o755)
+    out = tmp_path / "out"
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", {"STORK_RANGE_MIN_MB": "1", "STORK_LINK_MBPS": "10",
+                             "STORK_GLOBUS_URL_COPY": str(wrapper)}) as stork:
+        [job_id] = stork.submit(f"""[ dap_type = transfer; src_url = "{gridftp.url(src)}/";
+            dest_url = "file://{out}/"; arguments = "-cc 2"; max_retries = 0 ]""")
+        job = stork.wait_state(job_id, timeout_s=240)
+        files = {f["rel_path"]: f for f in files_of(stork, job_id)}
+    assert seen.exists()  # the injected failure happened
+    assert job["state"] == "FAILED" and job["files_failed"] == 1, job
+    assert files["always.dat"]["state"] == "FAILED"
+    assert "injected failure" in files["always.dat"]["last_error"]
+    assert files["once.dat"]["state"] == "DONE" and files["once.dat"]["attempts"] == 1
+    del made["always.dat"]
+    for rel, data in made.items():
+        assert (out / rel).read_bytes() == data, rel

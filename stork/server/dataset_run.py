@@ -9,13 +9,18 @@ The attempt (a *pass*) runs on its own thread:
    before anything is resent: a destination of the source's size whose MD5 matches the
    source's is done; anything else is sent again (from the start: never left short).
 3. The due files (PENDING, retry time come) are split into chunks by size class
-   (`stork.dataset.chunks`); chunks run at the same time, each as a sequence of
-   globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`);
-   files with a ``root://``, ``xroot://``, ``davs://``, ``dav://`` or ``https://`` end go
-   through gfal2's copy instead (`GfalModule.list_command`: the batch's pairs copied `cc`
-   at a time with `p` streams, each answered on its own line), as the job's owner with its
-   proxy.
-4. After each run every file of the batch is checked: a destination of the source's size
+   (`stork.dataset.chunks`); chunks run at the same time, each through the transfer engine
+   (`stork.engine`: `cc` workers of the files' module, each taking its next call the moment
+   its last ends; globus-url-copy over short lists, gfal2 for files with a ``root://``,
+   ``xroot://``, ``davs://``, ``dav://`` or ``https://`` end), as the job's owner with its
+   proxy. A file of at least two ranges (`range_bytes`: 16 BDPs, at least
+   STORK_RANGE_MIN_MB) with GridFTP ends is sent as byte ranges written in place, unless
+   the destination is a sink or the job asks for checksums (of whole files): it is checked
+   when its last range lands, and a range that fails is sent again once, alone, a second
+   failure being its file's. With a probing optimizer, or STORK_ENGINE = batch, a chunk is
+   a sequence of globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp]
+   [-fast] -f -`; gfal2's `GfalModule.list_command` for the others).
+4. After each call (or run) its files are checked: a destination of the source's size
    is done (sizes from the listing; destinations stat'ed, or listed once per directory on
    FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy;
    XRootD and WebDAV ones stat'ed through gfal2 in one child);
@@ -44,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import unquote
 
@@ -52,7 +57,7 @@ from stork.config import ONLINE_OPTIMIZERS, Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
-from stork.engine import Engine, Flow, Taken, plan_items
+from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -63,6 +68,7 @@ from stork.errors import (
 from stork.identity import RunAs, open_as
 from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
+from stork.server.file_run import RANGE_RETRIES
 from stork.server.flow_report import FlowReport, stretch_records
 from stork.server.flow_tuning import HISTORY_ROWS, FlowTuner, climb_for, tunes_online
 from stork.server.judge import DatasetOutcome, judge_file
@@ -77,7 +83,15 @@ from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
 from stork.transfer.rtt import connect_s, network_end
 from stork.transfer.tokens import NO_TOKENS, TokenFacts
-from stork.transfer.worker import FileWork, ItemResult, Marks, Setting, Worker, WorkerContext
+from stork.transfer.worker import (
+    FileWork,
+    Item,
+    ItemResult,
+    Marks,
+    Setting,
+    Worker,
+    WorkerContext,
+)
 from stork.translog import COMPLETED, TransferRecord
 from stork.urls import parse_url, with_scheme
 
@@ -172,6 +186,30 @@ def _unquoted(url: str, directory: str) -> str:
     return directory + unquote(url[len(directory):])
 
 
+@dataclass
+class Parts:
+    """The byte ranges of a pass's large files: what landed, and what was sent again (the
+    engine's workers answer on their own threads)."""
+
+    assembly: Assembly
+    retried: dict[tuple[int, int], int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def land(self, item: Item) -> bool:
+        """Record a landed range; True when its file is now whole."""
+        with self.lock:
+            return self.assembly.land(item)
+
+    def again(self, item: Item) -> bool:
+        """Whether a failed range is sent again (once; then its file has failed)."""
+        key = (item.file.index, item.offset)
+        with self.lock:
+            if self.retried.get(key, 0) >= RANGE_RETRIES:
+                return False
+            self.retried[key] = self.retried.get(key, 0) + 1
+            return True
+
+
 class DatasetRun:
     """One pass of a dataset job; the interface `Attempts` expects of an attempt's process
     (`start`, `kill`, `start_time`, `pid`)."""
@@ -198,6 +236,7 @@ class DatasetRun:
         self.clock = clock
         self._sharing = sharing or (lambda src, dest: 0)
         self.rtt_s: float | None = None
+        self.bdp = 0.0  # the path's bandwidth-delay product at the pass's start
         # a dataset into a device or a FIFO: every file goes into it (`_sink`, each pass)
         self.sink: destination.Destination | None = None
         self._running_chunks = 0  # chunks of this pass running now (they share the path)
@@ -299,7 +338,7 @@ class DatasetRun:
         opts = spec.options
         self.rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
         rtt = RTT_UNKNOWN_S if self.rtt_s is None else self.rtt_s
-        bdp = self.settings.link_mbps * 1e6 / 8 * rtt
+        bdp = self.bdp = self.settings.link_mbps * 1e6 / 8 * rtt
         ordered = self._ordered()
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
                              cc=1 if ordered else opts.concurrency,
@@ -431,8 +470,13 @@ class DatasetRun:
             self.store.start_files(self.job.id, self.attempt_no, indexes, label)
 
         setting = climb[0].prior if climb else Setting(params.cc, params.p, params.pp)
-        engine = Engine(plan_items(files, 0), new_worker, setting,
-                        lambda _, results: self._called(engine, results, rows, urls),
+        items = plan_items(files, self._range_size(module))
+        parts = Parts(Assembly.of(items))
+        if parts.assembly.sizes:
+            self.store.update_result(self.job.id, {"dataset_files_as_ranges": len(
+                parts.assembly.sizes)})
+        engine = Engine(items, new_worker, setting,
+                        lambda _, results: self._called(engine, results, rows, urls, parts),
                         on_take=on_take, meter=self.meter)
         with self._lock:
             if self._stop is not None:
@@ -468,15 +512,49 @@ class DatasetRun:
         except Exception:
             log.exception("job %d: cannot add the flow to the transfer log", self.job.id)
 
+    def _range_size(self, module: TransferModule) -> int:
+        """The range a large file of this pass is sent in (0: whole files): GridFTP ends
+        write ranges in place; a sink takes its bytes in order, and a checksum the job asks
+        for is of whole files."""
+        if not module.writes_ranges or self.sink is not None or self.job.spec.verify_checksum:
+            return 0
+        return range_bytes(self.bdp, self.settings.range_min_mb << 20)
+
     def _called(self, engine: Engine, results: list[ItemResult],
-                rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]]) -> None:
+                rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
+                parts: Parts) -> None:
         """One engine call's files: checked (those not right sent again alone) and committed,
-        as a batch's are; the flow's load brought up to date."""
-        batch = [r.item.file.index for r in results]
+        as a batch's are; the flow's load brought up to date. A call of a byte range: the
+        range kept as landed, its file checked when its last range lands; a range that
+        failed is sent again once, alone, and a second failure is its file's."""
         if self.stopped():
-            self._release(batch)
+            self._release(list(dict.fromkeys(r.item.file.index for r in results)))
             return
-        clean = {r.item.file.index for r in results if r.ok}
+        whole = [r for r in results if not r.item.is_range]
+        batch = [r.item.file.index for r in whole]
+        clean = {r.item.file.index for r in whole if r.ok}
+        failed: list[FileResult] = []
+        for r in results:
+            index = r.item.file.index
+            if not r.item.is_range:
+                continue
+            if r.ok and parts.land(r.item):
+                batch.append(index)
+                clean.add(index)
+            elif r.ok is False and parts.again(r.item):
+                log.info("job %d: range %d+%s of %s failed (%s); sent again", self.job.id,
+                         r.item.offset, r.item.length, urls[index][0], r.failure)
+                engine.add([r.item])
+            elif r.ok is False:
+                failed.append(judge_file(self.job, index, rows[index].failures,
+                                         r.failure or RetryableTransferError(
+                                             f"range {r.item.offset}+{r.item.length} of "
+                                             f"{urls[index][0]} was not sent"),
+                                         self.settings, self.clock()))
+        if failed:
+            self._commit(failed)
+        if not batch:
+            return
         checked = self._check(batch, rows, urls, clean, engine.setting.p)
         if self.stopped():  # stopped during a file sent alone
             done = {r.index for r in checked if r.state is FileState.DONE}

@@ -44,7 +44,8 @@ class GridFtpWorker(ChildWorker):
         length = items[0].length if len(items) == 1 else None
         if length is not None:
             item = items[0]
-            argv = [self.module.executable, "-vb", "-p", str(setting.p)]
+            # -cd: a dataset's file may be the first of its directory to land
+            argv = [self.module.executable, "-vb", "-cd", "-p", str(setting.p)]
             if c.tcp_buffer_bytes:
                 argv += ["-tcp-bs", str(c.tcp_buffer_bytes)]
             if c.block_size_bytes:
