@@ -113,14 +113,16 @@ def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps
 
     server = site_daemon(bed, "b").start()
     try:
-        runs.append(one(profile, workload, "preset", server, bed, src, dest(), "", link_mbps,
-                        TIMEOUT_S if workload == "dataset" else args.preset_timeout))
-        for cc, p, pp in fixed:
+        if "preset" in args.cases:
+            runs.append(one(profile, workload, "preset", server, bed, src, dest(), "",
+                            link_mbps,
+                            TIMEOUT_S if workload == "dataset" else args.preset_timeout))
+        for cc, p, pp in fixed if "fixed" in args.cases else ():
             runs.append(one(profile, workload, f"cc={cc} p={p} pp={pp}", server, bed, src,
                             dest(), f'arguments = "-cc {cc} -p {p} -pp {pp}";', link_mbps))
     finally:
         server.stop()
-    for name in ("yes", "climb"):  # each on a daemon of its own: an empty transfer log
+    for name in [c for c in ("yes", "climb") if c in args.cases]:  # a daemon each: empty log
         server = site_daemon(bed, "b").start()
         try:
             for k in range(1, repeats + 2):
@@ -157,6 +159,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_link_options(parser)
     parser.add_argument("--workloads", default="dataset,file")
+    parser.add_argument("--cases", default="preset,fixed,yes,climb",
+                        help="comma-separated: preset, fixed, yes, climb (all)")
     parser.add_argument("--repeats", type=int, default=2,
                         help="climb runs after the first, each learning from those before")
     parser.add_argument("--file-mb", type=int, default=1024)
@@ -169,6 +173,9 @@ def main() -> int:
     workloads = [w.strip() for w in args.workloads.split(",")]
     if bad := [w for w in workloads if w not in ("dataset", "file")]:
         parser.error(f"unknown workloads {bad}: dataset, file")
+    args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    if bad := [c for c in args.cases if c not in ("preset", "fixed", "yes", "climb")]:
+        parser.error(f"unknown cases {bad}: preset, fixed, yes, climb")
     if args.repeats < 0 or args.file_mb < 1:
         parser.error("--repeats must be 0 or more and --file-mb 1 or more")
     try:

@@ -223,3 +223,21 @@ def test_a_neighbour_the_history_refuses_is_not_tried_on_the_flow() -> None:
     assert Setting(16, 1, 1) not in tried and Setting(4, 1, 1) not in tried
     assert "refused from the history" in changes[0][1].reason
     assert "holding" in changes[0][1].reason
+
+
+def test_the_history_decides_a_neighbour_it_measured_enough() -> None:
+    """A neighbour the history measured over as many windows as a try may take is not tried
+    again: with more streams and no clear gain it is passed over; with fewer streams within
+    5% the flow moves there (the fewer streams win) and measures it on arrival."""
+    s8, s16, s4, s2 = Setting(8, 1, 1), Setting(16, 1, 1), Setting(4, 1, 1), Setting(2, 1, 1)
+    history = {s16: Measured(s16, 153.0, 30.0, 8), s4: Measured(s4, 151.0, 30.0, 8),
+               s2: Measured(s2, 80.0, 5.0, 8)}
+    climb = Climb(s8, LIMITS, axes=("cc",), known=history)
+    changes = run(climb, lambda s, t: 150.0 * min(streams(s), 4) / 4, seconds=60)
+    tried = [c.setting for _, c in changes]
+    assert s16 not in tried and s2 not in tried
+    first = changes[0][1]
+    assert first.setting == s4 and "kept from the history" in first.reason
+    assert "cc=16 p=1 pp=1: 153.0" in first.reason and "refused from the history" in first.reason
+    assert "measured cc=4 p=1 pp=1" in changes[1][1].reason  # on arrival
+    assert climb.holding and climb.current == s4

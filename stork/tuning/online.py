@@ -245,16 +245,22 @@ class Climb:
                 first = True
                 continue
             self._trying = (axis, up, first)
-            known = self.known.get(moved)
-            if known is not None and known.count >= self.windows:
-                verdict, known_why, _ = judge(self.reference, known, min_gain=self.min_gain,
-                                              z=self.z)
-                if verdict is Verdict.REFUSED:
-                    passed.append(f"{moved.label()} refused from the history: {known_why}")
-                    if not (up and first):
-                        self._todo = [(a, u) for a, u in self._todo if a != axis]
-                    first = True
-                    continue
+            verdict, known_why = self._from_history(moved)
+            if verdict is Verdict.REFUSED:
+                passed.append(f"{moved.label()} refused from the history: {known_why}")
+                if not (up and first):
+                    self._todo = [(a, u) for a, u in self._todo if a != axis]
+                first = True
+                continue
+            if verdict is Verdict.KEPT:  # taken on the history's word, measured on arrival
+                self.reference = self.known[moved]
+                self._todo = [(a, u) for a, u in self._todo if a != axis]
+                self._todo.insert(0, (axis, up))
+                self._again, self._trying = True, None
+                if passed:
+                    why += "; " + "; ".join(passed)
+                return self._go(moved, f"{why}; {moved.label()} kept from the history: "
+                                       f"{known_why}; measuring it", figures)
             if passed:
                 why += "; " + "; ".join(passed)
             return self._go(moved, f"{why}; trying {axis} {'up' if up else 'down'}",
@@ -263,6 +269,22 @@ class Climb:
             why += "; " + "; ".join(passed)
         self.holding, self._trying = True, None
         return self._go(ref, f"{why}; holding {ref.label()}", figures, always=True)
+
+    def _from_history(self, setting: Setting) -> tuple[Verdict, str]:
+        """What the path's history says of `setting` against the reference: the verdict of
+        `judge` on its pooled windows (OPEN when it knows too little), and with as many
+        windows as a try may take (`max_windows`) an open one decided as a try's would be
+        (the fewer streams win)."""
+        known = self.known.get(setting)
+        if known is None or known.count < self.windows or self.reference is None:
+            return Verdict.OPEN, ""
+        verdict, why, figures = judge(self.reference, known, min_gain=self.min_gain, z=self.z)
+        if verdict is Verdict.OPEN and known.count >= self.max_windows:
+            fewer = streams(setting) < streams(self.reference.setting)
+            verdict = Verdict.KEPT if fewer and figures["gain"] >= -self.min_gain \
+                else Verdict.REFUSED
+            why += f"; {known.count} windows in the history: the fewer streams win"
+        return verdict, why
 
     def _go(self, setting: Setting, why: str, figures: dict[str, float] | None, *,
             always: bool = False) -> Change | None:
