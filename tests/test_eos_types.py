@@ -116,6 +116,14 @@ def test_the_tuning_layer_stands_below_the_services() -> None:
              "stork.optimizers")
     for module, name in imported("tuning"):
         assert not name.startswith(above), f"stork/tuning/{module} imports {name}"
+    # a module of the layer loads no optimizer it was not asked for (nor scikit-learn)
+    code = ("import sys, stork.server.daemon, stork.tuning.online, stork.tuning.sampling\n"
+            "print('sklearn' in sys.modules, 'stork.tuning.harp' in sys.modules)\n"
+            "from stork.tuning import OPTIMIZERS\n"
+            "print(sorted(OPTIMIZERS), 'stork.tuning.harp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True).stdout.splitlines()
+    assert out == ["False False", "['asm', 'dw', 'dw-interval', 'eos', 'harp'] True"], out
 
 
 def test_eos_modules_import_nothing_from_the_server() -> None:
@@ -128,3 +136,16 @@ def test_eos_modules_import_nothing_from_the_server() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_request_carries_its_token_files_never_a_token() -> None:
+    from stork.transfer.tokens import BearerTokens
+
+    body = {"src_url": "davs://a:1/x", "dest_url": "root://b:2//y",
+            "bearer_token_file": "/home/u/both.tok", "dest_bearer_token_file": "/home/u/d.tok"}
+    request = EstimateRequest.from_json(body)
+    assert request.tokens == BearerTokens("/home/u/both.tok", "/home/u/d.tok")
+    again = EstimateRequest.from_json(request.to_json())
+    assert again.tokens == request.tokens
+    assert EstimateRequest.from_json({"src_url": "ftp://a:1/x", "dest_url": "file:///y"}
+                                     ).tokens is None

@@ -528,3 +528,21 @@ def test_a_discovered_token_file_serves_a_url_list(
     assert kept == []
     for f in files:
         assert md5(tmp_path / "out" / f.name) == md5(f)
+
+
+def test_an_estimation_names_a_token_file_the_caller_may_use(
+        stork_t: StorkServer, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
+        tokens: dict[str, Path], tmp_path: Path) -> None:
+    """An estimation over the API names its token files like a job: another user's file is
+    refused before anything is looked at; with the caller's own, the EOS says plainly that
+    it does not sample an XRootD end (its samples are globus-url-copy's or iperf3's)."""
+    src = served(export, "est.dat", 100_000, seed=21)
+    theirs = issuer.write(tmp_path / "theirs-est.tok", owner=pwd.getpwnam("nobody").pw_uid)
+    body = {"src_url": tx.url("root", src), "dest_url": f"file://{tmp_path}/est.dat"}
+    refused = stork_t.api("POST", "/v1/estimate", json={**body, "bearer_token_file": str(theirs)})
+    assert refused.status_code == 403, refused.text
+    assert "bearer token file" in refused.text and "belongs to uid" in refused.text
+    answer = stork_t.api("POST", "/v1/estimate",
+                         json={**body, "bearer_token_file": str(tokens["all"])})
+    assert answer.status_code != 200
+    assert "an XRootD or WebDAV end is not sampled" in answer.text, answer.text

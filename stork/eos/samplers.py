@@ -43,6 +43,7 @@ from stork.identity import RunAs
 from stork.process import TIMEOUT, Child
 from stork.transfer import destination, verify
 from stork.transfer.base import Range, summarize_error
+from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds
 from stork.tuning.sampling import Sample
 from stork.urls import parse_url
@@ -493,6 +494,11 @@ def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
     if kind == "iperf3":
         return Iperf3Sampler(parse_url(dest_url).host or "127.0.0.1", iperf_port, seconds,
                              tcp_buffer_bytes=tcp_buffer_bytes, run_as=run_as)
+    for url in (src_url, dest_url):
+        if parse_url(url).scheme in GFAL_SCHEMES:
+            raise SamplingError(f"{url}: the EOS samples with globus-url-copy (ftp://, "
+                                f"gsiftp://, file:// ends) or iperf3 (EOS_SAMPLER = iperf3); "
+                                f"an XRootD or WebDAV end is not sampled")
     if in_place_size is not None:
         return InPlaceSampler(src_url, dest_url, sample_bytes, in_place_size,
                               globus_url_copy=globus_url_copy, tcp_buffer_bytes=tcp_buffer_bytes,

@@ -593,8 +593,10 @@ class EosService:
 
 
 def _ends(request: EstimateRequest) -> RemoteEnds:
-    """The source as the request's owner sees it, with the job's proxy."""
-    return RemoteEnds(x509proxy=request.x509proxy, run_as=request.run_as)
+    """The ends as the request's owner sees them, with the job's proxy and token files."""
+    return RemoteEnds(x509proxy=request.x509proxy, run_as=request.run_as,
+                      tokens=request.tokens, src_url=request.src_url,
+                      dest_url=request.dest_url)
 
 
 def _dw_samples(measure: Measure, s: Settings) -> tuple[list[Sample], Probing]:

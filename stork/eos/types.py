@@ -13,6 +13,7 @@ from typing import Any
 from stork.identity import RunAs
 from stork.transfer.base import Range
 from stork.transfer.options import TransferOptions, parse_arguments
+from stork.transfer.tokens import BearerTokens
 from stork.urls import parse_url
 
 
@@ -33,6 +34,9 @@ class EstimateRequest:
     # by the daemon for its own EOS only; never read from JSON, so no API caller can ask an
     # EOS to write into a destination)
     in_place: bool = field(default=False, compare=False)
+    # the job's bearer token files, one per end (`stork.transfer.tokens`): the ends are
+    # looked at with them (files only: a token's value never travels in a request)
+    tokens: BearerTokens | None = field(default=None, compare=False)
 
     @property
     def options(self) -> TransferOptions:
@@ -52,7 +56,9 @@ class EstimateRequest:
         return {"src_url": self.src_url, "dest_url": self.dest_url, "arguments": self.arguments,
                 "size": self.size_bytes, "use_history": self.use_history,
                 "x509proxy": self.x509proxy, "queued_since": self.queued_since,
-                "transfer": self.transfer}
+                "transfer": self.transfer,
+                **({"src_bearer_token_file": self.tokens.src,
+                    "dest_bearer_token_file": self.tokens.dest} if self.tokens else {})}
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> EstimateRequest:
@@ -63,7 +69,10 @@ class EstimateRequest:
                       str(body["x509proxy"]) if body.get("x509proxy") else None,
                       queued_since=(float(body["queued_since"])
                                     if body.get("queued_since") is not None else None),
-                      transfer=bool(body.get("transfer")))
+                      transfer=bool(body.get("transfer")),
+                      tokens=BearerTokens.of(*(str(body[k]) if body.get(k) else None for k in (
+                          "bearer_token_file", "src_bearer_token_file",
+                          "dest_bearer_token_file"))))
         parse_url(request.src_url)
         parse_url(request.dest_url)
         parse_arguments(request.arguments)

@@ -46,7 +46,8 @@ class EstimationRunner:
         try:
             request = EstimateRequest(spec.src_url, spec.dest_url, spec.arguments,
                                       spec.size_bytes, spec.use_history, spec.x509proxy,
-                                      RunAs.for_owner(job.owner_uid))
+                                      RunAs.for_owner(job.owner_uid),
+                                      tokens=spec.bearer_tokens)
             result = self.estimator_for(spec).estimate(request)
         except Exception as exc:  # noqa: BLE001 - the sampler's or remote EOS's message fails the job
             self.store.finish_attempt(job.id, job.attempts, self.clock(), Transition(

@@ -86,7 +86,7 @@ def request_for(plan: Plan) -> EstimateRequest:
     return EstimateRequest(plan.src_url, plan.dest_url, spec.arguments, spec.size_bytes,
                            spec.use_history, spec.x509proxy, plan.run_as,
                            queued_since=plan.job.submitted_at, transfer=True,
-                           in_place=plan.module.writes_ranges)
+                           in_place=plan.module.writes_ranges, tokens=spec.bearer_tokens)
 
 
 class _NotSampled(Exception):

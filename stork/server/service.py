@@ -378,6 +378,9 @@ class Service:
         problem = proxy_problem(request.x509proxy, caller)
         if problem is not None:
             raise PermissionDenied(f"x509proxy: {problem}")
+        for path in request.tokens.files() if request.tokens else ():
+            if (problem := token_problem(path, caller)) is not None:
+                raise PermissionDenied(f"bearer token file: {problem}")
         run_as = RunAs.for_owner(caller.uid)
         check_local_ends(request.src_url, request.dest_url, caller, run_as, allow_local=True)
         request = dataclasses.replace(request, run_as=run_as)

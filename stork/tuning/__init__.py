@@ -6,48 +6,32 @@ attribute `optimization` and `EOS_OPTIMIZER` name one of either."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from stork.errors import ConfigError
-from stork.tuning.asm import AsmOptimizer
-from stork.tuning.base import (
-    DatasetDescription,
-    Decision,
-    Limits,
-    Optimizer,
-    Probe,
-    ProbeResult,
-)
-from stork.tuning.dw import DwIntervalOptimizer, DwOptimizer
-from stork.tuning.harp import HarpOptimizer
-from stork.tuning.online import Climb
-from stork.tuning.streams import StreamsOptimizer
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stork.config import Settings
+    from stork.tuning.base import (
+        DatasetDescription,
+        Decision,
+        Limits,
+        Optimizer,
+        Probe,
+        ProbeResult,
+    )
+    from stork.tuning.registry import CONTROLLERS, OPTIMIZERS, get
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {
-    HarpOptimizer.name: HarpOptimizer,
-    StreamsOptimizer.name: StreamsOptimizer,
-    AsmOptimizer.name: AsmOptimizer,
-    DwOptimizer.name: DwOptimizer,
-    DwIntervalOptimizer.name: DwIntervalOptimizer,
-}
-
-# controllers of a running flow (`stork.tuning.online`): not an `Optimizer`, they are
-# stepped on the engine's measurements (`stork.server.flow_tuning`)
-CONTROLLERS: dict[str, type[Climb]] = {Climb.name: Climb}
+# what the package gives by name, from the module that holds it; loaded when first asked
+# for, so that a module of the layer (the EOS's sampling rules, a controller) does not load
+# every optimizer and scikit-learn with it
+_BASE = ("DatasetDescription", "Decision", "Limits", "Optimizer", "Probe", "ProbeResult")
+_FROM = {"CONTROLLERS": "registry", "OPTIMIZERS": "registry", "get": "registry",
+         **dict.fromkeys(_BASE, "base")}
 
 
-def get(name: str, settings: Settings | None = None) -> Optimizer:
-    """A new optimizer by its name (with its knobs from `settings`, when given); ConfigError
-    naming the known ones otherwise."""
-    try:
-        kind = OPTIMIZERS[name.lower()]
-    except KeyError:
-        raise ConfigError(f"unknown optimizer {name!r}: known are "
-                          f"{', '.join(sorted(OPTIMIZERS))}") from None
-    return kind() if settings is None else kind.from_settings(settings)
+def __getattr__(name: str) -> Any:
+    if name not in _FROM:
+        raise AttributeError(f"module 'stork.tuning' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"stork.tuning.{_FROM[name]}"), name)
 
 
 __all__ = ["CONTROLLERS", "OPTIMIZERS", "DatasetDescription", "Decision", "Limits", "Optimizer",
