@@ -17,10 +17,11 @@ Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 
 2. Per method (`optimization = "asm"`, `"harp"`, `"climb"`, none: the defaults per size
    class), a fresh stork_server inside site b (`STORK_LINK_MBPS` = the link's rate) is given
    that history (`stork_history import`, then `stork_history analyze`) and runs one dataset
-   job over the whole dataset, site a -> site b. Background traffic follows --schedule, `START_S:PERCENT`
-   pairs counted from the job's submission: iperf3 (`-C cubic`, --bg-streams streams paced
-   to PERCENT of the link rate in all, `-b` per stream) from site a to site b through the
-   same emulated link, one iperf3 client per loaded phase, the last one until the job ends.
+   job over the whole dataset, site a -> site b. Background traffic follows --schedule,
+   `START_S:PERCENT` pairs counted from the job's submission: iperf3 (`-C cubic`,
+   --bg-streams streams paced to PERCENT of the link rate in all, `-b` per stream) from site
+   a to site b through the same emulated link, one iperf3 client per loaded phase, the last
+   one until the job ends.
 3. Sampled every --interval seconds: the bytes at the destination (allocated blocks of the
    destination's files: data as it arrives, between the batches' commits) and the job's
    `bytes_done` from the API; iperf3's own one-second reports for the background. The

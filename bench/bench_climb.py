@@ -35,6 +35,7 @@ Needs root, /dev/net/tun and `ip netns`.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -84,7 +85,10 @@ def one(profile: str, workload: str, case: str, server: StorkServer, bed: Testbe
         timeout_s: float = TIMEOUT_S) -> Run:
     dest.mkdir(parents=True, exist_ok=True)
     target = f"{dest}/" if src.endswith("/") else str(dest / "file.dat")
-    summary = job(server, bed, src, target, extra, timeout_s)
+    try:
+        summary = job(server, bed, src, target, extra, timeout_s)
+    finally:  # a run's copy is not kept: a few 4 GiB copies fill a disk
+        shutil.rmtree(dest, ignore_errors=True)
     seconds = (summary["finished_at"] or time.time()) - summary["submitted_at"]
     result = summary.get("result") or {}
     tuning = next((v for k, v in result.items() if k.startswith("optimizer_")), None)
