@@ -437,14 +437,11 @@ class DatasetRun:
     def _climb(self, chunk: Chunk, files: list[FileWork],
                params: Params) -> tuple[Climb, str]:
         """The chunk's controller, its prior from the path's history."""
-        src, dest = (parse_url(u).host or "localhost" for u in (files[0].src_url,
-                                                                 files[0].dest_url))
-        rtt = RTT_UNKNOWN_S if self.rtt_s is None else self.rtt_s
+        src, dest = files[0].src_url, files[0].dest_url
         return climb_for(self.store.transfers(limit=HISTORY_ROWS),
-                         Setting(params.cc, params.p, params.pp), src_host=src, dest_host=dest,
-                         cls=chunk.size_class, bdp_bytes=self.settings.link_mbps * 1e6 / 8 * rtt,
-                         load=self.known_load(files[0].src_url, files[0].dest_url),
-                         items=len(files))
+                         Setting(params.cc, params.p, params.pp), src_url=src, dest_url=dest,
+                         cls=chunk.size_class, bdp_bytes=self.bdp,
+                         load=self.known_load(src, dest), items=len(files))
 
     def _run_engine(self, module: TransferModule, files: list[FileWork], params: Params,
                     rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],

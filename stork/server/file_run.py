@@ -46,7 +46,6 @@ from stork.transfer.base import Progress, TransferModule, TransferRequest
 from stork.transfer.remote import RemoteEnds
 from stork.transfer.worker import FileWork, Item, ItemResult, Setting, Worker, WorkerContext
 from stork.translog import TransferRecord
-from stork.urls import parse_url
 
 log = logging.getLogger(__name__)
 
@@ -213,15 +212,14 @@ class FileRun:
 
         climb = None
         if self._history is not None:
-            src, dest = (parse_url(u).host or "localhost" for u in (self.request.src_url,
-                                                                     self.request.dest_url))
+            bdp = self._bdp()
             preset = setting  # the job's own -p / -cc; without them the large-file preset
             if options.streams is None and options.concurrency is None:
-                p = default_params(SizeClass.LARGE, range_size, self._bdp())
+                p = default_params(SizeClass.LARGE, range_size, bdp)
                 preset = Setting(p.cc, p.p, p.pp)
-            climb = climb_for(self._history(), preset, src_host=src, dest_host=dest,
-                              cls=SizeClass.LARGE, bdp_bytes=self._bdp(), load=0,
-                              items=len(items))
+            climb = climb_for(self._history(), preset, src_url=self.request.src_url,
+                              dest_url=self.request.dest_url, cls=SizeClass.LARGE,
+                              bdp_bytes=bdp, load=0, items=len(items))
             setting = climb[0].prior
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._landed(engine, assembly, results),

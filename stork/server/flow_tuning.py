@@ -30,6 +30,7 @@ from stork.engine import Engine
 from stork.engine.flow import Stretch, Window
 from stork.job import JobSpec
 from stork.transfer.worker import Setting
+from stork.urls import parse_url
 
 if TYPE_CHECKING:  # the optimizers load scikit-learn: only jobs that are tuned need them
     from stork.dataset.chunks import SizeClass
@@ -51,17 +52,19 @@ def tunes_online(spec: JobSpec, settings: Settings) -> bool:
     return spec.optimization and name in ONLINE_OPTIMIZERS and settings.engine == "flow"
 
 
-def climb_for(history: Iterable[TransferRecord], preset: Setting, *, src_host: str,
-              dest_host: str, cls: SizeClass, bdp_bytes: float, load: int,
+def climb_for(history: Iterable[TransferRecord], preset: Setting, *, src_url: str,
+              dest_url: str, cls: SizeClass, bdp_bytes: float, load: int,
               items: int) -> tuple[Climb, str]:
-    """The controller of a flow of `items` items of size class `cls` on a path: its prior
-    from the transfer log (else `preset`), and why. Small files climb on cc alone (more
-    streams per small file buy nothing); the others on cc, then p."""
+    """The controller of a flow of `items` items of size class `cls` on the path between
+    the hosts of `src_url` and `dest_url`: its prior from the transfer log (else `preset`),
+    and why. Small files climb on cc alone (more streams per small file buy nothing); the
+    others on cc, then p."""
     from stork.dataset.chunks import SizeClass
     from stork.server.tuning import tuning_limits
     from stork.tuning.online import Climb, measured_from_history, prior_from_history
 
     limits = tuning_limits().at_most_cc(items)
+    src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
                                   bdp_bytes=bdp_bytes, load=load, limits=limits)
     prior, why = prior_from_history(known, preset)
