@@ -60,7 +60,7 @@ def submit(daemon: StorkServer, bed: Testbed, src: Path, dest: Path, *,
 
 def test_a_dataset_is_tuned_while_it_moves_and_the_next_starts_from_what_it_learned(
         bed: Testbed, daemon: StorkServer) -> None:
-    src, dest = dataset(bed, "first", 2000, 256 * KIB)
+    src, dest = dataset(bed, "first", 3000, 256 * KIB)
     job = submit(daemon, bed, src, dest)
     for path in sorted(src.iterdir()):
         assert md5(dest / path.name) == md5(path), path.name
