@@ -291,6 +291,56 @@ def test_a_dataset_of_a_killed_node_resumes_on_another_without_resending_done_fi
     assert passes[0] == ("nodeA", "interrupted") and passes[-1] == ("nodeB", "completed")
 
 
+@pytest.mark.parametrize("dataset", [True, False], ids=["dataset", "single-file"])
+def test_ranges_of_a_killed_node_are_not_sent_again_by_the_node_taking_over(
+        postgres: PostgresCluster, gridftp: GridFtpServer, gridftp_root: Path,
+        tmp_path: Path, dataset: bool) -> None:
+    """Node A sends a 26 MiB file (a dataset's, or a single-file job's) as 4 MiB ranges and
+    dies (kill -9) with two landed and two in flight; node B, taking the job over when A's
+    lease ends, sends the ranges that were in flight and the rest, never the two that had
+    landed."""
+    from stork.server.kept_ranges import KEY
+    from tests.test_eos_partial import invocations
+    from tests.test_file_ranges import MB, holding_guc, offsets
+
+    url = postgres.new_database()
+    src = gridftp_root / f"ds-ranges-{tmp_path.name}"
+    src.mkdir()
+    make_file(src / "big.dat", 26 * MB, seed=44)
+    out, calls, hold = tmp_path / "out", tmp_path / "calls.log", tmp_path / "hold"
+    hold.touch()
+    knobs = {"STORK_RANGE_MIN_MB": "4", "STORK_LINK_MBPS": "10",
+             "STORK_GLOBUS_URL_COPY": str(holding_guc(tmp_path, calls, hold))}
+    a, b = node(tmp_path, "nodeA", url, **knobs), node(tmp_path, "nodeB", url, **knobs)
+
+    def landed() -> list[list[int]]:
+        result = a.job(job_id)["job"]["result"]
+        if not dataset:
+            return result.get("ranges_landed") or []
+        files = result.get(KEY, {}).get("files", {})
+        return next(iter(files.values()))["landed"] if files else []
+
+    out.mkdir()
+    with running(a):
+        [job_id] = a.submit(f"""[ dap_type = transfer; arguments = "-cc 2 -p 1";
+          src_url = "{gridftp.url(src)}/{'' if dataset else 'big.dat'}";
+          dest_url = "file://{out}/{'' if dataset else 'big.dat'}" ]""")
+        wait_for(lambda: calls.exists() and len(invocations(calls)) == 4
+                 and landed() == [[0, 8 * MB]], 60,
+                 what="two ranges landed and two held in flight")
+        a.kill9()
+    hold.unlink()
+    first = len(invocations(calls))
+    with running(b):  # node A stays dead: B takes the job over when A's lease ends
+        job = b.wait_state(job_id, timeout_s=120)
+    assert job["state"] == "COMPLETED" and job["bytes_done"] == 26 * MB, job
+    assert offsets(invocations(calls)[first:]) == list(range(8 * MB, 26 * MB, 4 * MB))
+    assert md5(out / "big.dat") == md5(src / "big.dat")
+    passes = query(url, "SELECT node, outcome FROM attempts WHERE job_id = %s ORDER BY number",
+                   (job_id,))
+    assert passes[0] == ("nodeA", "interrupted") and passes[-1] == ("nodeB", "completed")
+
+
 def test_stork_rm_on_one_node_stops_the_attempt_running_on_another(
         postgres: PostgresCluster, tmp_path: Path) -> None:
     url = postgres.new_database()

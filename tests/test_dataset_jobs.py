@@ -366,6 +366,60 @@ exec {real_guc()} "$@"
     assert files["always.dat"]["state"] == "FAILED"
     assert "injected failure" in files["always.dat"]["last_error"]
     assert files["once.dat"]["state"] == "DONE" and files["once.dat"]["attempts"] == 1
+    assert not (out / "always.dat").exists()  # the ranges it wrote were removed
     del made["always.dat"]
     for rel, data in made.items():
         assert (out / rel).read_bytes() == data, rel
+
+
+def test_kill_9_mid_ranges_of_a_dataset_resends_only_the_ranges_in_flight(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """A dataset's 26 MiB file as 4 MiB ranges, two in flight (held) when the daemon is
+    killed: after the restart the two ranges that had landed are not sent again, the two
+    that were in flight are, and the file ends whole beside the small ones."""
+    from stork.server.kept_ranges import KEY
+    from stork.store import SqliteStore
+    from tests.test_file_ranges import MB, holding_guc, offsets
+
+    src = gridftp_root / "ds-range-kill"
+    made = make_tree(src, 3, 10_000)
+    big = hashlib.sha256(b"kill").digest() * (26 * MB // 32)
+    (src / "big.dat").write_bytes(big)
+    made["big.dat"] = big
+    out, calls, hold = tmp_path / "out", tmp_path / "calls.log", tmp_path / "hold"
+    hold.touch()
+    server = StorkServer(tmp_path / "s", {"STORK_RANGE_MIN_MB": "4", "STORK_LINK_MBPS": "10",
+                                          "STORK_GLOBUS_URL_COPY":
+                                          str(holding_guc(tmp_path, calls, hold))}).start()
+
+    def ranged() -> list[list[str]]:
+        return [r for r in invocations(calls) if "-partial-offset" in r] \
+            if calls.exists() else []
+
+    try:
+        [job_id] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 2 -p 1";
+          src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
+        wait_for(lambda: len(ranged()) == 4 and server.job(job_id)["job"]["result"].get(
+            KEY, {}).get("files", {}) != {} and next(iter(server.job(job_id)["job"]["result"][
+                KEY]["files"].values()))["landed"] == [[0, 8 * MB]], 60,
+                 what="two ranges landed and two held in flight")
+        server.kill9()
+        store = SqliteStore(str(server.state / "stork.db"))
+        try:
+            [kept] = store.get(job_id).result[KEY]["files"].values()
+        finally:
+            store.close()
+        assert kept["landed"] == [[0, 8 * MB]]
+        hold.unlink()
+        first = len(ranged())
+        server.start()
+        job = server.wait_state(job_id, timeout_s=120)
+        assert job["state"] == "COMPLETED", job
+        assert (job["files_done"], job["files_failed"]) == (4, 0)
+        again = ranged()[first:]
+        # the ranges in flight (8 and 12 MiB) are sent again, the landed ones never
+        assert offsets(again) == list(range(8 * MB, 26 * MB, 4 * MB))
+        assert job["result"][KEY]["files"] == {}
+        assert_same(made, out)
+    finally:
+        server.stop()

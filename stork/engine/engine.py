@@ -110,6 +110,15 @@ class Engine:
             if self._started:
                 self._fill()
 
+    def withdraw(self, unwanted: Callable[[Item], bool]) -> list[Item]:
+        """Take back the queued items `unwanted` names (a failed file's other ranges);
+        returns them. Calls in flight are not touched."""
+        with self._lock:
+            gone = [i for i in self._queue if unwanted(i)]
+            if gone:
+                self._queue = deque(i for i in self._queue if not unwanted(i))
+            return gone
+
     def run(self) -> None:
         """Move every item; returns when the queue is empty and no call is in flight, or
         when stopped."""

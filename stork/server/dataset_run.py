@@ -7,7 +7,10 @@ The attempt (a *pass*) runs on its own thread:
    gsiftp), and its files stored.
 2. Files left *in doubt* by a daemon that died while they were being sent are looked at
    before anything is resent: a destination of the source's size whose MD5 matches the
-   source's is done; anything else is sent again (from the start: never left short).
+   source's is done; anything else is sent again (from the start: never left short). A
+   large file whose ranges an earlier pass kept on the job (`stork.server.kept_ranges`,
+   after a kill -9 or on the node that took the job over) sends only the ranges that had
+   not landed, when its destination is still the file they landed in.
 3. The due files (PENDING, retry time come) are split into chunks by size class
    (`stork.dataset.chunks`); chunks run at the same time, each through the transfer engine
    (`stork.engine`: `cc` workers of the files' module, each taking its next call the moment
@@ -17,7 +20,8 @@ The attempt (a *pass*) runs on its own thread:
    STORK_RANGE_MIN_MB) with GridFTP ends is sent as byte ranges written in place, unless
    the destination is a sink or the job asks for checksums (of whole files): it is checked
    when its last range lands, and a range that fails is sent again once, alone, a second
-   failure being its file's. With a probing optimizer, or STORK_ENGINE = batch, a chunk is
+   failure being its file's (its queued ranges withdrawn; FAILED, its partial destination
+   removed as its claim allows once none of its ranges is in flight). With a probing optimizer, or STORK_ENGINE = batch, a chunk is
    a sequence of globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp]
    [-fast] -f -`; gfal2's `GfalModule.list_command` for the others).
 4. After each call (or run) its files are checked: a destination of the source's size
@@ -42,6 +46,7 @@ from its files.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -72,6 +77,7 @@ from stork.server.file_run import RANGE_RETRIES
 from stork.server.flow_report import FlowReport, stretch_records
 from stork.server.flow_tuning import HISTORY_ROWS, FlowTuner, climb_for, tunes_online
 from stork.server.judge import DatasetOutcome, judge_file
+from stork.server.kept_ranges import KeptRanges, worth_keeping
 from stork.server.runner import StopReason
 from stork.store.base import FileResult, JobStore
 from stork.transfer import destination, verify
@@ -182,32 +188,56 @@ def dest_sizes(urls: list[str], run_as: RunAs | None,
     return sizes
 
 
+def of_file(index: int, item: Item) -> bool:
+    return item.file.index == index
+
+
 def _unquoted(url: str, directory: str) -> str:
     return directory + unquote(url[len(directory):])
 
 
 @dataclass
 class Parts:
-    """The byte ranges of a pass's large files: what landed, and what was sent again (the
-    engine's workers answer on their own threads)."""
+    """The byte ranges of an engine's large files: what landed (kept on the job as it
+    lands), what was sent again, and the files judged in this pass (the engine's workers
+    answer on their own threads)."""
 
     assembly: Assembly
+    kept: KeptRanges
+    items: list[Item]
     retried: dict[tuple[int, int], int] = field(default_factory=dict)
+    judged: set[int] = field(default_factory=set)  # their other ranges are not sent
+    failed: dict[int, destination.Destination] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def land(self, item: Item) -> bool:
         """Record a landed range; True when its file is now whole."""
+        index = item.file.index
         with self.lock:
-            return self.assembly.land(item)
+            whole = self.assembly.land(item)
+            self.kept.land(index, self.assembly.spans(index), whole)
+            return whole
 
-    def again(self, item: Item) -> bool:
-        """Whether a failed range is sent again (once; then its file has failed)."""
-        key = (item.file.index, item.offset)
+    def after_failure(self, item: Item) -> str:
+        """What follows a failed range: "again" (sent again, once, alone), "judge" (a second
+        failure: its file is judged, now and only once), "" (its file was already judged:
+        its other ranges' answers change nothing)."""
+        key, index = (item.file.index, item.offset), item.file.index
         with self.lock:
-            if self.retried.get(key, 0) >= RANGE_RETRIES:
-                return False
-            self.retried[key] = self.retried.get(key, 0) + 1
-            return True
+            if index in self.judged:
+                return ""
+            if self.retried.get(key, 0) < RANGE_RETRIES:
+                self.retried[key] = self.retried.get(key, 0) + 1
+                return "again"
+            self.judged.add(index)
+            return "judge"
+
+    def fail(self, index: int) -> None:
+        """A file FAILED on its ranges: its partial destination is removed once nothing of
+        it is in flight (`claims`, when the engine has ended)."""
+        if (kept := self.kept.get(index)) is not None:
+            with self.lock:
+                self.failed[index] = kept.claim
 
 
 class DatasetRun:
@@ -237,6 +267,8 @@ class DatasetRun:
         self._sharing = sharing or (lambda src, dest: 0)
         self.rtt_s: float | None = None
         self.bdp = 0.0  # the path's bandwidth-delay product at the pass's start
+        # what of its large files earlier passes landed as ranges (kept on the job)
+        self.kept = KeptRanges.of(job.result, lambda d: store.update_result(job.id, d))
         # a dataset into a device or a FIFO: every file goes into it (`_sink`, each pass)
         self.sink: destination.Destination | None = None
         self._running_chunks = 0  # chunks of this pass running now (they share the path)
@@ -330,7 +362,9 @@ class DatasetRun:
         rows = {r.index: r for r in self.store.files(job.id, [FileState.PENDING])
                 if r.next_attempt_at <= now}
         self.sink = self._sink()
-        settled = self._settle_in_doubt([r for r in rows.values() if r.in_doubt])
+        resumed = self._resumed(rows)
+        settled = self._settle_in_doubt([r for r in rows.values()
+                                         if r.in_doubt and r.index not in resumed])
         for index in settled:
             rows.pop(index)
         if not rows:
@@ -467,11 +501,8 @@ class DatasetRun:
             self.store.start_files(self.job.id, self.attempt_no, indexes, label)
 
         setting = climb[0].prior if climb else Setting(params.cc, params.p, params.pp)
-        items = plan_items(files, self._range_size(module))
-        parts = Parts(Assembly.of(items))
-        if parts.assembly.sizes:
-            self.store.update_result(self.job.id, {"dataset_files_as_ranges": len(
-                parts.assembly.sizes)})
+        parts = self._parts(files, module)
+        items = parts.items
         engine = Engine(items, new_worker, setting,
                         lambda _, results: self._called(engine, results, rows, urls, parts),
                         on_take=on_take, meter=self.meter)
@@ -489,7 +520,25 @@ class DatasetRun:
                 tuner.stop()
             with self._lock:
                 self._engines.discard(engine)
+            for claim in parts.failed.values():  # nothing of theirs is in flight now
+                self._remove_partial(claim)
             self._log_flow(engine, files, tuner)
+
+    def _parts(self, files: list[FileWork], module: TransferModule) -> Parts:
+        """The engine's items (the ranges an earlier pass kept left out) and their record;
+        each file newly sent as ranges claimed first (`destination.claim`), so that only
+        what its ranges wrote is removed if it fails for good."""
+        landed = self.kept.landed()
+        items = plan_items(files, self._range_size(module), landed)
+        parts = Parts(Assembly.of(items, landed), self.kept, items)
+        fresh = {i.file.index: i.file.dest_url for i in items
+                 if i.is_range and i.file.index not in landed}
+        self.kept.claim({index: destination.claim(url, self.run_as)
+                         for index, url in fresh.items()})
+        if parts.assembly.sizes:
+            self.store.update_result(self.job.id, {"dataset_files_as_ranges": len(
+                parts.assembly.sizes)})
+        return parts
 
     def _log_flow(self, engine: Engine, files: list[FileWork],
                   tuner: FlowTuner | None = None) -> None:
@@ -515,7 +564,37 @@ class DatasetRun:
         for is of whole files."""
         if not module.writes_ranges or self.sink is not None or self.job.spec.verify_checksum:
             return 0
-        return range_bytes(self.bdp, self.settings.range_min_mb << 20)
+        return self.kept.choose_size(range_bytes(self.bdp, self.settings.range_min_mb << 20))
+
+    def _resumed(self, rows: dict[int, DatasetFileRow]) -> set[int]:
+        """The due files whose ranges an earlier pass (this node's before a kill -9, or a
+        dead node's) kept and which still stand at the destination: only the rest of them
+        is sent. The others' records are dropped: they are looked at (in doubt) or sent
+        whole."""
+        resumed, stale = set(), []
+        for index, spans in self.kept.landed().items():
+            kept, row = self.kept.get(index), rows.get(index)
+            if row is None or kept is None:
+                continue
+            dest = self.file_urls(row, row.attempts + 1)[1]
+            if (kept.claim.url == dest and self._same_file(kept.claim)
+                    and worth_keeping(kept, self._size(dest), row.size_bytes)):
+                resumed.add(index)
+                log.info("job %d: %d bytes of %s landed as ranges in an earlier pass: kept, "
+                         "the rest is sent", self.job.id, sum(e - s for s, e in spans), dest)
+            else:
+                stale.append(index)
+        self.kept.drop(stale)
+        return resumed
+
+    def _same_file(self, claim: destination.Destination) -> bool:
+        """Whether the file a claim names still stands at its URL: a local one by its device
+        and inode (as the owner), an FTP server's by its ``Unique`` fact. Other remote ends
+        cannot name a file; there the destination's size speaks (`worth_keeping`)."""
+        if claim.file is None:
+            return True
+        found = destination.look(claim.url, self.run_as).file
+        return found is not None and found.key == claim.file.key
 
     def _called(self, engine: Engine, results: list[ItemResult],
                 rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
@@ -538,16 +617,20 @@ class DatasetRun:
             if r.ok and parts.land(r.item):
                 batch.append(index)
                 clean.add(index)
-            elif r.ok is False and parts.again(r.item):
+            elif r.ok is False and (then := parts.after_failure(r.item)) == "again":
                 log.info("job %d: range %d+%s of %s failed (%s); sent again", self.job.id,
                          r.item.offset, r.item.length, urls[index][0], r.failure)
                 engine.add([r.item])
-            elif r.ok is False:
-                failed.append(judge_file(self.job, index, rows[index].failures,
-                                         r.failure or RetryableTransferError(
-                                             f"range {r.item.offset}+{r.item.length} of "
-                                             f"{urls[index][0]} was not sent"),
-                                         self.settings, self.clock()))
+            elif r.ok is False and then == "judge":
+                verdict = judge_file(self.job, index, rows[index].failures,
+                                     r.failure or RetryableTransferError(
+                                         f"range {r.item.offset}+{r.item.length} of "
+                                         f"{urls[index][0]} was not sent"),
+                                     self.settings, self.clock())
+                engine.withdraw(functools.partial(of_file, index))
+                if verdict.state is FileState.FAILED:
+                    parts.fail(index)
+                failed.append(verdict)
         if failed:
             self._commit(failed)
         if not batch:
@@ -843,6 +926,8 @@ class DatasetRun:
                                     [FileResult(i, FileState.PENDING) for i in indexes])
 
     def _commit(self, results: list[FileResult]) -> None:
+        self.kept.drop([r.index for r in results
+                        if r.state in (FileState.DONE, FileState.FAILED)])
         elapsed = max(time.monotonic() - self.start_time, 1e-6)
         rate = round(self._moved * 8 / 1e6 / elapsed, 3)
         self.store.finish_files(self.job.id, self.attempt_no, results, rate_mbps=rate)
