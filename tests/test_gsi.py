@@ -22,6 +22,7 @@ from tests.support import (
     make_file,
     md5,
     removed_after,
+    wait_for,
 )
 from tests.test_api import as_user
 
@@ -291,3 +292,42 @@ def test_gsiftp_into_a_device_and_a_fifo_keeps_them(
     assert stork_gsi.job(ids[0])["job"]["result"]["source_checksum"] == f"md5:{md5(src)}"
     assert null.intact() and pipe.intact()
     assert reader.result() == (src.stat().st_size, md5(src))
+
+
+def test_kill_9_mid_ranges_to_a_gsiftp_destination_sends_again_only_those_in_flight(
+        test_ca: TestCa, site_a: GsiGridFtpServer, site_b: GsiGridFtpServer, proxy: Path,
+        area: Path, tmp_path: Path) -> None:
+    """A 26 MiB file sent third party over gsiftp as 4 MiB ranges, two landed and two in
+    flight when the daemon is killed: a gsiftp end cannot name the file it holds, so its
+    size (at least the landed spans' end) is what keeps them; after the restart only the
+    ranges in flight and the rest are sent."""
+    from tests.test_eos_partial import invocations
+    from tests.test_file_ranges import holding_guc, offsets
+
+    src = make_file(area / "gsi-ranges-src.dat", 26 * MB, seed=46)
+    out = area / "out-ranges"
+    out.mkdir()
+    calls, hold = tmp_path / "calls.log", tmp_path / "hold"
+    hold.touch()
+    server = StorkServer(tmp_path / "s", {"STORK_RANGE_MIN_MB": "4", "STORK_GLOBUS_URL_COPY":
+                                          str(holding_guc(tmp_path, calls, hold))},
+                         env={"X509_CERT_DIR": str(test_ca.trust)})
+    with removed_after(tmp_path / "s"):
+        try:
+            server.start()
+            [job_id] = server.submit(f"""[ dap_type = transfer; x509proxy = "{proxy}";
+                arguments = "-cc 2 -p 1"; src_url = "{site_a.url(src)}";
+                dest_url = "{site_b.url(out / 'ranges.dat')}" ]""")
+            wait_for(lambda: calls.exists() and len(invocations(calls)) == 4 and server.job(
+                job_id)["job"]["result"].get("ranges_landed") == [[0, 8 * MB]], 60,
+                     what="two ranges landed and two held in flight")
+            server.kill9()
+            hold.unlink()
+            first = len(invocations(calls))
+            server.start()
+            job = server.wait_state(job_id, timeout_s=120)
+            assert job["state"] == "COMPLETED", job
+            assert offsets(invocations(calls)[first:]) == list(range(8 * MB, 26 * MB, 4 * MB))
+            assert md5(out / "ranges.dat") == md5(src)
+        finally:
+            server.stop()

@@ -59,6 +59,13 @@ def covered(spans: Sequence[Span], start: int, end: int) -> bool:
     return any(s <= start and end <= e for s, e in spans)
 
 
+def holds(spans: Sequence[Span], size_now: int | None) -> bool:
+    """Whether a destination now `size_now` bytes long (None: not there, or not known) can
+    still hold the merged `spans` landed in it: ranges written in place leave a file as long
+    as its furthest range at least; a shorter one was truncated or replaced since."""
+    return bool(spans) and size_now is not None and size_now >= spans[-1][1]
+
+
 def plan_items(files: Iterable[FileWork], range_size: int,
                landed: Mapping[int, Sequence[Span]] | None = None) -> list[Item]:
     """Every file's items in the files' order, less the ranges that `landed` (spans per

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from stork.config import LiveSettings, Settings
-from stork.engine.items import Span
+from stork.engine.items import Span, holds
 from stork.errors import (
     BearerTokenError,
     ChecksumMismatch,
@@ -610,7 +611,8 @@ class Attempts:
                 url = urls_for_attempt(job, job.attempts)[1]
                 claim = destination.stored_claim(job.result, url)
                 landed = landed_of(job.result)[0]
-                if landed and still_there(claim, job.owner_uid):
+                if landed and still_there(claim, job.owner_uid, landed,
+                                          functools.partial(owner_ends, job, url)):
                     log.info("job %d: %d bytes of %s landed as ranges: kept, the next "
                              "attempt sends the rest", job.id, sum(e - s for s, e in landed),
                              url)
@@ -643,18 +645,44 @@ def resumable(plan: Plan) -> tuple[tuple[Span, ...], int | None]:
     if not landed:
         return (), None
     claim = destination.stored_claim(plan.job.result, plan.dest_url)
-    if plan.destination is None or claim.file is None or plan.destination.file is None \
+    if claim.file is None:  # an end that cannot name a file: its size speaks
+        if not holds(landed, dest_size(plan.dest_url, plan.ends)):
+            return (), None
+    elif plan.destination is None or plan.destination.file is None \
             or plan.destination.file.key != claim.file.key:
         return (), None
     return tuple(landed), range_size
 
 
-def still_there(claim: Destination, owner_uid: int) -> bool:
+def dest_size(url: str, ends: RemoteEnds) -> int | None:
+    """A destination's size as the job's owner sees it (None: not there, or no answer)."""
+    try:
+        return verify.size_of(url, ends)
+    except verify.VerifyError:
+        return None
+
+
+def owner_ends(job: Job, dest_url: str) -> RemoteEnds:
+    """Remote ends as the job's owner, with its proxy and tokens (out of an attempt: crash
+    recovery). IdentityError when the owner is no user here."""
+    run_as = RunAs.for_owner(job.owner_uid)
+    return RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as,
+                      tokens=job.spec.bearer_tokens, src_url=job.spec.src_url,
+                      dest_url=dest_url)
+
+
+def still_there(claim: Destination, owner_uid: int, landed: Sequence[Span] = (),
+                ends: Callable[[], RemoteEnds] | None = None) -> bool:
     """Whether the file a stored claim names still stands at its URL (the same file: a local
     one by its device and inode, looked at as its owner; on an FTP server by its `Unique`
-    fact): ranges that landed in it are worth keeping."""
+    fact): ranges that landed in it are worth keeping. A claim that names no file (gsiftp,
+    root and davs ends cannot) stands while the destination, asked through `ends`, is long
+    enough to hold the `landed` spans (`holds`)."""
     if claim.file is None:
-        return False
+        try:
+            return ends is not None and holds(landed, dest_size(claim.url, ends()))
+        except IdentityError:
+            return False
     try:
         found = destination.look(claim.url, RunAs.for_owner(owner_uid))
     except StorkError:
@@ -744,12 +772,10 @@ def remove_partial(job: Job, dest: Destination) -> None:
     (`destination.remove`), with the rights of the job's owner (a remote end with the
     job's proxy)."""
     try:
-        run_as = RunAs.for_owner(job.owner_uid)
+        ends = owner_ends(job, dest.url)
     except IdentityError:
         return
-    done = destination.remove(dest, run_as, RemoteEnds(
-        x509proxy=job.spec.x509proxy, run_as=run_as, tokens=job.spec.bearer_tokens,
-        src_url=job.spec.src_url, dest_url=dest.url))
+    done = destination.remove(dest, ends.run_as, ends)
     log.info("job %d: %s", job.id, done)
 
 

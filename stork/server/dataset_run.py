@@ -21,9 +21,10 @@ The attempt (a *pass*) runs on its own thread:
    the destination is a sink or the job asks for checksums (of whole files): it is checked
    when its last range lands, and a range that fails is sent again once, alone, a second
    failure being its file's (its queued ranges withdrawn; FAILED, its partial destination
-   removed as its claim allows once none of its ranges is in flight). With a probing optimizer, or STORK_ENGINE = batch, a chunk is
-   a sequence of globus-url-copy runs over batches of its files (`-c -cd -cc -p [-pp]
-   [-fast] -f -`; gfal2's `GfalModule.list_command` for the others).
+   removed as its claim allows once none of its ranges is in flight). With a probing
+   optimizer, or STORK_ENGINE = batch, a chunk is a sequence of globus-url-copy runs over
+   batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`; gfal2's
+   `GfalModule.list_command` for the others).
 4. After each call (or run) its files are checked: a destination of the source's size
    is done (sizes from the listing; destinations stat'ed, or listed once per directory on
    FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy;

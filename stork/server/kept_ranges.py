@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stork.engine.items import Span, covered, merged
+from stork.engine.items import Span, covered, holds, merged
 from stork.transfer.destination import Destination
 
 KEY = "dataset_ranges"
@@ -64,11 +64,9 @@ def worth_keeping(kept: KeptFile, size_now: int | None, file_size: int | None) -
     is at least as long as the last landed byte (written in place, a destination is as long
     as its furthest range; shorter, it was truncated or replaced). Whether it is the very
     file claimed (a local file's device and inode) is `destination`'s to say."""
-    if not kept.landed or size_now is None or file_size is None:
+    if file_size is None or covered(list(kept.landed), 0, file_size):
         return False
-    if covered(list(kept.landed), 0, file_size):
-        return False
-    return size_now >= kept.landed[-1][1]
+    return holds(kept.landed, size_now)
 
 
 class KeptRanges:
