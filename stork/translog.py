@@ -98,6 +98,7 @@ class TransferRecord:
     # a stretch of a flow (one setting and load): the standard deviation of its 1-second
     # windows' rates, Mbit/s; None for a row that is not one (a single file, an import)
     spread_mbps: float | None = None
+    job_id: int | None = None  # the Stork job that moved it (None: an import, or older rows)
 
     @property
     def params(self) -> Params:

@@ -5,7 +5,7 @@ Used by tests/test_crash.py (a short run in `make test`) and bench/bench_crash.p
 transfers, 20 kills). Checks at the end:
 * every job COMPLETED, with exactly one `completed` event;
 * every destination file has its source's MD5;
-* no history row (per job) and no attempt or event row is duplicated;
+* no transfer log row (per job) and no attempt or event row is duplicated;
 * each job's user log has at most one termination event (005);
 * no globus-url-copy process of the run is left.
 """
@@ -104,8 +104,9 @@ def run_crash(workdir: Path, jobs: int = 200, kills: int = 20, seed: int = 1,
             report.problems.append(f"{log} has {terminations} termination events")
     db = sqlite3.connect(f"file:{server.state / 'stork.db'}?mode=ro", uri=True)
     for what, sql in (
-            ("history rows per job", ("SELECT job_id, COUNT(*) FROM history WHERE kind = "
-                                      "'transfer' GROUP BY job_id HAVING COUNT(*) > 1")),
+            ("transfer log rows per job", ("SELECT job_id, COUNT(*) FROM transfers WHERE "
+                                           "job_id IS NOT NULL GROUP BY job_id "
+                                           "HAVING COUNT(*) > 1")),
             ("completed events per job", ("SELECT job_id, COUNT(*) FROM events WHERE kind = "
                                           "'completed' GROUP BY job_id HAVING COUNT(*) > 1")),
             ("attempt rows", ("SELECT job_id, number, COUNT(*) FROM attempts "

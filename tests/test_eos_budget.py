@@ -19,6 +19,7 @@ from stork.eos.types import EstimateRequest
 from stork.errors import EosError
 from stork.store import SqliteStore
 from stork.store.base import HistoryEntry
+from stork.translog import TransferRecord
 from stork.tuning.sampling import Sample
 from tests.support import GridFtpServer, StorkServer, make_file, md5
 
@@ -156,8 +157,11 @@ def test_the_history_predicts_the_transfer_time_and_answers_small_ones(tmp_path:
     assert first.estimated_time_s == pytest.approx(100 * MB * 8 / 1e9, rel=1e-3)
     # a finished transfer at 5 Mbit/s: the same 100 MiB takes 168 s, 16.8 s of sampling fit
     # (one sample is expected to take EOS_SAMPLE_TIME, 5 s: two fit)
-    store.add_history(HistoryEntry(time.time(), "10.9.9.1:2811", "10.9.9.2:2811", "",
-                                   "transfer", 3, 5.0, 10 * MB, 16.0, job_id=7))
+    store.add_transfers([TransferRecord(
+        time=time.time(), src_host="10.9.9.1", dest_host="10.9.9.2", rtt_s=None,
+        bandwidth_bps=None, buffer_bytes=None, file_size_bytes=10 * MB, file_count=1, cc=1, p=3,
+        pp=1, fast=False, bytes_moved=10 * MB, duration_s=16.0, throughput_mbps=5.0,
+        job_id=7)])
     sampled = eos.estimate(small)
     assert sampled.optimization_source == "sampled" and curve.calls
     assert "the pair's best transfer in the history (3 streams)" in sampled.optimization_reason

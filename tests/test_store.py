@@ -48,7 +48,7 @@ def locker(tmp_path: Path, store: SqliteStore) -> Iterator[sqlite3.Connection]:
 def test_wal_mode_and_schema_version(tmp_path: Path, store: SqliteStore) -> None:
     db = sqlite3.connect(tmp_path / "q.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 5
     db.execute("UPDATE schema_version SET version = 99")
     db.commit()
     db.close()
@@ -77,11 +77,11 @@ def test_a_version_1_database_is_migrated_and_keeps_its_jobs(tmp_path: Path,
     finally:
         again.close()
     db = sqlite3.connect(tmp_path / "q.db")
-    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 4
+    assert db.execute("SELECT version FROM schema_version").fetchone()[0] == 5
     db.close()
 
 
-def test_a_version_3_transfer_log_keeps_its_rows_and_gains_the_spread(
+def test_a_version_3_transfer_log_keeps_its_rows_and_gains_the_spread_and_the_job(
         tmp_path: Path, store: SqliteStore) -> None:
     old = TransferRecord(time=1.0, src_host="a", dest_host="b", rtt_s=0.04, bandwidth_bps=2e8,
                          buffer_bytes=None, file_size_bytes=1e6, file_count=3, cc=2, p=4, pp=1,
@@ -89,16 +89,17 @@ def test_a_version_3_transfer_log_keeps_its_rows_and_gains_the_spread(
                          throughput_mbps=24.0)
     store.add_transfers([old])
     store.close()
-    db = sqlite3.connect(tmp_path / "q.db")  # back to version 3: no spread column
+    db = sqlite3.connect(tmp_path / "q.db")  # back to version 3: no spread, no job column
     db.execute("ALTER TABLE transfers DROP COLUMN spread_mbps")
+    db.execute("ALTER TABLE transfers DROP COLUMN job_id")
     db.execute("UPDATE schema_version SET version = 3")
     db.commit()
     db.close()
     again = SqliteStore(str(tmp_path / "q.db"))
     try:
         assert again.transfers() == [old]
-        again.add_transfers([dataclasses.replace(old, time=2.0, spread_mbps=3.5)])
-        assert [r.spread_mbps for r in again.transfers()] == [3.5, None]
+        again.add_transfers([dataclasses.replace(old, time=2.0, spread_mbps=3.5, job_id=9)])
+        assert [(r.spread_mbps, r.job_id) for r in again.transfers()] == [(3.5, 9), (None, None)]
     finally:
         again.close()
 

@@ -86,7 +86,7 @@ def test_an_unknown_schema_version_is_refused_and_a_restart_keeps_the_jobs(url: 
         PostgresStore(url, node="a")
 
 
-def test_a_version_1_database_gains_the_transfer_logs_spread_and_keeps_its_rows(url: str) -> None:
+def test_a_version_1_database_gains_the_spread_and_the_job_and_keeps_its_rows(url: str) -> None:
     first = PostgresStore(url, node="a")
     old = TransferRecord(time=1.0, src_host="a", dest_host="b", rtt_s=None, bandwidth_bps=None,
                          buffer_bytes=None, file_size_bytes=1e6, file_count=1, cc=1, p=1, pp=1,
@@ -95,16 +95,17 @@ def test_a_version_1_database_gains_the_transfer_logs_spread_and_keeps_its_rows(
     first.close()
     with psycopg.connect(url, autocommit=True) as db:  # back to version 1
         db.execute("ALTER TABLE transfers DROP COLUMN spread_mbps")
+        db.execute("ALTER TABLE transfers DROP COLUMN job_id")
         db.execute("UPDATE schema_version SET version = 1")
     again = PostgresStore(url, node="a")
     try:
         assert again.transfers() == [old]
-        again.add_transfers([dataclasses.replace(old, time=2.0, spread_mbps=1.5)])
-        assert [r.spread_mbps for r in again.transfers()] == [1.5, None]
+        again.add_transfers([dataclasses.replace(old, time=2.0, spread_mbps=1.5, job_id=4)])
+        assert [(r.spread_mbps, r.job_id) for r in again.transfers()] == [(1.5, 4), (None, None)]
     finally:
         again.close()
     with psycopg.connect(url, autocommit=True) as db:
-        assert db.execute("SELECT version FROM schema_version").fetchone() == (2,)
+        assert db.execute("SELECT version FROM schema_version").fetchone() == (3,)
 
 
 def test_of_racing_nodes_exactly_one_claims_a_job(nodes: tuple[PostgresStore, PostgresStore]

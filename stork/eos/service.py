@@ -10,8 +10,9 @@ equal task in its row, applied to the optimizations of jobs waiting in the queue
 The sampling budget: when the size of what a transfer job moves is known (its source's,
 else its `size`), sampling may take at most EOS_SAMPLING_BUDGET of the transfer's predicted
 time. Before any sample that time is the size
-at the best rate the history holds for the host pair (a finished transfer's achieved rate or
-an optimization's measured optimum, within EOS_HISTORY_TTL), else at STORK_LINK_MBPS, the
+at the best rate the history holds for the host pair (a finished transfer's achieved rate in
+the transfer log, the one table of finished transfers, or an optimization's measured
+optimum, within EOS_HISTORY_TTL), else at STORK_LINK_MBPS, the
 path's nominal bandwidth: the fastest the transfer could go. Once samples have run it is the
 size at the best rate they measured (what the transfer will at least reach): a slow path
 allows more sampling, a fast one less. What a transfer's samples completed in its
@@ -61,6 +62,7 @@ from stork.store.base import HistoryEntry, JobStore
 from stork.transfer import verify
 from stork.transfer.base import Range
 from stork.transfer.remote import RemoteEnds
+from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.probing import Probing, powers_of_two, window_search
 from stork.tuning.sampling import (
     HISTORY_RUNS,
@@ -72,8 +74,11 @@ from stork.tuning.sampling import (
     doubling,
     guided,
 )
+from stork.urls import parse_url
 
 log = logging.getLogger(__name__)
+
+TRANSFER_ROWS = 200  # the newest transfer log rows of a pair (each way) the EOS reads
 
 
 @dataclass(frozen=True)
@@ -294,14 +299,17 @@ class EosService:
         s = self.settings
         if self.store is not None:
             src, dest = request.hosts()
-            rows = [r for r in self.store.history(src, dest, symmetric=s.eos_symmetric_pairs,
-                                                  since=self.clock() - s.eos_history_ttl_s,
-                                                  limit=20)
-                    if r.throughput_mbps > 0]
-            if rows:
-                best = max(rows, key=lambda r: r.throughput_mbps)
-                return best.throughput_mbps, (f"the pair's best {best.kind} in the history "
-                                              f"({best.streams} streams)")
+            found: list[tuple[float, str, int]] = [
+                (r.throughput_mbps, "optimization", r.streams)
+                for r in self.store.history(src, dest, symmetric=s.eos_symmetric_pairs,
+                                            kind="optimization",
+                                            since=self.clock() - s.eos_history_ttl_s, limit=20)
+                if r.throughput_mbps > 0]
+            found += [(r.throughput_mbps, "transfer", r.streams)
+                      for r in self._transfers(request)]
+            if found:
+                rate, kind, streams = max(found)
+                return rate, f"the pair's best {kind} in the history ({streams} streams)"
         return s.link_mbps, "STORK_LINK_MBPS: no history for the pair"
 
     def _budgeted(self, sampler: Sampler, budget: Limit, taken: list[Sample]) -> Measure:
@@ -348,21 +356,36 @@ class EosService:
         fastest = self._fastest_transfer(request)
         if fastest is not None:
             streams, model, source = fastest.streams, "best_transfer", Source.HISTORY
-            note = (f"{why}; the pair's fastest transfer in the history (job "
-                    f"{fastest.job_id}, {fastest.throughput_mbps:.4g} Mbit/s)")
+            whose = "an imported row" if fastest.job_id is None else f"job {fastest.job_id}"
+            note = (f"{why}; the pair's fastest transfer in the history ({whose}, "
+                    f"{fastest.throughput_mbps:.4g} Mbit/s)")
         decision = Decision(streams, budget.rate_mbps, model, note, {})
         return self._answer(request, Optimization((), decision, 0.0, "none", source, note),
                             from_history=source == Source.HISTORY, shared=False)
 
-    def _fastest_transfer(self, request: EstimateRequest) -> HistoryEntry | None:
+    def _fastest_transfer(self, request: EstimateRequest) -> TransferRecord | None:
+        """The pair's fastest single-file transfer in the transfer log (`_transfers`)."""
+        return max((r for r in self._transfers(request) if r.file_count == 1),
+                   key=lambda r: r.throughput_mbps, default=None)
+
+    def _transfers(self, request: EstimateRequest) -> list[TransferRecord]:
+        """The pair's finished transfers within EOS_HISTORY_TTL, from the transfer log (the
+        one table every optimizer learns from; the daemon writes each finished transfer
+        there, and only there): between the two hosts, either way with
+        EOS_SYMMETRIC_PAIRS, at the request's TCP buffer (of the options that make a task,
+        the one the log records), each having moved data."""
         if self.store is None:
-            return None
+            return []
         s = self.settings
-        src, dest = request.hosts()
-        rows = self.store.history(src, dest, symmetric=s.eos_symmetric_pairs,
-                                  arguments=request.triple_arguments, kind="transfer",
-                                  since=self.clock() - s.eos_history_ttl_s, limit=20)
-        return max(rows, key=lambda r: r.throughput_mbps, default=None)
+        src, dest = (parse_url(url).host or "localhost"
+                     for url in (request.src_url, request.dest_url))
+        since = self.clock() - s.eos_history_ttl_s
+        rows = self.store.transfers(src, dest, since=since, limit=TRANSFER_ROWS)
+        if s.eos_symmetric_pairs and src != dest:
+            rows += self.store.transfers(dest, src, since=since, limit=TRANSFER_ROWS)
+        buffer = request.options.tcp_buffer_bytes
+        return [r for r in rows if r.outcome == COMPLETED and r.throughput_mbps > 0
+                and r.buffer_bytes == buffer]
 
     def task_for(self, request: EstimateRequest) -> Task:
         """The request as a matrix task <source host, destination host, options>. Without
@@ -574,19 +597,6 @@ class EosService:
             steady_throughput_mbps=result.estimated_throughput_mbps,
             estimated_time_s=round(seconds, 3),
             estimated_throughput_mbps=round(size * 8 / 1e6 / seconds, 3))
-
-    def record_transfer(self, src_url: str, dest_url: str, arguments: str, streams: int,
-                        bytes_moved: int, duration_s: float, job_id: int) -> None:
-        """Remember what a finished transfer really achieved."""
-        if self.store is None or duration_s <= 0:
-            return
-        request = EstimateRequest(src_url, dest_url, arguments)
-        src, dest = request.hosts()
-        self.store.add_history(HistoryEntry(
-            time=self.clock(), src_host=src, dest_host=dest,
-            arguments=request.triple_arguments, kind="transfer", streams=streams,
-            throughput_mbps=bytes_moved * 8 / 1e6 / duration_s, bytes_moved=bytes_moved,
-            duration_s=duration_s, job_id=job_id))
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -73,7 +73,6 @@ log = logging.getLogger(__name__)
 VERIFY_REASK_S = 2.0  # an end that did not answer the verification is asked once more
 
 # a finished transfer for the EOS history: (src, dest, arguments, streams, bytes, seconds, job)
-RecordTransfer = Callable[[str, str, str, int, int, float, int], None]
 # the dispatcher's hook: (job id, when to try again or None), after the attempt's end
 OnEnd = Callable[[int, float | None], None]
 
@@ -214,13 +213,11 @@ class Attempts:
     """The attempts running now, keyed by job id."""
 
     def __init__(self, store: JobStore, settings: Settings | LiveSettings, on_end: OnEnd,
-                 clock: Callable[[], float] = time.time,
-                 record_transfer: RecordTransfer | None = None) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self._live = LiveSettings.of(settings)
         self.clock = clock
         self._on_end = on_end
-        self._record_transfer = record_transfer
         self._rtts = PathRtts()  # the transfer log's RTTs, each path measured every few minutes
         self._running: dict[int, _Running] = {}
         self._lock = threading.Lock()
@@ -488,13 +485,6 @@ class Attempts:
         kept_tokens.release(self.settings.state_dir, done)
         if verdict.history is not None and log_transfer:
             self._log_transfer(job, verdict.history, now, src_url, dest_url)
-        if verdict.history is not None and self._record_transfer is not None:
-            h = verdict.history
-            try:
-                self._record_transfer(src_url, dest_url, job.spec.arguments, h.streams,
-                                      h.bytes_moved, h.duration_s, job.id)
-            except Exception:
-                log.exception("job %d: cannot record the transfer in the history", job.id)
         return verdict.retry_at
 
     def _log_transfer(self, job: Job, h: HistoryRecord, now: float, src_url: str,
@@ -512,7 +502,7 @@ class Attempts:
             file_count=1, cc=1, p=h.streams, pp=1, fast=False, bytes_moved=moved,
             duration_s=h.duration_s,
             throughput_mbps=round(moved * 8 / 1e6 / h.duration_s, 3) if h.duration_s else 0.0,
-            sharing=self.sharing(job.id, src_url, dest_url))
+            sharing=self.sharing(job.id, src_url, dest_url), job_id=job.id)
         try:
             self.store.add_transfers([record])
         except Exception:

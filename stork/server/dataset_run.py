@@ -553,7 +553,8 @@ class DatasetRun:
             now_mono=now, now_wall=self.clock(),
             src_url=files[0].src_url, dest_url=files[0].dest_url, rtt_s=self.rtt_s,
             link_mbps=self.settings.link_mbps, buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
-            file_bytes=sum(known) / len(known) if known else 0.0, fast=self.settings.dataset_fast)
+            file_bytes=sum(known) / len(known) if known else 0.0, fast=self.settings.dataset_fast,
+            job_id=self.job.id)
         try:
             self.store.add_transfers(records)
         except Exception:
@@ -776,7 +777,7 @@ class DatasetRun:
             fast=self.settings.dataset_fast, bytes_moved=moved, duration_s=round(duration_s, 6),
             throughput_mbps=round(moved * 8 / 1e6 / duration_s, 3) if duration_s > 0 else 0.0,
             sharing=max(sharing, 0),
-            outcome=COMPLETED if len(done) == len(batch) else "partial")
+            outcome=COMPLETED if len(done) == len(batch) else "partial", job_id=self.job.id)
         try:
             self.store.add_transfers([record])
         except Exception:

@@ -52,8 +52,7 @@ class Dispatcher:
         self._live = LiveSettings.of(settings)
         self.admission = Admission(self._live)
         self.optimizations = Optimizations(store, estimator_for, clock)
-        self.attempts = Attempts(store, self._live, self._attempt_ended, clock,
-                                 eos.record_transfer if eos is not None else None)
+        self.attempts = Attempts(store, self._live, self._attempt_ended, clock)
         self._tick_lock = threading.Lock()
         self._tick_again = False
         self._wake = threading.Event()

@@ -268,7 +268,7 @@ class FileRun:
             src_url=self.request.src_url, dest_url=self.request.dest_url, rtt_s=self._rtt_s(),
             link_mbps=self.settings.link_mbps,
             buffer_bytes=self.request.options.tcp_buffer_bytes, file_bytes=float(size),
-            fast=False)
+            fast=False, job_id=self.job_id)
         try:
             self._add_transfers(records)
             self.logged_flow = True

@@ -28,8 +28,8 @@ EVERY_S = 2.0
 
 def stretch_records(stretches: Iterable[Stretch], *, now_mono: float, now_wall: float,
                     src_url: str, dest_url: str, rtt_s: float | None, link_mbps: float,
-                    buffer_bytes: int | None, file_bytes: float, fast: bool
-                    ) -> list[TransferRecord]:
+                    buffer_bytes: int | None, file_bytes: float, fast: bool,
+                    job_id: int | None = None) -> list[TransferRecord]:
     """An engine's flow as transfer log rows (what optimizers learn from): one per stretch
     at one setting and load (`Flow.stretches`, or what a tuner measured), its mean rate and
     the spread of its windows; `file_bytes` is the mean size of the items' files."""
@@ -48,7 +48,8 @@ def stretch_records(stretches: Iterable[Stretch], *, now_mono: float, now_wall: 
             cc=s.cc, p=s.p, pp=s.pp, fast=fast, bytes_moved=int(stretch.bytes),
             duration_s=round(stretch.seconds, 6), throughput_mbps=round(stretch.mean_mbps, 3),
             sharing=stretch.load,
-            spread_mbps=round(stretch.stdev_mbps, 3) if stretch.windows > 1 else None))
+            spread_mbps=round(stretch.stdev_mbps, 3) if stretch.windows > 1 else None,
+            job_id=job_id))
     return records
 
 

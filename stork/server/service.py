@@ -321,16 +321,34 @@ class Service:
                 "mbps": kept.get("mbps", [])}
 
     def history(self, src: str, dest: str, limit: int) -> dict[str, Any]:
-        """Stored optimizations and transfers between two hosts (or URLs), newest first."""
-        def host(text: str) -> str:
+        """The EOS's optimizations between two hosts (or URLs) and the finished transfers
+        the transfer log holds between them, newest first, in one shape."""
+        def end(text: str) -> str:
             try:
                 return parse_url(text).endpoint if "://" in text else text
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
 
+        def host(text: str) -> str:  # the transfer log names hosts, without ports
+            try:
+                return parse_url(text if "://" in text else f"ftp://{text}/_").host \
+                    or "localhost"
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+
         symmetric = self.eos.settings.eos_symmetric_pairs if self.eos else True
-        rows = self.store.history(host(src), host(dest), symmetric=symmetric, limit=limit)
-        return {"symmetric": symmetric, "history": [asdict(r) for r in rows]}
+        rows = [asdict(r) for r in self.store.history(
+            end(src), end(dest), symmetric=symmetric, kind="optimization", limit=limit)]
+        pairs = {(host(src), host(dest))} | ({(host(dest), host(src))} if symmetric else set())
+        for a, b in pairs:
+            rows += [{"time": t.time, "src_host": t.src_host, "dest_host": t.dest_host,
+                      "arguments": "", "kind": "transfer", "streams": t.streams,
+                      "throughput_mbps": t.throughput_mbps, "bytes_moved": t.bytes_moved,
+                      "duration_s": t.duration_s, "model": "", "samples": [],
+                      "job_id": t.job_id}
+                     for t in self.store.transfers(a, b, limit=limit)]
+        rows.sort(key=lambda r: r["time"], reverse=True)
+        return {"symmetric": symmetric, "history": rows[:limit]}
 
     def transfers(self, src: str | None, dest: str | None, since: float,
                   limit: int | None) -> dict[str, Any]:

@@ -113,7 +113,9 @@ class FileResult:
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    """One remembered result for a host pair: an optimization or a finished transfer."""
+    """One EOS optimization for a host pair (its samples and decision). Finished transfers
+    are the transfer log's (`TransferRecord`); rows of kind "transfer" here are only those
+    an older Stork wrote."""
 
     time: float
     src_host: str

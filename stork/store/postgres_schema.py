@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from stork.store import tables
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = (
     tables.SCHEMA_VERSION_TABLE,
@@ -27,6 +27,7 @@ SCHEMA = (
     *tables.files_tables(tables.POSTGRES),
     *tables.transfers_tables(tables.POSTGRES),
     tables.transfers_spread(tables.POSTGRES),
+    tables.transfers_job(tables.POSTGRES),
     """CREATE TABLE nodes (
         name TEXT PRIMARY KEY,
         pid INTEGER NOT NULL,
@@ -38,4 +39,5 @@ SCHEMA = (
 # version N -> N + 1
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (tables.transfers_spread(tables.POSTGRES),),  # 1 -> 2: a flow stretch's spread
+    2: (tables.transfers_job(tables.POSTGRES),),  # 2 -> 3: the job of a transfer log row
 }

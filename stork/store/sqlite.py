@@ -35,7 +35,7 @@ from stork.store.base import (
 from stork.store.sqlite_db import GcPause, SqliteDatabase, transient_cause
 from stork.translog import TransferRecord
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 FILES_SCHEMA = tables.files_tables(tables.SQLITE, suffix=" WITHOUT ROWID")
 TRANSFERS_SCHEMA = tables.transfers_tables(tables.SQLITE)
@@ -50,6 +50,7 @@ SCHEMA = (
     *FILES_SCHEMA,
     *TRANSFERS_SCHEMA,
     tables.transfers_spread(tables.SQLITE),
+    tables.transfers_job(tables.SQLITE),
 )
 
 # Version 1 -> 2: datasets (the jobs' file counters and the files table).
@@ -61,6 +62,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         *FILES_SCHEMA),
     2: TRANSFERS_SCHEMA,  # 2 -> 3: the transfer log
     3: (tables.transfers_spread(tables.SQLITE),),  # 3 -> 4: a flow stretch's spread
+    4: (tables.transfers_job(tables.SQLITE),),  # 4 -> 5: the job of a transfer log row
 }
 
 _gc_paused = GcPause()

@@ -169,6 +169,13 @@ def transfers_spread(d: Dialect) -> str:
     return f"ALTER TABLE transfers ADD COLUMN spread_mbps {d.real}"
 
 
+def transfers_job(d: Dialect) -> str:
+    """The transfer log's job column (added after the table, like the spread): the job whose
+    transfer the row is, so that one table holds every finished transfer, the EOS's history
+    of transfers included."""
+    return f"ALTER TABLE transfers ADD COLUMN job_id {d.bigint}"
+
+
 # -- creating and migrating --------------------------------------------------------------------
 
 class _Cursor(Protocol):
