@@ -110,6 +110,9 @@ OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval", "climb")
 # those of them that are controllers of a running flow (`stork.tuning.online`): a job
 # that names one is tuned while it moves on the engine (`stork.server.flow_tuning`)
 ONLINE_OPTIMIZERS = ("climb",)
+# EOS_SAMPLING's choices: `stork.tuning.strategies.STRATEGIES` (kept here as names, as the
+# optimizers' are: a test checks they match)
+SAMPLING_NAMES = ("guided", "doubling", "dw")
 
 
 def _parse_size_knob(text: str) -> int:
@@ -281,7 +284,7 @@ KNOBS: tuple[Knob, ...] = (
          "may name one instead: optimization = \"harp\"). climb tunes the running flow "
          "instead of probing before it (STORK_ENGINE flow; a single file may name it too, "
          "its ranges then tuned as they move)."),
-    Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice("guided", "doubling", "dw"),
+    Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice(*SAMPLING_NAMES),
          LIVE,
          "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "
          "than the fit's error), doubling (Algorithm 2) or dw (d-w probing from "

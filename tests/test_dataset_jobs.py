@@ -287,11 +287,13 @@ def test_chunks_of_two_size_classes_are_tuned_side_by_side_and_sent_once(
 
 
 def test_optimizer_names_read_without_scikit_learn_match_the_registry() -> None:
-    from stork.config import ONLINE_OPTIMIZERS, OPTIMIZER_NAMES
+    from stork.config import ONLINE_OPTIMIZERS, OPTIMIZER_NAMES, SAMPLING_NAMES
     from stork.tuning import CONTROLLERS, OPTIMIZERS
+    from stork.tuning.strategies import STRATEGIES
 
     assert set(OPTIMIZER_NAMES) == set(OPTIMIZERS) | set(CONTROLLERS)
     assert set(ONLINE_OPTIMIZERS) == set(CONTROLLERS)
+    assert set(SAMPLING_NAMES) == set(STRATEGIES)
 
 
 def test_a_datasets_large_file_goes_as_ranges_beside_its_small_files(

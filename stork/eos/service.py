@@ -63,7 +63,7 @@ from stork.transfer import verify
 from stork.transfer.base import Range
 from stork.transfer.remote import RemoteEnds
 from stork.translog import COMPLETED, TransferRecord
-from stork.tuning.probing import Probing, powers_of_two, window_search
+from stork.tuning.probing import Probing
 from stork.tuning.sampling import (
     HISTORY_RUNS,
     Decision,
@@ -71,9 +71,8 @@ from stork.tuning.sampling import (
     Measure,
     Sample,
     decide,
-    doubling,
-    guided,
 )
+from stork.tuning.strategies import STRATEGIES, SamplingLimits
 from stork.urls import parse_url
 
 log = logging.getLogger(__name__)
@@ -454,16 +453,13 @@ class EosService:
         source, note = Source.SAMPLED, ""
         path = self._path_history(request) if request.use_history else None
         probed: Probing | None = None
+        strategy = STRATEGIES[s.eos_sampling]
+        limits = SamplingLimits(s.eos_max_streams, s.eos_tolerance, s.eos_max_samples,
+                        s.eos_slope_threshold, s.dw_depth, s.dw_width)
         try:
-            if s.eos_sampling == "doubling":
-                samples = doubling(measure, s.eos_max_streams, s.eos_slope_threshold)
-            elif s.eos_sampling == "dw":
-                samples, probed = _dw_samples(measure, s)
-            else:
-                samples = guided(measure, s.eos_max_streams, s.eos_tolerance, s.eos_max_samples,
-                                 history=path,
-                                 first=s.eos_default_streams if isinstance(budget, Budget)
-                                 else None)
+            sampled = strategy(measure, limits, path,
+                               s.eos_default_streams if isinstance(budget, Budget) else None)
+            samples, probed = sampled.samples, sampled.probed
         except BudgetSpent as spent:
             samples, source, note = taken, Source.BUDGET, str(spent)
         except BaseException:
@@ -607,16 +603,3 @@ def _ends(request: EstimateRequest) -> RemoteEnds:
     return RemoteEnds(x509proxy=request.x509proxy, run_as=request.run_as,
                       tokens=request.tokens, src_url=request.src_url,
                       dest_url=request.dest_url)
-
-
-def _dw_samples(measure: Measure, s: Settings) -> tuple[list[Sample], Probing]:
-    """EOS_SAMPLING = dw: d-w probing (`stork.tuning.probing.window_search`, DW_DEPTH and
-    DW_WIDTH) over the powers of two up to EOS_MAX_STREAMS; every measurement is a sample."""
-    samples: list[Sample] = []
-
-    def once(n: int) -> float:
-        samples.append(measure(n))
-        return samples[-1].mbps
-
-    levels = powers_of_two(range(1, s.eos_max_streams + 1), s.eos_max_streams)
-    return samples, window_search(once, levels, s.dw_depth, s.dw_width)
