@@ -106,10 +106,11 @@ def _parse_choice(*choices: str) -> Callable[[str], str]:
 
 # The names of stork.tuning.OPTIMIZERS (a test keeps them equal): listed here so that
 # reading the configuration or a submit file does not import scikit-learn.
-OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval", "climb")
+OPTIMIZER_NAMES = ("harp", "eos", "asm", "dw", "dw-interval", "climb", "harp-climb",
+                   "asm-climb")
 # those of them that are controllers of a running flow (`stork.tuning.online`): a job
 # that names one is tuned while it moves on the engine (`stork.server.flow_tuning`)
-ONLINE_OPTIMIZERS = ("climb",)
+ONLINE_OPTIMIZERS = ("climb", "harp-climb", "asm-climb")
 # EOS_SAMPLING's choices: `stork.tuning.strategies.STRATEGIES` (kept here as names, as the
 # optimizers' are: a test checks they match)
 SAMPLING_NAMES = ("guided", "doubling", "dw")

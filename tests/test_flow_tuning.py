@@ -49,10 +49,10 @@ def dataset(bed: Testbed, name: str, count: int, size: int) -> tuple[Path, Path]
 
 
 def submit(daemon: StorkServer, bed: Testbed, src: Path, dest: Path, *,
-           slash: str = "/") -> dict[str, Any]:
+           slash: str = "/", optimizer: str = "climb") -> dict[str, Any]:
     [job_id] = daemon.submit(f'[ dap_type = transfer; src_url = "{bed.url("a", src)}{slash}"; '
                              f'dest_url = "{bed.url("b", dest)}{slash}"; '
-                             f'optimization = "climb"; ]\n')
+                             f'optimization = "{optimizer}"; ]\n')
     job: dict[str, Any] = daemon.wait_state(job_id, timeout_s=240)
     assert job["state"] == "COMPLETED", job
     return job
@@ -81,6 +81,15 @@ def test_a_dataset_is_tuned_while_it_moves_and_the_next_starts_from_what_it_lear
     src2, dest2 = dataset(bed, "second", 120, 256 * KIB)
     second = submit(daemon, bed, src2, dest2)
     assert "history" in second["result"]["optimizer_small"]["prior_reason"]
+
+    # harp-climb: the prior is HARP's choice from the same log, no probe sent
+    src3, dest3 = dataset(bed, "third", 120, 256 * KIB)
+    third = submit(daemon, bed, src3, dest3, optimizer="harp-climb")
+    tuning = third["result"]["optimizer_small"]
+    assert tuning["optimizer"] == "harp-climb", tuning
+    assert tuning["prior_reason"].startswith("harp's choice from the transfer log: "), tuning
+    files = daemon.api("GET", f"/v1/jobs/{third['id']}/files").json()["files"]
+    assert len(files) == 120 and all(f["attempts"] == 1 for f in files)
 
 
 def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,

@@ -20,6 +20,7 @@ from stork.tuning.online import (
     measured_from_history,
     pooled,
     prior_from_history,
+    prior_from_optimizer,
     streams,
 )
 
@@ -241,3 +242,21 @@ def test_the_history_decides_a_neighbour_it_measured_enough() -> None:
     assert "cc=16 p=1 pp=1: 153.0" in first.reason and "refused from the history" in first.reason
     assert "measured cc=4 p=1 pp=1" in changes[1][1].reason  # on arrival
     assert climb.holding and climb.current == s4
+
+
+def test_an_optimizers_choice_from_the_log_alone_is_a_controllers_prior() -> None:
+    """harp-climb starts where HARP's surfaces, fitted on the transfer log, put the peak:
+    no probe moves data (each answered empty), and the reason says whose choice it is."""
+    from stork.tuning.harp import HarpOptimizer
+    from tests.test_harp import GRID_LIMITS, bump, small_dataset, sweep
+
+    priors = []
+    for peak in ((16, 4, 2), (4, 16, 2)):
+        prior, why = prior_from_optimizer(HarpOptimizer(), sweep(peak), small_dataset(),
+                                          GRID_LIMITS)
+        assert why.startswith("harp's choice from the transfer log: ")
+        assert "0 probe(s)" in why and "no file left to probe" in why
+        # the surface's peak, or fewer streams within HARP's relaxation of it
+        assert bump(prior.cc, prior.p, prior.pp, at=peak) >= 0.95 * bump(*peak, at=peak), why
+        priors.append(prior)
+    assert priors[0] != priors[1] and priors[1].p > priors[0].p

@@ -256,6 +256,7 @@ class Attempts:
                 add_transfers=self.store.add_transfers,
                 history=(lambda: self.store.transfers(limit=HISTORY_ROWS))
                 if tunes_online(job.spec, self.settings) else None,
+                controller=job.spec.optimizer or self.settings.eos_optimizer,
                 on_progress=lambda p: self._progress(job_id, p),
                 on_exit=lambda r: self._exited(job_id, r),
                 on_pid=lambda pid: self.store.set_pid(job_id, attempt_no, pid))

@@ -100,6 +100,7 @@ from stork.transfer.worker import (
     WorkerContext,
 )
 from stork.translog import COMPLETED, TransferRecord
+from stork.tuning.base import DatasetDescription
 from stork.urls import parse_url, with_scheme
 
 if TYPE_CHECKING:
@@ -473,10 +474,19 @@ class DatasetRun:
                params: Params) -> tuple[Climb, str]:
         """The chunk's controller, its prior from the path's history."""
         src, dest = files[0].src_url, files[0].dest_url
+        load = self.known_load(src, dest)
+        known = [f.size_bytes for f in files if f.size_bytes is not None]
+        dataset = DatasetDescription.of(
+            sum(known) / len(known) if known else 0.0, len(files), rtt_s=self.rtt_s,
+            bandwidth_bps=self.settings.link_mbps * 1e6,
+            buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
+            src_host=parse_url(src).host or "localhost",
+            dest_host=parse_url(dest).host or "localhost", known_load=load)
         return climb_for(self.store.transfers(limit=HISTORY_ROWS),
                          Setting(params.cc, params.p, params.pp), src_url=src, dest_url=dest,
-                         cls=chunk.size_class, bdp_bytes=self.bdp,
-                         load=self.known_load(src, dest), items=len(files))
+                         cls=chunk.size_class, bdp_bytes=self.bdp, load=load, items=len(files),
+                         name=self.job.spec.optimizer or self.settings.eos_optimizer,
+                         dataset=dataset, settings=self.settings)
 
     def _run_engine(self, module: TransferModule, files: list[FileWork], params: Params,
                     rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],

@@ -46,6 +46,8 @@ from stork.transfer.base import Progress, TransferModule, TransferRequest
 from stork.transfer.remote import RemoteEnds
 from stork.transfer.worker import FileWork, Item, ItemResult, Setting, Worker, WorkerContext
 from stork.translog import TransferRecord
+from stork.tuning.base import DatasetDescription
+from stork.urls import parse_url
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,8 @@ class FileRun:
                  on_exit: Callable[[AttemptResult], None],
                  on_pid: Callable[[int], None] | None = None,
                  add_transfers: Callable[[list[TransferRecord]], object] | None = None,
-                 history: Callable[[], list[TransferRecord]] | None = None) -> None:
+                 history: Callable[[], list[TransferRecord]] | None = None,
+                 controller: str = "climb") -> None:
         self.job_id = job_id
         self.request = request
         self.module = module
@@ -103,6 +106,7 @@ class FileRun:
         self._on_pid = on_pid
         self._add_transfers = add_transfers  # the flow's stretches into the transfer log
         self._history = history  # given: the job is tuned online (`flow_tuning`)
+        self.controller = controller  # which (`stork.tuning.CONTROLLERS`)
         self.logged_flow = False
         self._lock = threading.Lock()
         self._stop: StopReason | None = None
@@ -217,9 +221,15 @@ class FileRun:
             if options.streams is None and options.concurrency is None:
                 p = default_params(SizeClass.LARGE, range_size, bdp)
                 preset = Setting(p.cc, p.p, p.pp)
-            climb = climb_for(self._history(), preset, src_url=self.request.src_url,
-                              dest_url=self.request.dest_url, cls=SizeClass.LARGE,
-                              bdp_bytes=bdp, load=0, items=len(items))
+            src, dest = self.request.src_url, self.request.dest_url
+            dataset = DatasetDescription.of(
+                float(size), 1, rtt_s=self._rtt_s(), bandwidth_bps=self.settings.link_mbps * 1e6,
+                buffer_bytes=options.tcp_buffer_bytes,
+                src_host=parse_url(src).host or "localhost",
+                dest_host=parse_url(dest).host or "localhost")
+            climb = climb_for(self._history(), preset, src_url=src, dest_url=dest,
+                              cls=SizeClass.LARGE, bdp_bytes=bdp, load=0, items=len(items),
+                              name=self.controller, dataset=dataset, settings=self.settings)
             setting = climb[0].prior
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._landed(engine, assembly, results),

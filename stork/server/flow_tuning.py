@@ -22,7 +22,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stork.config import ONLINE_OPTIMIZERS, Settings
@@ -35,6 +35,7 @@ from stork.urls import parse_url
 if TYPE_CHECKING:  # the optimizers load scikit-learn: only jobs that are tuned need them
     from stork.dataset.chunks import SizeClass
     from stork.translog import TransferRecord
+    from stork.tuning.base import DatasetDescription
     from stork.tuning.online import Change, Climb
 
 log = logging.getLogger(__name__)
@@ -52,25 +53,40 @@ def tunes_online(spec: JobSpec, settings: Settings) -> bool:
     return spec.optimization and name in ONLINE_OPTIMIZERS and settings.engine == "flow"
 
 
-def climb_for(history: Iterable[TransferRecord], preset: Setting, *, src_url: str,
+def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: str,
               dest_url: str, cls: SizeClass, bdp_bytes: float, load: int,
-              items: int) -> tuple[Climb, str]:
-    """The controller of a flow of `items` items of size class `cls` on the path between
-    the hosts of `src_url` and `dest_url`: its prior from the transfer log (else `preset`),
-    and why. Small files climb on cc alone (more streams per small file buy nothing); the
-    others on cc, then p."""
+              items: int, name: str = "climb", dataset: DatasetDescription | None = None,
+              settings: Settings | None = None) -> tuple[Climb, str]:
+    """The controller `name` (`stork.tuning.CONTROLLERS`) of a flow of `items` items of
+    size class `cls` on the path between the hosts of `src_url` and `dest_url`, and why its
+    prior: "climb" starts from the path's history in the transfer log (`history`, newest
+    first) pooled per setting, else `preset`; "harp-climb" and "asm-climb" from HARP's or
+    ASM's choice from the log alone for `dataset` (ASM with the model its scheduled analysis
+    kept in the state directory). Small files climb on cc alone (more streams per small file
+    buy nothing); the others on cc, then p."""
     from stork.dataset.chunks import SizeClass
-    from stork.server.tuning import tuning_limits
-    from stork.tuning.online import Climb, measured_from_history, prior_from_history
+    from stork.server.tuning import optimizer_named, tuning_limits
+    from stork.tuning import CONTROLLERS
+    from stork.tuning.online import (
+        Climb,
+        measured_from_history,
+        prior_from_history,
+        prior_from_optimizer,
+    )
 
     limits = tuning_limits().at_most_cc(items)
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
                                   bdp_bytes=bdp_bytes, load=load, limits=limits)
-    prior, why = prior_from_history(known, preset)
+    by = CONTROLLERS.get(name)
+    if by is not None and dataset is not None and settings is not None:
+        prior, why = prior_from_optimizer(optimizer_named(by, settings)[0],
+                                          list(reversed(history)), dataset, limits)
+    else:
+        prior, why = prior_from_history(known, preset)
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
-    return Climb(prior, limits, axes=axes, known=known), why
+    return Climb(prior, limits, axes=axes, known=known, name=name), why
 
 
 def blocks(windows: list[Window]) -> list[Window]:

@@ -96,6 +96,19 @@ class SharedConcurrency:
             return share_concurrency([self._chunks[n] for n in names])[names.index(name)]
 
 
+def optimizer_named(name: str, settings: Settings) -> tuple[optimizers.Optimizer, bool]:
+    """The probing optimizer `name` with its knobs, and whether it learns from the transfer
+    log: "asm" with the model its scheduled analysis kept in the state directory (none
+    yet: it analyses the log itself)."""
+    optimizer = optimizers.get(name, settings)
+    if optimizer.name != "asm":
+        return optimizer, True
+    from stork.asm.state import asm_optimizer
+
+    asm = asm_optimizer(settings.state_dir)
+    return asm, asm.model is None
+
+
 def tuning_limits() -> Limits:
     """What an optimizer may choose for a chunk."""
     return Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS, max_pp=MAX_TUNED_PIPELINING,
@@ -112,14 +125,8 @@ class Tuning:
     def start(cls, run: ChunkRun, chunk: Chunk, rows: dict[int, DatasetFileRow],
               queue: list[int], shared: SharedConcurrency) -> Tuning:
         """The chunk's tuning; its probes take files from the head of `queue`."""
-        name = run.job.spec.optimizer or run.settings.eos_optimizer
-        optimizer = optimizers.get(name, run.settings)
-        needs_history = True
-        if optimizer.name == "asm":  # with the model its scheduled analysis persisted
-            from stork.asm.state import asm_optimizer
-
-            asm = asm_optimizer(run.settings.state_dir)
-            optimizer, needs_history = asm, asm.model is None
+        optimizer, needs_history = optimizer_named(
+            run.job.spec.optimizer or run.settings.eos_optimizer, run.settings)
         known = [size for i in chunk.indexes if (size := rows[i].size_bytes) is not None]
         mean = sum(known) / len(known) if known else 0.0
         first = rows[chunk.indexes[0]]

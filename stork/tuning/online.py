@@ -42,7 +42,7 @@ from enum import Enum
 from stork.dataset.chunks import SizeClass, size_class
 from stork.transfer.worker import Setting
 from stork.translog import COMPLETED, TransferRecord
-from stork.tuning.base import Limits
+from stork.tuning.base import DatasetDescription, Limits, Optimizer, ProbeResult
 
 WINDOW_S = 2.0  # the windows it judges (the tools report every second or two, a list call
 # of small files when it ends: rates over one second are lumpy)
@@ -148,13 +148,15 @@ class Climb:
                  windows: int = WINDOWS, max_windows: int = MAX_WINDOWS,
                  min_gain: float = MIN_GAIN, z: float = Z, drift_z: float = DRIFT_Z,
                  drift_share: float = DRIFT_SHARE,
-                 known: Mapping[Setting, Measured] | None = None) -> None:
+                 known: Mapping[Setting, Measured] | None = None,
+                 name: str = "climb") -> None:
         if windows < 2 or max_windows < windows:
             raise ValueError(f"a setting is judged on 2 windows or more (and at most "
                              f"max_windows), not {windows} (max {max_windows})")
         unknown = set(axes) - set(AXES)
         if unknown:
             raise ValueError(f"axes are cc and p, not {sorted(unknown)}")
+        self.name = name  # as CONTROLLERS names it (where its prior came from)
         self.prior = prior
         self.limits = limits
         self.axes = tuple(axes)
@@ -372,3 +374,16 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     return chosen.setting, (f"the path's history ({len(known)} settings measured): "
                             f"{chosen.label()} over {chosen.count} windows, the fewest "
                             f"streams within {min_gain:.0%} of the best {best:.1f} Mbit/s")
+
+
+def prior_from_optimizer(optimizer: Optimizer, history: Sequence[TransferRecord],
+                         dataset: DatasetDescription, limits: Limits) -> tuple[Setting, str]:
+    """A probing optimizer's choice from the transfer log alone, as a controller's prior:
+    every probe it asks for is answered as sending nothing (`ProbeResult.empty`), so it
+    stops probing and decides from its history (HARP's surfaces, ASM's cluster for the
+    load); with why. `history` oldest first."""
+    decision = optimizer.optimize(history, dataset, limits,
+                                  lambda params, size_bytes: ProbeResult(params, 0.0))
+    p = decision.params
+    return Setting(p.cc, p.p, p.pp), (f"{optimizer.name}'s choice from the transfer log: "
+                                      f"{decision.reason}")
