@@ -325,6 +325,79 @@ def test_third_party_copies_with_a_token_for_each_end(
     assert f"no scope to read {src}" in wrong["last_error"]
 
 
+def test_root_to_root_with_a_different_token_for_each_end(
+        test_ca: TestCa, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
+        tmp_path: Path) -> None:
+    """XRootD third-party copies whose ends need different tokens (neither alone can do the
+    copy: one reads only the source's directory, the other only creates in the
+    destination's): a file and a dataset arrive whole; the same copy with the destination's
+    token alone is refused on the source (what ztn's one forwarded token gave). The helper
+    put each token in its URL's authz CGI: with the XRootD client's messages on (Info), the
+    refused copy's words come back scrubbed, and neither token's value is anywhere."""
+    nobody = pwd.getpwnam("nobody")
+    into = export / "r2r-in"
+    for directory in (into, into / "set"):
+        directory.mkdir()
+        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+    src = served(export, "r2r-in/one.dat", 2 * MB + 5, seed=31)
+    files = [served(export, f"r2r-in/set/f{i}.dat", 200_000 + i * 999, seed=40 + i)
+             for i in range(3)]
+    reader = issuer.write(tmp_path / "reader.tok", scope="storage.read:/r2r-in")
+    writer = issuer.write(tmp_path / "writer.tok",
+                          scope="storage.create:/r2r-out storage.read:/r2r-out")
+    out = export / "r2r-out"
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", env={"X509_CERT_DIR": str(test_ca.trust),
+                                 "XRD_LOGLEVEL": "Info"}) as server:
+        ulog = tmp_path / "user.log"
+        ids = server.submit(f"""
+        [ dap_type = transfer; log = "{ulog}"; verify_checksum = true;
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', src)}"; dest_url = "{tx.url('root', out / 'one.dat')}" ]
+        [ dap_type = transfer; log = "{ulog}";
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', into / 'set')}/";
+          dest_url = "{tx.url('root', out / 'set')}/" ]
+        [ dap_type = transfer; log = "{ulog}"; bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', src)}"; dest_url = "{tx.url('root', out / 'alone.dat')}" ]
+        [ dap_type = transfer; log = "{ulog}";
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{reader}";
+          src_url = "{tx.url('root', src)}"; dest_url = "{tx.url('root', out / 'ro.dat')}" ]
+        [ dap_type = transfer; log = "{ulog}"; max_retries = 0;
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', into / 'missing.dat')}";
+          dest_url = "{tx.url('root', out / 'missing.dat')}" ]
+        """)
+        one, dataset, alone, read_only, missing = (server.wait_state(i, timeout_s=180)
+                                                   for i in ids)
+        seen = [server.cli("stork_q", "-l", check=True).stdout,
+                *(server.api("GET", f"/v1/jobs/{i}").text for i in ids),
+                server.api("GET", "/v1/jobs?long=1").text,
+                server.api("GET", "/v1/overview").text,
+                server.api("GET", "/metrics").text,
+                *(server.cli("stork_status", str(i)).stdout for i in ids),
+                ulog.read_text()]
+        seen += [found.read_bytes().decode(errors="replace")  # logs, database, spool
+                 for found in server.workdir.rglob("*") if found.is_file()]
+    assert one["state"] == "COMPLETED", one["last_error"]
+    assert md5(out / "one.dat") == md5(src)
+    assert dataset["state"] == "COMPLETED" and dataset["files_done"] == 3, dataset["last_error"]
+    for f in files:
+        assert md5(out / "set" / f.name) == md5(f)
+    assert (alone["state"], alone["failure_kind"]) == ("FAILED", "permanent"), alone
+    assert f"no scope to read {src}" in alone["last_error"]
+    assert (read_only["state"], read_only["failure_kind"]) == ("FAILED", "permanent"), read_only
+    assert f"no scope to write {out}/ro.dat" in read_only["last_error"]
+    assert not (out / "ro.dat").exists()
+    # the XRootD client wrote the URLs it was given, and they came back scrubbed
+    assert missing["state"] == "FAILED" and "no such file" in missing["last_error"], missing
+    assert "authz=<hidden>" in missing["last_error"]
+    for path in (reader, writer):
+        value = token_value(path)
+        hits = [i for i, text in enumerate(seen) if value in text or value[-40:] in text]
+        assert hits == [], (path.name, hits)
+
+
 def test_a_token_never_leaks_and_a_kept_copy_is_private_and_removed(
         test_ca: TestCa, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
         tokens: dict[str, Path], tmp_path: Path) -> None:
