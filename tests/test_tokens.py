@@ -630,6 +630,14 @@ def test_an_estimation_samples_token_protected_ends_with_the_callers_tokens(
     for detail in result["sample_details"]:
         assert 8 * MB <= detail["bytes"] < 48 * MB and detail["mbps"] > 0, result
     assert list(out.iterdir()) == []  # the scratch copies are gone
+    # WebDAV (the Authorization header): one flow whatever N, but sampled with the token
+    web = stork_t.api("POST", "/v1/estimate", timeout=300,
+                      json={**body, "src_url": tx.url("davs", src),
+                            "bearer_token_file": str(tokens["all"])})
+    assert web.status_code == 200, web.text
+    assert web.json()["result"]["sampler"] == "gfal2", web.text
+    assert web.json()["result"]["size_bytes"] == 48 * MB, web.text
+    assert list(out.iterdir()) == []
     # root to root, a token per end: reads only the source's directory, writes (and
     # removes) only in the destination's
     into = export / "est-out"
@@ -659,7 +667,7 @@ def test_an_estimation_samples_token_protected_ends_with_the_callers_tokens(
                          json={**body, "bearer_token_file": str(tokens["other-dir"])})
     assert denied.status_code != 200
     assert "sample with" in denied.text and "failed" in denied.text, denied.text
-    for text in (answer.text, denied.text, refused.text, stuck.text):
+    for text in (answer.text, denied.text, refused.text, stuck.text, web.text):
         for path in (tokens["all"], tokens["other-dir"], reader, writer, no_modify):
             assert token_value(path) not in text
 
