@@ -279,7 +279,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_GLOBUS_URL_COPY", "globus_url_copy", "globus-url-copy", _parse_str, LIVE,
          "The globus-url-copy executable."),
     Knob("EOS_SAMPLER", "eos_sampler", "gridftp", _parse_choice("gridftp", "iperf3"), LIVE,
-         "How the EOS measures a stream count: gridftp (a slice of the real file) or iperf3."),
+         "How the EOS measures a stream count: gridftp (the transfer's tool on the real "
+         "file: a globus-url-copy slice, or gfal2's copy with the job's tokens when an end is "
+         "XRootD or WebDAV) or iperf3."),
     Knob("EOS_OPTIMIZER", "eos_optimizer", "harp", _parse_choice(*OPTIMIZER_NAMES), LIVE,
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
          "may name one instead: optimization = \"harp\"). climb tunes the running flow "

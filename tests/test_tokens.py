@@ -325,6 +325,79 @@ def test_third_party_copies_with_a_token_for_each_end(
     assert f"no scope to read {src}" in wrong["last_error"]
 
 
+def test_root_to_root_with_a_different_token_for_each_end(
+        test_ca: TestCa, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
+        tmp_path: Path) -> None:
+    """XRootD third-party copies whose ends need different tokens (neither alone can do the
+    copy: one reads only the source's directory, the other only creates in the
+    destination's): a file and a dataset arrive whole; the same copy with the destination's
+    token alone is refused on the source (what ztn's one forwarded token gave). The helper
+    put each token in its URL's authz CGI: with the XRootD client's messages on (Info), the
+    refused copy's words come back scrubbed, and neither token's value is anywhere."""
+    nobody = pwd.getpwnam("nobody")
+    into = export / "r2r-in"
+    for directory in (into, into / "set"):
+        directory.mkdir()
+        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+    src = served(export, "r2r-in/one.dat", 2 * MB + 5, seed=31)
+    files = [served(export, f"r2r-in/set/f{i}.dat", 200_000 + i * 999, seed=40 + i)
+             for i in range(3)]
+    reader = issuer.write(tmp_path / "reader.tok", scope="storage.read:/r2r-in")
+    writer = issuer.write(tmp_path / "writer.tok",
+                          scope="storage.create:/r2r-out storage.read:/r2r-out")
+    out = export / "r2r-out"
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", env={"X509_CERT_DIR": str(test_ca.trust),
+                                 "XRD_LOGLEVEL": "Info"}) as server:
+        ulog = tmp_path / "user.log"
+        ids = server.submit(f"""
+        [ dap_type = transfer; log = "{ulog}"; verify_checksum = true;
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', src)}"; dest_url = "{tx.url('root', out / 'one.dat')}" ]
+        [ dap_type = transfer; log = "{ulog}";
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', into / 'set')}/";
+          dest_url = "{tx.url('root', out / 'set')}/" ]
+        [ dap_type = transfer; log = "{ulog}"; bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', src)}"; dest_url = "{tx.url('root', out / 'alone.dat')}" ]
+        [ dap_type = transfer; log = "{ulog}";
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{reader}";
+          src_url = "{tx.url('root', src)}"; dest_url = "{tx.url('root', out / 'ro.dat')}" ]
+        [ dap_type = transfer; log = "{ulog}"; max_retries = 0;
+          src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+          src_url = "{tx.url('root', into / 'missing.dat')}";
+          dest_url = "{tx.url('root', out / 'missing.dat')}" ]
+        """)
+        one, dataset, alone, read_only, missing = (server.wait_state(i, timeout_s=180)
+                                                   for i in ids)
+        seen = [server.cli("stork_q", "-l", check=True).stdout,
+                *(server.api("GET", f"/v1/jobs/{i}").text for i in ids),
+                server.api("GET", "/v1/jobs?long=1").text,
+                server.api("GET", "/v1/overview").text,
+                server.api("GET", "/metrics").text,
+                *(server.cli("stork_status", str(i)).stdout for i in ids),
+                ulog.read_text()]
+        seen += [found.read_bytes().decode(errors="replace")  # logs, database, spool
+                 for found in server.workdir.rglob("*") if found.is_file()]
+    assert one["state"] == "COMPLETED", one["last_error"]
+    assert md5(out / "one.dat") == md5(src)
+    assert dataset["state"] == "COMPLETED" and dataset["files_done"] == 3, dataset["last_error"]
+    for f in files:
+        assert md5(out / "set" / f.name) == md5(f)
+    assert (alone["state"], alone["failure_kind"]) == ("FAILED", "permanent"), alone
+    assert f"no scope to read {src}" in alone["last_error"]
+    assert (read_only["state"], read_only["failure_kind"]) == ("FAILED", "permanent"), read_only
+    assert f"no scope to write {out}/ro.dat" in read_only["last_error"]
+    assert not (out / "ro.dat").exists()
+    # the XRootD client wrote the URLs it was given, and they came back scrubbed
+    assert missing["state"] == "FAILED" and "no such file" in missing["last_error"], missing
+    assert "authz=<hidden>" in missing["last_error"]
+    for path in (reader, writer):
+        value = token_value(path)
+        hits = [i for i, text in enumerate(seen) if value in text or value[-40:] in text]
+        assert hits == [], (path.name, hits)
+
+
 def test_a_token_never_leaks_and_a_kept_copy_is_private_and_removed(
         test_ca: TestCa, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
         tokens: dict[str, Path], tmp_path: Path) -> None:
@@ -530,19 +603,104 @@ def test_a_discovered_token_file_serves_a_url_list(
         assert md5(tmp_path / "out" / f.name) == md5(f)
 
 
-def test_an_estimation_names_a_token_file_the_caller_may_use(
+def test_an_estimation_samples_token_protected_ends_with_the_callers_tokens(
         stork_t: StorkServer, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
         tokens: dict[str, Path], tmp_path: Path) -> None:
     """An estimation over the API names its token files like a job: another user's file is
-    refused before anything is looked at; with the caller's own, the EOS says plainly that
-    it does not sample an XRootD end (its samples are globus-url-copy's or iperf3's)."""
-    src = served(export, "est.dat", 100_000, seed=21)
+    refused before anything is looked at. With the caller's own, the source's size is asked
+    with it (the server answers nobody without a token) and the samples are gfal2's copies
+    with it, each stopped at the sample's size, into scratch files removed afterwards; a
+    root-to-root estimation with a token per end samples too, and a token that cannot read
+    the source makes the answer a sampling failure that says so. No token in any answer."""
+    src = served(export, "est.dat", 48 * MB, seed=21)
     theirs = issuer.write(tmp_path / "theirs-est.tok", owner=pwd.getpwnam("nobody").pw_uid)
-    body = {"src_url": tx.url("root", src), "dest_url": f"file://{tmp_path}/est.dat"}
+    out = tmp_path / "est"
+    out.mkdir()
+    body = {"src_url": tx.url("root", src), "dest_url": f"file://{out}/est.dat",
+            "arguments": "-s 8M"}
     refused = stork_t.api("POST", "/v1/estimate", json={**body, "bearer_token_file": str(theirs)})
     assert refused.status_code == 403, refused.text
     assert "bearer token file" in refused.text and "belongs to uid" in refused.text
-    answer = stork_t.api("POST", "/v1/estimate",
+    answer = stork_t.api("POST", "/v1/estimate", timeout=300,
                          json={**body, "bearer_token_file": str(tokens["all"])})
-    assert answer.status_code != 200
-    assert "an XRootD or WebDAV end is not sampled" in answer.text, answer.text
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert result["sampler"] == "gfal2" and result["size_bytes"] == 48 * MB, result
+    assert len(result["samples"]) >= 2 and result["optimal_streams"] >= 1, result
+    for detail in result["sample_details"]:
+        assert 8 * MB <= detail["bytes"] < 48 * MB and detail["mbps"] > 0, result
+    assert list(out.iterdir()) == []  # the scratch copies are gone
+    # WebDAV (the Authorization header): one flow whatever N, but sampled with the token
+    web = stork_t.api("POST", "/v1/estimate", timeout=300,
+                      json={**body, "src_url": tx.url("davs", src),
+                            "bearer_token_file": str(tokens["all"])})
+    assert web.status_code == 200, web.text
+    assert web.json()["result"]["sampler"] == "gfal2", web.text
+    assert web.json()["result"]["size_bytes"] == 48 * MB, web.text
+    assert list(out.iterdir()) == []
+    # root to root, a token per end: reads only the source's directory, writes (and
+    # removes) only in the destination's
+    into = export / "est-out"
+    into.mkdir()
+    os.chown(into, pwd.getpwnam("nobody").pw_uid, -1)
+    reader = issuer.write(tmp_path / "est-reader.tok", scope="storage.read:/est.dat")
+    writer = issuer.write(tmp_path / "est-writer.tok", scope="storage.create:/est-out "
+                                                            "storage.modify:/est-out "
+                                                            "storage.read:/est-out")
+    both = {**body, "dest_url": tx.url("root", into / "est.dat"),
+            "src_bearer_token_file": str(reader), "dest_bearer_token_file": str(writer)}
+    answer = stork_t.api("POST", "/v1/estimate", timeout=300, json=both)
+    assert answer.status_code == 200, answer.text
+    third = answer.json()["result"]
+    assert third["sampler"] == "gfal2" and third["size_bytes"] == 48 * MB, third
+    assert all(d["bytes"] >= 8 * MB for d in third["sample_details"]), third
+    assert list(into.iterdir()) == []
+    # a destination token that may create but not remove: the first scratch copy stays,
+    # and the answer says so instead of leaving one per sample
+    no_modify = issuer.write(tmp_path / "est-create.tok", scope="storage.create:/est-out "
+                                                               "storage.read:/est-out")
+    stuck = stork_t.api("POST", "/v1/estimate", timeout=300,
+                        json={**both, "dest_bearer_token_file": str(no_modify)})
+    assert stuck.status_code != 200 and "could not be removed" in stuck.text, stuck.text
+    assert len(list(into.iterdir())) == 1
+    denied = stork_t.api("POST", "/v1/estimate", timeout=300,
+                         json={**body, "bearer_token_file": str(tokens["other-dir"])})
+    assert denied.status_code != 200
+    assert "sample with" in denied.text and "failed" in denied.text, denied.text
+    for text in (answer.text, denied.text, refused.text, stuck.text, web.text):
+        for path in (tokens["all"], tokens["other-dir"], reader, writer, no_modify):
+            assert token_value(path) not in text
+
+
+def test_an_optimized_transfer_samples_its_token_protected_source(
+        stork_t: StorkServer, test_ca: TestCa, tx: TokenXrootdServer, export: Path,
+        tokens: dict[str, Path], tmp_path: Path) -> None:
+    """optimization = "YES" on a root:// source with a token: the EOS asks the source's size
+    with the job's token (the server tells nobody without one), so the sampling budget is the
+    file's; without a budget it samples with gfal2 and the token into scratch copies beside
+    the destination (gone afterwards), and the transfer runs with what it chose."""
+    src = served(export, "opt.dat", 48 * MB, seed=23)
+    out = tmp_path / "opt"
+    out.mkdir()
+    [budgeted] = stork_t.submit(f"""
+    [ dap_type = transfer; optimization = "YES"; arguments = "-s 8M";
+      bearer_token_file = "{tokens['all']}"; src_url = "{tx.url('root', src)}";
+      dest_url = "file://{out}/budgeted.dat" ]""")
+    job = stork_t.wait_state(budgeted, timeout_s=300)
+    assert job["state"] == "COMPLETED", job["last_error"]
+    assert f"({48 * MB} bytes at" in job["result"]["optimization_reason"], job["result"]
+    (out / "budgeted.dat").unlink()
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", {"EOS_SAMPLING_BUDGET": "0"},
+            env={"X509_CERT_DIR": str(test_ca.trust)}) as server:
+        [job_id] = server.submit(f"""
+        [ dap_type = transfer; optimization = "YES"; arguments = "-s 8M";
+          bearer_token_file = "{tokens['all']}"; src_url = "{tx.url('root', src)}";
+          dest_url = "file://{out}/opt.dat" ]""")
+        job = server.wait_state(job_id, timeout_s=300)
+    assert job["state"] == "COMPLETED", job["last_error"]
+    result = job["result"]
+    assert result["optimization_source"] == "sampled" and "eos_error" not in result, result
+    assert result["eos_sampling_time_s"] > 0 and "samples in" in result["optimization_reason"]
+    assert md5(out / "opt.dat") == md5(src)
+    assert [p.name for p in out.iterdir()] == ["opt.dat"]

@@ -19,6 +19,8 @@
   is not as long as the range just written (a server that does not write at an offset),
   when the existing destination cannot be removed first, or, keeping the ranges written,
   once the next range would pass half of the file.
+* `GfalSampler` (`stork.eos.gfal_sampler`): the samples of a transfer with an XRootD or
+  WebDAV end, gfal2's copy of the source to a scratch file, with the job's bearer tokens.
 * `Iperf3Sampler`: ``iperf3 -c HOST -P N -t T -O 1 -J`` against an iperf3 server at the
   destination host, memory to memory; ``-O 1`` drops the first second (slow start). A run
   the server refuses (it listens again only after the last test's end) is tried again.
@@ -45,10 +47,12 @@ from stork.transfer import destination, verify
 from stork.transfer.base import Range, summarize_error
 from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds
+from stork.transfer.tokens import BearerTokens
 from stork.tuning.sampling import Sample
 from stork.urls import parse_url
 
 _SAMPLE_TIME = "sample time"  # the stop reason of a sample stopped after `seconds`
+_SAMPLE_SIZE = "sample size"  # of one stopped when its tool said it had moved enough bytes
 IN_PLACE_SHARE = 0.5  # in-place samples stay within this share of the file (the rest is sent
 # with the chosen streams)
 MODE_E_BLOCK = 256 * 1024  # globus-url-copy's block in extended block mode: each stream
@@ -200,6 +204,7 @@ class _Run:
     start: float
     elapsed: float
     stopped_early: bool
+    stopped_by: str | None = None  # _SAMPLE_TIME or _SAMPLE_SIZE when stopped early
 
 
 class GridFtpSampler(Sampler):
@@ -248,14 +253,22 @@ class GridFtpSampler(Sampler):
         never a symlink, a device or a FIFO that stands at the destination's name."""
         destination.remove(destination.written_by_samples(url), self.run_as, self.ends)
 
-    def _run(self, streams: int, argv: list[str], target: str, baseline: int = 0) -> _Run:
-        """Run one sample writing to `target` (at offset `baseline`); SamplingError when the
-        tool fails or runs past `timeout_s`."""
+    def _run(self, streams: int, argv: list[str], target: str, baseline: int = 0,
+             stop_at_bytes: int | None = None) -> _Run:
+        """Run one sample writing to `target` (at offset `baseline`), stopped once its tool
+        says it moved `stop_at_bytes` (a tool that copies whole files); SamplingError when
+        the tool fails or runs past `timeout_s`."""
         marks: list[tuple[float, int]] = []
         start = time.monotonic()
         watch = SizeWatch(target, start, baseline=baseline) if SizeWatch.possible(target) else None
+
+        def progress(done: int) -> None:
+            marks.append((time.monotonic(), done))
+            if stop_at_bytes is not None and done >= stop_at_bytes:
+                child.stop(_SAMPLE_SIZE)
+
         child = Child(argv, env=self.env, run_as=self.run_as,
-                      on_progress=lambda p: marks.append((time.monotonic(), p.bytes_done)))
+                      on_progress=lambda p: progress(p.bytes_done))
         with contextlib.ExitStack() as stack:
             try:
                 child.start()
@@ -270,7 +283,7 @@ class GridFtpSampler(Sampler):
                 stack.enter_context(watch)
             ended = child.wait(self.timeout_s)
         elapsed = time.monotonic() - start
-        stopped_early = ended.stopped == _SAMPLE_TIME
+        stopped_early = ended.stopped in (_SAMPLE_TIME, _SAMPLE_SIZE)
         if ended.stopped == TIMEOUT:
             raise SamplingError(f"sample with {streams} streams ran past "
                                 f"{self.timeout_s:g} s and was stopped")
@@ -283,7 +296,7 @@ class GridFtpSampler(Sampler):
             size = None
         moved = max(size - baseline, 0) if size is not None else None
         return _Run(argv, size, moved, list(watch.points) if watch is not None else [], marks,
-                    start, elapsed, stopped_early)
+                    start, elapsed, stopped_early, ended.stopped if stopped_early else None)
 
     def _sample(self, streams: int, run: _Run, length: int) -> Sample:
         """The sample's steady rate from the target's sizes, else the markers, else bytes
@@ -294,7 +307,10 @@ class GridFtpSampler(Sampler):
         moved = min(moved, length)
         stopped_early = run.stopped_early
         raw: dict[str, object] = {"argv": run.argv, "markers": len(run.marks),
-                                  "stopped_after_s": self.seconds if stopped_early else None}
+                                  "stopped_after_s": (self.seconds if run.stopped_by ==
+                                                      _SAMPLE_TIME else None)}
+        if run.stopped_by == _SAMPLE_SIZE:
+            raw["stopped_at_bytes"] = length
         points = list(run.points)
         complete = not stopped_early
         if points and points[-1][1] < moved and complete:
@@ -488,17 +504,20 @@ class Iperf3Sampler(Sampler):
 def make_sampler(kind: str, src_url: str, dest_url: str, *, sample_bytes: int,
                  seconds: float, iperf_port: int, globus_url_copy: str,
                  tcp_buffer_bytes: int | None, x509proxy: str | None = None,
-                 run_as: RunAs | None = None, in_place_size: int | None = None) -> Sampler:
-    """The sampler `kind` names; with `in_place_size` (a transfer of that many bytes whose
-    samples may go into its destination), GridFTP samples are written in place."""
+                 run_as: RunAs | None = None, in_place_size: int | None = None,
+                 tokens: BearerTokens | None = None) -> Sampler:
+    """The sampler `kind` names: iperf3, or ``gridftp`` (the transfer's own tool: gfal2's
+    copy, with the job's `tokens`, when an end is XRootD or WebDAV, else globus-url-copy);
+    with `in_place_size` (a transfer of that many bytes whose samples may go into its
+    destination), GridFTP samples are written in place."""
     if kind == "iperf3":
         return Iperf3Sampler(parse_url(dest_url).host or "127.0.0.1", iperf_port, seconds,
                              tcp_buffer_bytes=tcp_buffer_bytes, run_as=run_as)
-    for url in (src_url, dest_url):
-        if parse_url(url).scheme in GFAL_SCHEMES:
-            raise SamplingError(f"{url}: the EOS samples with globus-url-copy (ftp://, "
-                                f"gsiftp://, file:// ends) or iperf3 (EOS_SAMPLER = iperf3); "
-                                f"an XRootD or WebDAV end is not sampled")
+    if any(parse_url(url).scheme in GFAL_SCHEMES for url in (src_url, dest_url)):
+        from stork.eos.gfal_sampler import GfalSampler
+
+        return GfalSampler(src_url, dest_url, sample_bytes, tokens=tokens, x509proxy=x509proxy,
+                           seconds=seconds, run_as=run_as)
     if in_place_size is not None:
         return InPlaceSampler(src_url, dest_url, sample_bytes, in_place_size,
                               globus_url_copy=globus_url_copy, tcp_buffer_bytes=tcp_buffer_bytes,

@@ -225,7 +225,7 @@ class EosService:
                             globus_url_copy=s.globus_url_copy,
                             tcp_buffer_bytes=options.tcp_buffer_bytes,
                             x509proxy=request.x509proxy, run_as=request.run_as,
-                            in_place_size=in_place)
+                            in_place_size=in_place, tokens=request.tokens)
 
     def _sample_bytes(self, request: EstimateRequest) -> int:
         return request.options.sample_size_bytes or self.settings.eos_sample_size

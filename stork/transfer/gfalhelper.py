@@ -7,7 +7,10 @@ and by the gfal transfer module, with the rights of the job's owner and the job'
 ``X509_USER_PROXY``, its bearer tokens' files in ``STORK_BEARER_TOKENS`` (JSON pairs of a
 URL prefix and a token file, `stork.transfer.tokens`): each context carries gfal2's BEARER
 credential for the HTTP prefixes, and an XRootD URL is reached with its prefix's file in
-``BEARER_TOKEN_FILE`` (XRootD's ztn reads it; one token a process at a time). gfal2's
+``BEARER_TOKEN_FILE`` (XRootD's ztn reads it; one token a process at a time); a copy
+and an XRootD URL also carries its own token in its ``authz`` CGI (so each end of a copy or
+of one helper run is authorized by its own token), inside this process only: everything it
+writes back is scrubbed of them. gfal2's
 plugins speak GridFTP (``gsiftp://``, ``ftp://``), XRootD
 (``root://``) and HTTP/WebDAV (``http(s)://``, ``dav(s)://``); ``file://`` too.
 
@@ -44,7 +47,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
+import threading
 import time
 from typing import Any
 
@@ -100,11 +105,8 @@ def _context(gfal2: Any) -> Any:
         scheme, _, rest = prefix.partition("://")
         if prefix and scheme not in _HTTP_SCHEMES:  # "": every URL
             continue
-        try:
-            with open(path, encoding="utf-8") as handle:
-                token = handle.read().strip()
-        except OSError as exc:
-            sys.stderr.write(f"bearer token {path}: {exc.strerror}\n")
+        token = _read_token(path)
+        if token is None:
             continue
         for name in _HTTP_SCHEMES:
             ctx.cred_set(f"{name}://{rest}", ctx.cred_new("BEARER", token))
@@ -119,9 +121,77 @@ def _xrootd_token(url: str) -> None:
             os.environ["BEARER_TOKEN_FILE"] = path
 
 
+def _read_token(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError as exc:
+        sys.stderr.write(f"bearer token {path}: {exc.strerror}\n")
+        return None
+
+
+# the token values this process put into URLs (`_gfal_url`): scrubbed from every word
+# it writes (`_scrub`, `_StderrScrubber`)
+_SECRETS: set[str] = set()
+_AUTHZ = re.compile(r"(authz=)[^&\s'\"]*", re.IGNORECASE)
+HIDDEN = "<hidden>"
+
+
+def _scrub(text: str) -> str:
+    """`text` without a token this process put into a URL (nor any ``authz`` value)."""
+    for secret in _SECRETS:
+        text = text.replace(secret, HIDDEN)
+    return _AUTHZ.sub(r"\1" + HIDDEN, text)
+
+
+def _gfal_url(url: str) -> str:
+    """`url` as gfal2 gets it: an XRootD URL with its token in its ``authz`` CGI, which
+    XRootD's SciTokens plugin authorizes by before the token the connection authenticated
+    with (ztn reads one token a process, and the XRootD client shares one connection to a
+    server between URLs), and which the destination of a third-party copy passes on to the
+    source with the rest of the source's CGI: each end is authorized by its own token. Only
+    in this process: never in an argv, and every word written back is scrubbed of it
+    (`_scrub`, `_StderrScrubber`)."""
+    if url.partition("://")[0] not in _XROOTD_SCHEMES:
+        return url
+    path = _token_file(url, _token_pairs())
+    token = _read_token(path) if path else None
+    if not token:
+        return url
+    _SECRETS.add(token)
+    return f"{url}{'&' if '?' in url else '?'}authz=Bearer%20{token}"
+
+
+class _StderrScrubber:
+    """While a copy may carry tokens in its URLs: file descriptor 2 (gfal2's and the XRootD
+    client's own messages, written below Python) goes through a pipe, and each line reaches
+    the real stderr scrubbed (`_scrub`)."""
+
+    def __enter__(self) -> _StderrScrubber:
+        sys.stderr.flush()
+        self._real = os.dup(2)
+        reader, writer = os.pipe()
+        os.dup2(writer, 2)
+        os.close(writer)
+        self._thread = threading.Thread(target=self._pump, args=(reader,), daemon=True)
+        self._thread.start()
+        return self
+
+    def _pump(self, reader: int) -> None:
+        with os.fdopen(reader, "rb") as pipe:
+            for line in pipe:
+                os.write(self._real, _scrub(line.decode(errors="replace")).encode())
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr.flush()
+        os.dup2(self._real, 2)  # the pipe's last writer closed: the pump ends
+        self._thread.join(5)
+        os.close(self._real)
+
+
 def _error(url: str, exc: Any) -> dict[str, Any]:
-    return {"url": url, "errno": int(getattr(exc, "code", 0) or 0),
-            "error": " ".join(str(getattr(exc, "message", exc)).split())}
+    return {"url": _scrub(url), "errno": int(getattr(exc, "code", 0) or 0),
+            "error": _scrub(" ".join(str(getattr(exc, "message", exc)).split()))}
 
 
 def _mismatch(record: dict[str, Any]) -> bool:
@@ -145,7 +215,7 @@ def op_stat(ctx: Any, urls: list[str]) -> int:
     for url in urls:
         _xrootd_token(url)
         try:
-            st = ctx.stat(url)
+            st = ctx.stat(_gfal_url(url))
             _emit({"url": url, "size": int(st.st_size), "dir": _is_dir(st.st_mode)})
         except Exception as exc:  # noqa: BLE001 - gfal2.GError, reported per URL
             _emit(_error(url, exc))
@@ -155,7 +225,7 @@ def op_stat(ctx: Any, urls: list[str]) -> int:
 def op_list(ctx: Any, url: str) -> int:
     _xrootd_token(url)
     try:
-        directory = ctx.opendir(url)
+        directory = ctx.opendir(_gfal_url(url))
         while True:
             entry, st = directory.readpp()
             if entry is None:
@@ -175,7 +245,8 @@ def op_checksum(ctx: Any, kind: str, urls: list[str]) -> int:
         _xrootd_token(url)
         try:
             # as the server gave it: a base64 digest (WebDAV) must keep its case
-            _emit({"url": url, "type": kind, "value": str(ctx.checksum(url, kind)).strip()})
+            value = str(ctx.checksum(_gfal_url(url), kind)).strip()
+            _emit({"url": url, "type": kind, "value": value})
         except Exception as exc:  # noqa: BLE001
             _emit(_error(url, exc))
     return 0
@@ -185,7 +256,7 @@ def op_rm(ctx: Any, urls: list[str]) -> int:
     for url in urls:
         _xrootd_token(url)
         try:
-            ctx.unlink(url)
+            ctx.unlink(_gfal_url(url))
             _emit({"url": url})
         except Exception as exc:  # noqa: BLE001
             if getattr(exc, "code", None) == errno.ENOENT:
@@ -198,7 +269,7 @@ def op_rm(ctx: Any, urls: list[str]) -> int:
 def op_mkdir(ctx: Any, url: str) -> int:
     _xrootd_token(url)
     try:
-        ctx.mkdir_rec(url, 0o755)
+        ctx.mkdir_rec(_gfal_url(url), 0o755)
         _emit({"url": url})
     except Exception as exc:  # noqa: BLE001
         if getattr(exc, "code", None) == errno.EEXIST:
@@ -242,7 +313,7 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
 
     params.monitor_callback = monitor
     try:
-        ctx.filecopy(params, src, dest)
+        ctx.filecopy(params, _gfal_url(src), _gfal_url(dest))
     except Exception as exc:  # noqa: BLE001 - gfal2.GError: judged by its errno
         record = _error(src, exc)
         sys.stderr.write(f"gfal2 copy error: {record['errno']} "
@@ -251,7 +322,7 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
             return EXIT_CHECKSUM
         return _EXIT_BY_ERRNO.get(record["errno"], EXIT_RETRYABLE)
     try:
-        size = int(ctx.stat(dest).st_size)
+        size = int(ctx.stat(_gfal_url(dest)).st_size)
     except Exception:  # noqa: BLE001 - the size is for the progress line only
         size = 0
     elapsed = max(time.monotonic() - start, 1e-6)
@@ -293,7 +364,7 @@ def _copy_with(ctx: Any, params: Any, line: int, src: str, dest: str,
                checksum: str) -> dict[str, Any]:
     """One copy's answer: {"line", "size"} or {"line", "errno", "error", "exit"}."""
     try:
-        ctx.filecopy(params, src, dest)
+        ctx.filecopy(params, _gfal_url(src), _gfal_url(dest))
     except Exception as exc:  # noqa: BLE001 - gfal2.GError: reported for its pair
         record = _error(src, exc)
         code = _EXIT_BY_ERRNO.get(record["errno"], EXIT_RETRYABLE)
@@ -302,7 +373,7 @@ def _copy_with(ctx: Any, params: Any, line: int, src: str, dest: str,
         return {"line": line, "errno": record["errno"], "error": record["error"],
                 "exit": code}
     try:
-        size = int(ctx.stat(dest).st_size)
+        size = int(ctx.stat(_gfal_url(dest)).st_size)
     except Exception as exc:  # noqa: BLE001 - copied, yet not there to be seen
         record = _error(dest, exc)
         return {"line": line, "errno": record["errno"],
@@ -378,6 +449,13 @@ def main(argv: list[str]) -> int:
         return EXIT_PERMANENT
     ctx = _context(gfal2)
     op, rest = argv[0], argv[1:]
+    if _token_pairs():
+        with _StderrScrubber():
+            return _operation(gfal2, ctx, op, rest)
+    return _operation(gfal2, ctx, op, rest)
+
+
+def _operation(gfal2: Any, ctx: Any, op: str, rest: list[str]) -> int:
     if op == "stat":
         return op_stat(ctx, rest)
     if op == "list" and len(rest) == 1:

@@ -8,8 +8,9 @@ applied to the submitting user's environment when the job names no file.
 
 The tools get the files, never the token: `BearerTokens.environment` names them to the gfal
 helper (``STORK_BEARER_TOKENS``: which file for which URL prefix; the helper sets gfal2's
-BEARER credential for HTTP) and to XRootD's ztn protocol (``BEARER_TOKEN_FILE``: one token a
-process, so a copy between two XRootD ends uses the destination's).
+BEARER credential for HTTP, and puts an XRootD URL's token in its ``authz`` CGI, so each
+end of a copy between two XRootD ends is authorized by its own token) and to XRootD's ztn
+protocol (``BEARER_TOKEN_FILE``: the token a connection authenticates with, one a process).
 
 The servers say only "denied" (HTTP 403, XRootD "Auth failed"), so a refusal is explained
 from the token's own claims (`explain_refusal`): expired, no scope for the operation on the
@@ -122,8 +123,9 @@ class BearerTokens:
     def environment(self, src_url: str = "", dest_url: str = "") -> dict[str, str]:
         """What a tool gets: which file for which URL prefix (`HELPER_VARIABLE`, the
         directory of each end, the longest prefix wins), and XRootD's ``BEARER_TOKEN_FILE``
-        (the destination's when it is an XRootD end: it pulls a third-party copy with the
-        token the client forwards)."""
+        (the destination's when it is an XRootD end: the token the client's connections
+        authenticate with and a third-party copy forwards; each end is authorized by its own
+        token, which the helper puts in its URL's ``authz``)."""
         pairs = [[prefix_of(url) if url else "", path]  # no URL: every URL
                  for url, path in ((src_url, self.src), (dest_url, self.dest)) if path]
         env = {HELPER_VARIABLE: json.dumps(pairs)} if pairs else {}
