@@ -41,7 +41,13 @@ from stork.transfer.tokens import (
 from tests.conftest import helper_available
 from tests.gsi import TestCa
 from tests.support import StorkServer, make_file, md5, removed_after
-from tests.tokens import ALL_SCOPES, TokenIssuer, TokenXrootdServer, scitokens_missing
+from tests.tokens import (
+    ALL_SCOPES,
+    OTHER_ISSUER,
+    TokenIssuer,
+    TokenXrootdServer,
+    scitokens_missing,
+)
 
 MB = 1024 * 1024
 HOUR = 3600.0
@@ -396,6 +402,99 @@ def test_root_to_root_with_a_different_token_for_each_end(
         value = token_value(path)
         hits = [i for i, text in enumerate(seen) if value in text or value[-40:] in text]
         assert hits == [], (path.name, hits)
+
+
+@pytest.fixture(scope="module")
+def other_issuer(issuer: TokenIssuer) -> TokenIssuer:
+    """A second issuer, with a key of its own, that only `tx_other` trusts."""
+    return TokenIssuer(OTHER_ISSUER)
+
+
+@pytest.mark.parametrize("pull", ("forwarded", "own"))
+def test_root_to_root_between_two_servers_with_tokens_of_different_issuers(
+        test_ca: TestCa, tx: TokenXrootdServer, export: Path, issuer: TokenIssuer,
+        other_issuer: TokenIssuer, tmp_path: Path, pull: str) -> None:
+    """An XRootD third-party copy from `tx` to a second server, each trusting only its own
+    issuer: the source token (the source's issuer) only reads the source's directory, the
+    destination token (the other issuer) only creates in the destination's. The helper logs
+    in to each server with its own end's token (with the XRootD client's messages on, no
+    login of the client's is refused; with the destination's token for both, the source
+    refused the client's login, and a dataset, whose checksums gfal2 asks of the source in
+    the copy's process, failed). The destination pulls from the source, and logs in to it
+    with what its configuration says: the token the client logged in to it with
+    (``fcreds``, "forwarded": the source does not trust that issuer, so the copy is refused
+    on the source, whatever the client does) or a token of its own that the source trusts
+    ("own": a file and a dataset arrive whole, each read authorized by the source token in
+    the URL, which may read nothing there itself). A job with the destination's token for
+    both ends is refused. No token's value is anywhere."""
+    nobody = pwd.getpwnam("nobody")
+    into = export / f"two-in-{pull}"
+    for directory in (into, into / "set"):
+        directory.mkdir()
+        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+    src = served(export, f"{into.name}/one.dat", 2 * MB + 17, seed=51)
+    files = [served(export, f"{into.name}/set/f{i}.dat", 150_000 + i * 333, seed=60 + i)
+             for i in range(3)]
+    reader = issuer.write(tmp_path / "reader.tok", scope=f"storage.read:/{into.name}")
+    writer = other_issuer.write(tmp_path / "writer.tok",
+                                scope="storage.create:/two-out storage.modify:/two-out "
+                                      "storage.read:/two-out")
+    # "own": the destination server's own token from the source's issuer, which may read
+    # nothing there: the source token in the URL is what authorizes the read
+    own = issuer.mint(scope="storage.read:/nowhere") if pull == "own" else None
+    dest_server = TokenXrootdServer(test_ca, export.parent / f"export-{pull}", other_issuer,
+                                    pull_token=own).start()
+    out = dest_server.export / "two-out"
+    try:
+        with removed_after(tmp_path / "s"), StorkServer(
+                tmp_path / "s", env={"X509_CERT_DIR": str(test_ca.trust),
+                                     "XRD_LOGLEVEL": "Info"}) as server:
+            ulog = tmp_path / "user.log"
+            ids = server.submit(f"""
+            [ dap_type = transfer; log = "{ulog}"; verify_checksum = true;
+              src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+              src_url = "{tx.url('root', src)}";
+              dest_url = "{dest_server.url('root', out / 'one.dat')}" ]
+            [ dap_type = transfer; log = "{ulog}"; verify_checksum = true;
+              src_bearer_token_file = "{reader}"; dest_bearer_token_file = "{writer}";
+              src_url = "{tx.url('root', into / 'set')}/";
+              dest_url = "{dest_server.url('root', out / 'set')}/" ]
+            [ dap_type = transfer; log = "{ulog}"; bearer_token_file = "{writer}";
+              src_url = "{tx.url('root', src)}";
+              dest_url = "{dest_server.url('root', out / 'alone.dat')}" ]
+            """)
+            one, dataset, alone = (server.wait_state(i, timeout_s=180) for i in ids)
+            seen = [server.cli("stork_q", "-l", check=True).stdout,
+                    *(server.api("GET", f"/v1/jobs/{i}").text for i in ids),
+                    *(server.cli("stork_status", str(i)).stdout for i in ids),
+                    ulog.read_text()]
+            seen += [found.read_bytes().decode(errors="replace")  # logs, database, spool
+                     for found in server.workdir.rglob("*") if found.is_file()]
+    finally:
+        dest_server.stop()
+    if pull == "own":
+        assert one["state"] == "COMPLETED", one["last_error"]
+        assert md5(out / "one.dat") == md5(src)
+        assert dataset["state"] == "COMPLETED" and dataset["files_done"] == 3, \
+            dataset["last_error"]
+        for f in files:
+            assert md5(out / "set" / f.name) == md5(f)
+    else:
+        for job in (one, dataset):
+            assert (job["state"], job["failure_kind"]) == ("FAILED", "permanent"), job
+            # the client's own logins were accepted; the destination's, on the source, not
+            assert "Authentication with ztn failed" not in job["last_error"], job["last_error"]
+            assert "Auth failed: No protocols left to try (source)" in job["last_error"]
+        # judged from the destination's token, the one the source refused
+        assert f"{writer}: refused (issuer {OTHER_ISSUER}" in one["last_error"]
+        assert not (out / "one.dat").exists()
+    assert (alone["state"], alone["failure_kind"]) == ("FAILED", "permanent"), alone
+    assert not (out / "alone.dat").exists()
+    for value in (token_value(reader), token_value(writer), own):
+        assert value is not None or pull == "forwarded"
+        if value:
+            hits = [i for i, text in enumerate(seen) if value in text or value[-40:] in text]
+            assert hits == [], hits
 
 
 def test_a_token_never_leaks_and_a_kept_copy_is_private_and_removed(

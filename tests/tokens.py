@@ -22,6 +22,7 @@ from typing import Any
 from tests.gsi import TestCa, XrootdServer
 
 ISSUER = "https://issuer.stork.invalid"
+OTHER_ISSUER = "https://other-issuer.stork.invalid"  # a second server's only issuer
 KEY_ID = "stork-test-key"
 AUDIENCE = "https://127.0.0.1"  # what the test server takes as itself
 ALL_SCOPES = "storage.read:/ storage.create:/ storage.modify:/"
@@ -105,15 +106,24 @@ class TokenIssuer:
 class TokenXrootdServer(XrootdServer):
     """The test xrootd that asks for a token on both protocols: ``root://`` speaks only ztn,
     WebDAV passes the ``Authorization`` header to the SciTokens authorization plugin. Paths in
-    a token's scopes are relative to the export (the issuer's base path)."""
+    a token's scopes are relative to the export (the issuer's base path). It trusts one
+    issuer, `issuer`, and knows only its keys (its own key cache under `run_dir`): two
+    servers with two issuers (and two exports) trust none of each other's tokens."""
 
-    def __init__(self, ca: TestCa, export: Path, issuer: TokenIssuer) -> None:
+    def __init__(self, ca: TestCa, export: Path, issuer: TokenIssuer,
+                 pull_token: str | None = None) -> None:
+        """`pull_token`: a token of the server's own that its third-party copies (it pulls
+        from the source) log in to a source with, instead of the one the client logged in
+        to it with (``ofs.tpc fcreds``)."""
         super().__init__(ca, export)
         self.issuer = issuer
         self.cache_home = self.run_dir / "cache"
+        self.pull_token = pull_token
 
     def prepare(self, uid: int, gid: int) -> None:
         self.issuer.preload(self.cache_home, uid, gid)
+        if self.pull_token:
+            self.issuer.write(self.run_dir / "pull.tok", self.pull_token, owner=uid)
         config = self.run_dir / "scitokens.cfg"
         config.write_text(f"""[Global]
 audience = {AUDIENCE}
@@ -125,7 +135,12 @@ base_path = {self.export}
         os.chown(config, uid, gid)
 
     def tpc_options(self) -> str:
-        return "fcreds ?ztn =BEARER_TOKEN_FILE "
+        # the client's ztn token forwarded to its copies as their BEARER_TOKEN_FILE, or
+        # (with a token of its own, which is its BEARER_TOKEN_FILE) under a name they do not
+        # read: the copies stay delegated ones, which reach the source by the name the
+        # client gave (127.0.0.1, in the host certificate), not by its IPv6-mapped address
+        variable = "STORK_FORWARDED_TOKEN_FILE" if self.pull_token else "BEARER_TOKEN_FILE"
+        return f"fcreds ?ztn ={variable} "
 
     def extra_config(self) -> str:
         return f"""ofs.authorize 1
@@ -139,5 +154,8 @@ http.header2cgi Authorization authz
     def environment(self) -> dict[str, str]:
         # its third-party copies (xrdcp --server, as the server's user) speak ztn over TLS:
         # they need the copy of the CA's trust the server may read
-        return {"XDG_CACHE_HOME": str(self.cache_home),
-                "X509_CERT_DIR": str(self.run_dir / "certificates")}
+        env = {"XDG_CACHE_HOME": str(self.cache_home),
+               "X509_CERT_DIR": str(self.run_dir / "certificates")}
+        if self.pull_token:
+            env["BEARER_TOKEN_FILE"] = str(self.run_dir / "pull.tok")
+        return env

@@ -10,7 +10,8 @@ credential for the HTTP prefixes, and an XRootD URL is reached with its prefix's
 ``BEARER_TOKEN_FILE`` (XRootD's ztn reads it; one token a process at a time); a copy
 and an XRootD URL also carries its own token in its ``authz`` CGI (so each end of a copy or
 of one helper run is authorized by its own token), inside this process only: everything it
-writes back is scrubbed of them. gfal2's
+writes back is scrubbed of them. Before a copy between two XRootD servers, each is logged in
+to with its own end's token (`_log_in_each_end`). gfal2's
 plugins speak GridFTP (``gsiftp://``, ``ftp://``), XRootD
 (``root://``) and HTTP/WebDAV (``http(s)://``, ``dav(s)://``); ``file://`` too.
 
@@ -44,6 +45,7 @@ with VALUE when given) after the copy.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -119,6 +121,47 @@ def _xrootd_token(url: str) -> None:
         path = _token_file(url, _token_pairs())
         if path:
             os.environ["BEARER_TOKEN_FILE"] = path
+
+
+# one login at a time: BEARER_TOKEN_FILE is the process's (copylist's threads share it)
+_LOGIN_LOCK = threading.Lock()
+_LOGGED_IN: set[str] = set()  # the XRootD servers ("host:port") `_log_in_each_end` reached
+
+
+def _server(url: str) -> str:
+    """An XRootD URL's server, ``host:port`` (the XRootD client's one connection there)."""
+    return url.partition("://")[2].partition("/")[0].rpartition("@")[2]
+
+
+def _log_in_each_end(ctx: Any, src: str, dest: str) -> None:
+    """Before a copy between XRootD ends on two servers, each server is reached once with
+    its own end's token file in ``BEARER_TOKEN_FILE`` (a stat, whatever it answers): the
+    XRootD client authenticates (ztn) on its first request to a server and keeps that one
+    connection for every later request there in this process (`main` keeps idle ones for
+    the process's life), the copy's own open of the source and its checksums included, so
+    each server sees the token of its own end, whose issuer it trusts, and not the
+    destination's for both. ``BEARER_TOKEN_FILE`` is left as the destination's: the token a
+    pulling destination is given to log in to the source with (``ofs.tpc fcreds``) is the
+    one the client logged in to it with, which only the servers' configuration decides.
+    Two ends on one server share one login (each is still authorized by its ``authz``)."""
+    ends = [url for url in (src, dest) if url.partition("://")[0] in _XROOTD_SCHEMES]
+    if len(ends) < 2 or _server(src) == _server(dest):
+        return
+    with _LOGIN_LOCK:
+        for url in ends:
+            if _server(url) in _LOGGED_IN:
+                continue
+            _xrootd_token(url)
+            reached = _gfal_url(url)
+            # the XRootD client keys a connection by its server and the URL's
+            # xrdcl.intent: gfal2's copy reaches both ends with intent=tpc, its stats and
+            # checksums without; a stat of each logs in both (whatever it answers: only the
+            # login matters, and a new destination is not there yet)
+            for seen in (reached, f"{reached}{'&' if '?' in reached else '?'}xrdcl.intent=tpc"):
+                with contextlib.suppress(Exception):
+                    ctx.stat(seen)
+            _LOGGED_IN.add(_server(url))
+        _xrootd_token(dest)
 
 
 def _read_token(path: str) -> str | None:
@@ -312,6 +355,7 @@ def op_copy(gfal2: Any, ctx: Any, args: list[str]) -> int:
         _progress(int(transferred), average / 2**20, instant / 2**20)
 
     params.monitor_callback = monitor
+    _log_in_each_end(ctx, src, dest)
     try:
         ctx.filecopy(params, _gfal_url(src), _gfal_url(dest))
     except Exception as exc:  # noqa: BLE001 - gfal2.GError: judged by its errno
@@ -363,6 +407,7 @@ def _copy_one(gfal2: Any, streams: int, timeout_s: int, line: int, src: str,
 def _copy_with(ctx: Any, params: Any, line: int, src: str, dest: str,
                checksum: str) -> dict[str, Any]:
     """One copy's answer: {"line", "size"} or {"line", "errno", "error", "exit"}."""
+    _log_in_each_end(ctx, src, dest)
     try:
         ctx.filecopy(params, _gfal_url(src), _gfal_url(dest))
     except Exception as exc:  # noqa: BLE001 - gfal2.GError: reported for its pair
@@ -441,6 +486,11 @@ def main(argv: list[str]) -> int:
     # unreachable server; the environment may still set other values
     os.environ.setdefault("XRD_CONNECTIONRETRY", "1")
     os.environ.setdefault("XRD_CONNECTIONWINDOW", "30")
+    # a connection stays logged in with the token it was opened with
+    # (`_log_in_each_end`): idle ones are kept for the process's life (default 5 minutes,
+    # which a long third-party copy, silent towards the source, would pass)
+    os.environ.setdefault("XRD_DATASERVERTTL", str(7 * 86400))
+    os.environ.setdefault("XRD_LOADBALANCERTTL", str(7 * 86400))
     try:
         import gfal2  # type: ignore[import-not-found]
     except ImportError as exc:
