@@ -222,30 +222,6 @@ def test_cc_changes_start_and_retire_workers_and_no_item_is_sent_twice() -> None
     assert Setting(6, 2, 1) in settings and Setting(1, 1, 1) in settings
 
 
-def test_lists_shrink_with_the_queue_so_the_last_calls_end_together() -> None:
-    """A list is at most the bytes left over TAIL_CALLS calls of every worker: the first
-    calls are full (about LIST_MIN_BYTES), the ones near the end smaller and smaller, the
-    last of one file each."""
-    from stork.engine.engine import LIST_MIN_BYTES, STAGGER, TAIL_CALLS
-
-    size = 64 * 1024
-    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", size) for i in range(400)]
-    taken: list[Taken] = []
-    engine = Engine([Item(f) for f in files], lambda: CountingWorker(0.001), Setting(2, 1, 1),
-                    lambda _, rs: None, on_take=taken.append)
-    engine.run()
-    calls = sorted(taken, key=lambda t: t.started_s)
-    left = 400 * size
-    for call in calls:
-        moved = sum(i.size_bytes for i in call.items)
-        assert moved <= left / (TAIL_CALLS * 2) + size, (left, moved)  # the last may pass
-        left -= moved
-    assert left == 0
-    sizes = [len(c.items) for c in calls]
-    assert max(sizes) * size >= LIST_MIN_BYTES * STAGGER[0]  # full calls while much is left
-    assert sizes[-2:] == [1, 1], sizes  # and one file at a time at the very end
-
-
 # -- the engine with globus-url-copy workers, against a real server -------------------------
 
 def test_files_and_ranges_through_real_gridftp_workers_byte_identical(

@@ -5,9 +5,7 @@ Each worker (one slot, supplied by the transfer module of the URLs, `TransferMod
 takes the next call's worth of items the moment its last call ends: a byte range alone, or
 whole files up to about `call_s` seconds of the worker's recent rate (`Worker.takes_lists`;
 one file at a time otherwise). Nothing waits for anything else: there is no batch, so no
-barrier where the flow drains to the slowest file and starts again. Towards the end a list
-is at most the files left over `TAIL_CALLS` x cc, so the last calls shrink with the queue
-and end close together, instead of one long list running alone after the others ran dry.
+barrier where the flow drains to the slowest file and starts again.
 
 `set(Setting)` applies at once and stops nothing: a higher `cc` starts workers now; a lower
 one lets the workers above it finish their call and take no more; `p` and `pp` apply to the
@@ -45,10 +43,6 @@ LIST_MIN_BYTES = 4 << 20  # before any rate is known, and at least
 LIST_MAX_FILES = 500  # globus-url-copy reads the whole list first: keep it short
 RATE_WINDOWS = 5  # the recent rate: over the last windows of the flow
 STAGGER = (0.5, 0.83, 1.17, 1.5)  # a slot's call, as a share of call_s
-# a list is at most the whole files' bytes left over this many calls of every worker: a
-# call taken when that much is left (1.5 call_s at most, by STAGGER) ends about as the
-# queue runs dry, and the ones after it are shorter and shorter
-TAIL_CALLS = 2
 
 
 
@@ -75,7 +69,6 @@ class Engine:
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
         self._queue: deque[Item] = deque(items)
-        self._queued_whole = sum(i.size_bytes for i in self._queue if not i.is_range)
         self._new_worker = new_worker
         self._setting = setting
         self._on_results = on_results
@@ -112,10 +105,8 @@ class Engine:
 
     def add(self, items: Iterable[Item]) -> None:
         """More items at the end of the queue (a file to send again)."""
-        items = list(items)
         with self._lock:
             self._queue.extend(items)
-            self._queued_whole += sum(i.size_bytes for i in items if not i.is_range)
             if self._started:
                 self._fill()
 
@@ -126,7 +117,6 @@ class Engine:
             gone = [i for i in self._queue if unwanted(i)]
             if gone:
                 self._queue = deque(i for i in self._queue if not unwanted(i))
-                self._queued_whole -= sum(i.size_bytes for i in gone if not i.is_range)
             return gone
 
     def run(self) -> None:
@@ -233,18 +223,15 @@ class Engine:
         setting = self._setting
         if self._stopped or slot >= setting.cc or not self._queue:
             return None
-        left = self._queued_whole  # before this call takes any
         first = self._queue.popleft()
         items = [first]
         if lists and not first.is_range:
-            budget = min(self._list_bytes(setting, slot),
-                         left / (TAIL_CALLS * setting.cc)) - first.size_bytes
+            budget = self._list_bytes(setting, slot) - first.size_bytes
             while (self._queue and not self._queue[0].is_range and budget > 0
                    and len(items) < LIST_MAX_FILES):
                 item = self._queue.popleft()
                 items.append(item)
                 budget -= item.size_bytes
-        self._queued_whole -= sum(i.size_bytes for i in items if not i.is_range)
         return Taken(slot, tuple(items), setting, self.clock())
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
