@@ -246,7 +246,7 @@ def test_the_history_decides_a_neighbour_it_measured_enough() -> None:
 def test_a_kept_halving_starts_the_next_axis_halving() -> None:
     """Both axes multiply the same streams: once halving cc kept the rate, p is tried
     fewer first (doubling it would ask for twice the streams of a setting just shown to be
-    more than enough). bench_climb run 1 on `short` (docs/BENCHMARKS.md section 15): after
+    more than enough). bench_climb run G on `short` (docs/BENCHMARKS.md section 15.1): after
     cc went 4 -> 2 -> 1 at p 4, the climb tried p 8 next."""
     climb = Climb(Setting(4, 4, 1), LIMITS, known={
         Setting(8, 4, 1): Measured(Setting(8, 4, 1), 184.0, 6.0, 8)})  # cc up: refused
@@ -262,9 +262,9 @@ def test_a_kept_halving_starts_the_next_axis_halving() -> None:
 def test_a_more_streams_neighbour_is_not_kept_from_the_history_on_a_load_change() -> None:
     """The history's windows of a neighbour are judged against the reference then and now,
     pooled: a load that came since (the reference measured lower now) is noise, not a gain
-    of the neighbour. bench_climb run 1 on `short`: cc 16 p 2 was kept from the history at
-    +17.5% against cc 8 p 2 measured now at 124.6 Mbit/s, though the history had cc 8 p 2
-    at 143.1 and cc 16 p 2 at 146.5 (+2.4%)."""
+    of the neighbour. bench_climb run G on `short`: cc 16 p 2 was kept from the history at
+    +17.5% (146.5 Mbit/s over 5 windows) against cc 8 p 2 measured now at 124.6, where the
+    climb before had measured cc 8 p 2 at 143.1 (+2.4%)."""
     s8, s16 = Setting(8, 2, 2), Setting(16, 2, 2)
     history = {s8: Measured(s8, 143.1, 10.9, 3), s16: Measured(s16, 146.5, 2.2, 5)}
     climb = Climb(s8, LIMITS, axes=("cc",), known=history)
