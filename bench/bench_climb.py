@@ -2,7 +2,7 @@
 settings, in one run.
 
     .venv/bin/python bench/bench_climb.py [--profile wan40] [--workloads dataset,file]
-        [--repeats 2] [--file-mb 1024]
+        [--repeats 2] [--file-mb 1024] [--fixed-dataset 4/1/4,...] [--fixed-file 2/4/1,...]
 
 Per link profile two sites are built and each workload moved third party from site a to
 site b by a real stork_server inside site b (``STORK_LINK_MBPS`` the link's rate):
@@ -28,13 +28,22 @@ Cases, each timed from submission to the job's end (all tuning included):
                judged
 
 Printed per workload: seconds, Mbit/s, share of the link, the ratio to the preset and to the
-best fixed setting of this run, and for climb the changes it made and the setting it held.
+best fixed setting of this run, the streams (cc x p) and their ratio to the fewest streams
+of any fixed setting within 5% of the best one, and for climb the changes it made and the
+setting it held. The streams of a climb run are time-weighted over the engine's settings
+(the prior from the start, each change from the time the controller made it, the last one
+to the job's end; a change of p reaches a worker at its next call, so this is a little
+ahead of the flow); of a "yes" run the setting its optimizer decided (the dataset's
+probes are not counted) or the EOS's streams over the file's ranges; of the preset the
+dataset's chunk as planned (`dataset_chunks`) or the file's one stream.
 Needs root, /dev/net/tun and `ip netns`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shutil
 import sys
 import time
@@ -43,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stork.server.file_run import range_setting
 from tests.support import StorkServer, make_file
 from tests.testbed.cli import add_link_options, topologies
 from tests.testbed.dataset import plan, write
@@ -54,6 +64,8 @@ FIXED_FILE = ((2, 4, 1), (4, 4, 1), (8, 4, 1), (4, 8, 1), (8, 8, 1))
 DATASET = "2000x256K"
 TIMEOUT_S = 900
 PRESET_FILE_TIMEOUT_S = 240  # one stream on a WAN: its rate is had long before the end
+NEAR_BEST = 0.05  # a fixed setting within this share of the best is "as good" (issue 28)
+_SETTING = re.compile(r"cc=(\d+) p=(\d+)")
 
 
 @dataclass
@@ -66,6 +78,7 @@ class Run:
     state: str
     link_mbps: float
     tuning: dict[str, Any] | None = None
+    streams: float | None = None  # cc x p, time-weighted for climb (see the module)
 
     @property
     def mbps(self) -> float:
@@ -78,6 +91,40 @@ def job(server: StorkServer, bed: Testbed, src: str, dest: str, extra: str,
                              f'dest_url = "{bed.url("b", dest)}"; {extra} ]\n')
     [summary] = finish(server, [job_id], timeout_s)
     return summary
+
+
+def _streams_of(label: str) -> int | None:
+    match = _SETTING.search(label)
+    return int(match[1]) * int(match[2]) if match else None
+
+
+def run_streams(case: str, summary: dict[str, Any], tuning: dict[str, Any] | None
+                ) -> float | None:
+    """The streams (cc x p) a run used; see the module's text."""
+    result = summary.get("result") or {}
+    if case.startswith("cc="):
+        return _streams_of(case)
+    if tuning and "prior" in tuning:  # climb: time-weighted over its settings
+        started, finished = summary.get("started_at"), summary.get("finished_at")
+        changes = tuning.get("changes", [])
+        end = max([(finished - started) if started and finished else 0.0]
+                  + [c["t_s"] for c in changes])
+        points = [(0.0, tuning["prior"])] + [(c["t_s"], c["setting"]) for c in changes]
+        total = 0.0
+        for (t, label), (t_next, _) in zip(points, [*points[1:], (end, "")], strict=True):
+            total += (_streams_of(label) or 0) * max(t_next - t, 0.0)
+        return total / end if end > 0 else float(_streams_of(tuning["prior"]) or 0)
+    if tuning and "params" in tuning:  # a probing optimizer's decision
+        return _streams_of(tuning["params"])
+    if result.get("optimized_streams"):  # the EOS's streams over the file's ranges
+        setting = range_setting(int(result["optimized_streams"]), None)
+        return setting.cc * setting.p
+    if result.get("dataset_chunks"):
+        counts = [_streams_of(c) for c in result["dataset_chunks"]]
+        return max((c for c in counts if c is not None), default=None)
+    if case == "preset":  # the file's default streams: one range of one stream
+        return 1
+    return None
 
 
 def one(profile: str, workload: str, case: str, server: StorkServer, bed: Testbed,
@@ -95,7 +142,7 @@ def one(profile: str, workload: str, case: str, server: StorkServer, bed: Testbe
     for change in (tuning or {}).get("changes", []):
         print(f"<!--   {change['t_s']:6.1f} s {change['setting']}: {change['reason']} -->")
     run = Run(profile, workload, case, seconds, summary["bytes_done"], summary["state"],
-              link_mbps, tuning)
+              link_mbps, tuning, run_streams(case, summary, tuning))
     print(f"<!-- {profile} {workload} {case}: {run.state}, {run.mbps:.1f} Mbit/s, "
           f"{seconds:.1f} s{'' if tuning is None else ', ' + str(tuning.get('setting'))} -->",
           flush=True)
@@ -104,7 +151,7 @@ def one(profile: str, workload: str, case: str, server: StorkServer, bed: Testbe
 
 def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps: float,
                   args: argparse.Namespace) -> list[Run]:
-    fixed = FIXED_DATASET if workload == "dataset" else args.fixed_file
+    fixed = args.fixed_dataset if workload == "dataset" else args.fixed_file
     repeats = args.repeats
     out = bed.site_dir("b") / f"out-{workload}"
     runs = []
@@ -140,23 +187,31 @@ def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps
 
 def print_table(runs: list[Run]) -> None:
     print("\n| profile | workload | case | state | seconds | Mbit/s | share of link | "
-          "/ preset | / best fixed | changes | held |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "/ preset | / best fixed | streams | / fewest within 5% | changes | held |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| --- |")
     for key in dict.fromkeys((r.profile, r.workload) for r in runs):
         group = [r for r in runs if (r.profile, r.workload) == key]
         preset = next((r for r in group if r.case == "preset"), None)
         fixed = [r for r in group if r.case.startswith("cc=") and r.state == "COMPLETED"]
         best = max(fixed, key=lambda r: r.mbps, default=None)
+        near = [r.streams for r in fixed if best and r.streams
+                and r.mbps >= best.mbps * (1 - NEAR_BEST)]
+        fewest = min(near, default=None)
         for r in group:
             ratio = f"{r.mbps / preset.mbps:.2f}" if preset and preset.mbps else "-"
-            to_best = f"{r.mbps / best.mbps:.2f}" if best and best.mbps else "-"
+            to_best = f"{r.mbps / best.mbps:.3f}" if best and best.mbps else "-"
+            streams = "-" if r.streams is None else f"{r.streams:.1f}"
+            to_fewest = f"{r.streams / fewest:.2f}" if r.streams and fewest else "-"
             tuning = r.tuning or {}
             print(f"| {r.profile} | {r.workload} | {r.case} | {r.state} | {r.seconds:.1f} | "
                   f"{r.mbps:.1f} | {r.mbps / r.link_mbps:.3f} | {ratio} | {to_best} | "
-                  f"{tuning.get('change_count', '')} | {tuning.get('setting', '')} |")
+                  f"{streams} | {to_fewest} | {tuning.get('change_count', '')} | "
+                  f"{tuning.get('setting', tuning.get('params', ''))} |")
         if best is not None:
             print(f"\n(best fixed setting of {key[0]} {key[1]}: {best.case}, "
-                  f"{best.mbps:.1f} Mbit/s)\n")
+                  f"{best.mbps:.1f} Mbit/s; the fewest streams within "
+                  f"{NEAR_BEST:.0%} of it: {fewest if fewest is None else round(fewest)})\n")
 
 
 def main() -> int:
@@ -168,6 +223,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2,
                         help="climb runs after the first, each learning from those before")
     parser.add_argument("--file-mb", type=int, default=1024)
+    parser.add_argument("--fixed-dataset",
+                        default=",".join(f"{c}/{p}/{pp}" for c, p, pp in FIXED_DATASET),
+                        help="the dataset's fixed settings, cc/p/pp comma-separated")
     parser.add_argument("--fixed-file",
                         default=",".join(f"{c}/{p}/{pp}" for c, p, pp in FIXED_FILE),
                         help="the file's fixed settings, cc/p/pp comma-separated")
@@ -182,14 +240,20 @@ def main() -> int:
         parser.error(f"unknown cases {bad}: preset, fixed, yes, climb")
     if args.repeats < 0 or args.file_mb < 1:
         parser.error("--repeats must be 0 or more and --file-mb 1 or more")
-    try:
-        args.fixed_file = tuple(tuple(int(x) for x in cell.split("/"))
-                                for cell in args.fixed_file.split(",") if cell)
-    except ValueError:
-        parser.error(f"--fixed-file {args.fixed_file!r}: expected cc/p/pp,cc/p/pp")
-    if any(len(cell) != 3 or min(cell) < 1 for cell in args.fixed_file):
-        parser.error(f"--fixed-file {args.fixed_file!r}: each cell is cc/p/pp, each >= 1")
+    for option in ("fixed_dataset", "fixed_file"):
+        text = getattr(args, option)
+        flag = "--" + option.replace("_", "-")
+        try:
+            cells = tuple(tuple(int(x) for x in cell.split("/"))
+                          for cell in text.split(",") if cell)
+        except ValueError:
+            parser.error(f"{flag} {text!r}: expected cc/p/pp,cc/p/pp")
+        if any(len(cell) != 3 or min(cell) < 1 for cell in cells):
+            parser.error(f"{flag} {text!r}: each cell is cc/p/pp, each >= 1")
+        setattr(args, option, cells)
     started = time.monotonic()
+    print("<!-- load average at the start: {:.2f} {:.2f} {:.2f} -->".format(*os.getloadavg()),
+          flush=True)
     runs: list[Run] = []
     try:
         for name, topology in topologies(args, ("wan40",)):
@@ -212,7 +276,8 @@ def main() -> int:
     print(f"\n## climb end to end ({args.cc}; one run a case; seconds from submission to "
           f"the job's end)")
     print_table(runs)
-    print(f"\nwall time: {time.monotonic() - started:.0f} s")
+    print(f"\nwall time: {time.monotonic() - started:.0f} s; load average at the end: "
+          "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     return 0
 
 

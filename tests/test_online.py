@@ -260,3 +260,37 @@ def test_an_optimizers_choice_from_the_log_alone_is_a_controllers_prior() -> Non
         assert bump(prior.cc, prior.p, prior.pp, at=peak) >= 0.95 * bump(*peak, at=peak), why
         priors.append(prior)
     assert priors[0] != priors[1] and priors[1].p > priors[0].p
+
+
+def test_a_kept_halving_starts_the_next_axis_halving() -> None:
+    """Both axes multiply the same streams: once halving cc kept the rate, p is tried
+    fewer first (doubling it would ask for twice the streams of a setting just shown to be
+    more than enough). bench_climb run G on `short` (docs/BENCHMARKS.md section 15.1): after
+    cc went 4 -> 2 -> 1 at p 4, the climb tried p 8 next."""
+    climb = Climb(Setting(4, 4, 1), LIMITS, known={
+        Setting(8, 4, 1): Measured(Setting(8, 4, 1), 184.0, 6.0, 8)})  # cc up: refused
+    changes = run(climb, lambda s, t: 180.0, seconds=400, noise=0.02)
+    tried = [c.setting for _, c in changes]
+    assert Setting(8, 4, 1) not in tried and tried[0] == Setting(2, 4, 1), changes
+    first_p = next(s for s in tried if s.p != 4)
+    assert first_p.p == 2, changes  # halving p first, after the kept halvings of cc
+    assert all(s.p <= 4 for s in tried), changes
+    assert climb.holding and streams(climb.current) <= 2
+
+
+def test_a_more_streams_neighbour_is_not_kept_from_the_history_on_a_load_change() -> None:
+    """The history's windows of a neighbour are judged against the reference then and now,
+    pooled: a load that came since (the reference measured lower now) is noise, not a gain
+    of the neighbour. bench_climb run G on `short`: cc 16 p 2 was kept from the history at
+    +17.5% (146.5 Mbit/s over 5 windows) against cc 8 p 2 measured now at 124.6, where the
+    climb before had measured cc 8 p 2 at 143.1 (+2.4%)."""
+    s8, s16 = Setting(8, 2, 2), Setting(16, 2, 2)
+    history = {s8: Measured(s8, 143.1, 10.9, 3), s16: Measured(s16, 146.5, 2.2, 5)}
+    climb = Climb(s8, LIMITS, axes=("cc",), known=history)
+    changes = run(climb, lambda s, t: 124.6, seconds=30, noise=0.05)
+    first = changes[0][1]
+    assert "kept from the history" not in first.reason, first.reason
+    assert first.setting == s16 and "trying cc up" in first.reason  # measured on the flow
+    # judged against the reference now alone, the history would have kept it
+    verdict, _, _ = judge(Measured(s8, 124.6, 6.9, 3), history[s16], min_gain=0.05, z=2.0)
+    assert verdict is Verdict.KEPT

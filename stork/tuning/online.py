@@ -16,10 +16,16 @@ settled. It answers a `Change` or nothing:
    setting is measured longer, up to `max_windows`, and then the fewer streams win. A kept
    setting becomes the reference and the climb goes on the same way; a refused one sends
    the flow back to the reference, which is measured again (its windows pooled with the
-   earlier ones), and the other direction is tried (halving, only when doubling was
-   refused at once), then the next axis. A neighbour the path's history
-   (`known`, `measured_from_history`) already refuses against the reference is passed over
-   without moving the flow.
+   earlier ones), and the other direction is tried (only when the first was refused at
+   once), then the next axis. The next axis starts the way the last kept move went: both
+   axes multiply the same streams (cc x p), so once halving one kept the rate (the path
+   does not need the streams it had), doubling the other first would ask for twice the
+   streams of a setting just shown to be more than enough; it is tried only when halving
+   that axis is refused at once. A neighbour the path's history (`known`, `measured_from_history`)
+   already refuses against the reference is passed over without moving the flow; the
+   reference it is judged against is the reference's windows now and, when the history
+   has them, then, pooled (`pooled`): a load that changed between the two shows as noise
+   instead of as a gain.
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
@@ -169,6 +175,7 @@ class Climb:
         self.known = dict(known or {})  # the path's history at this load
         self.current = prior
         self.reference: Measured | None = None
+        self._ref_known = False  # the reference holds the history's windows of its setting
         self.holding = False
         self._todo: list[tuple[str, bool]] = []
         self._trying: tuple[str, bool, bool] | None = None  # axis, up, first move that way
@@ -178,6 +185,7 @@ class Climb:
 
     def _restart(self) -> None:
         self.current, self.reference, self.holding = self.prior, None, False
+        self._ref_known = False
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
 
@@ -220,11 +228,10 @@ class Climb:
         assert self._trying is not None and self.reference is not None
         axis, up, first = self._trying
         if verdict is Verdict.KEPT:
-            self.reference = tried
-            self._todo = [(a, u) for a, u in self._todo if a != axis]
-            self._todo.insert(0, (axis, up))  # go on the same way
+            self.reference, self._ref_known = tried, False
+            self._went(axis, up)
             return self._next(f"kept: {why}", figures, first=False)
-        if not (up and first):  # halving is tried only when doubling was refused at once
+        if not first:  # the other way is tried only when the first was refused at once
             self._todo = [(a, u) for a, u in self._todo if a != axis]
         # back to the reference, measured again before the next try: a reference measured
         # high by chance would refuse every neighbour, and the path may have moved since
@@ -250,14 +257,13 @@ class Climb:
             verdict, known_why = self._from_history(moved)
             if verdict is Verdict.REFUSED:
                 passed.append(f"{moved.label()} refused from the history: {known_why}")
-                if not (up and first):
+                if not first:
                     self._todo = [(a, u) for a, u in self._todo if a != axis]
                 first = True
                 continue
             if verdict is Verdict.KEPT:  # taken on the history's word, measured on arrival
-                self.reference = self.known[moved]
-                self._todo = [(a, u) for a, u in self._todo if a != axis]
-                self._todo.insert(0, (axis, up))
+                self.reference, self._ref_known = self.known[moved], True
+                self._went(axis, up)
                 self._again, self._trying = True, None
                 if passed:
                     why += "; " + "; ".join(passed)
@@ -272,6 +278,13 @@ class Climb:
         self.holding, self._trying = True, None
         return self._go(ref, f"{why}; holding {ref.label()}", figures, always=True)
 
+    def _went(self, axis: str, up: bool) -> None:
+        """A move along `axis` was kept: go on the same way, and start the axes still to
+        try the same way (see the module)."""
+        rest = [(a, u) for a, u in self._todo if a != axis]
+        rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] != up))
+        self._todo = [(axis, up), *rest]
+
     def _from_history(self, setting: Setting) -> tuple[Verdict, str]:
         """What the path's history says of `setting` against the reference: the verdict of
         `judge` on its pooled windows (OPEN when it knows too little), and with as many
@@ -280,7 +293,11 @@ class Climb:
         known = self.known.get(setting)
         if known is None or known.count < self.windows or self.reference is None:
             return Verdict.OPEN, ""
-        verdict, why, figures = judge(self.reference, known, min_gain=self.min_gain, z=self.z)
+        ref = self.reference
+        then = None if self._ref_known else self.known.get(ref.setting)
+        if then is not None:  # the reference then and now: a load that moved is noise
+            ref = pooled(ref.setting, [ref, then]) or ref
+        verdict, why, figures = judge(ref, known, min_gain=self.min_gain, z=self.z)
         if verdict is Verdict.OPEN and known.count >= self.max_windows:
             fewer = streams(setting) < streams(self.reference.setting)
             verdict = Verdict.KEPT if fewer and figures["gain"] >= -self.min_gain \

@@ -108,7 +108,10 @@ def pair(rtt_ms: float, rate_mbps: float, loss: float = 0.0,
 
 
 # Link profiles used by the tests and benchmarks: name -> (rtt_ms, rate_mbps, loss).
+# short: no loss and a 2 ms round trip, where one to four streams already fill the link
+# (issue 28's few-streams path; docs/BENCHMARKS.md section 15).
 PROFILES: dict[str, tuple[float, float, float]] = {
+    "short": (2, 200, 0.0),
     "lan10": (10, 200, 0.0),
     "wan40": (40, 200, 0.001),
     "wan80": (80, 300, 0.0005),
