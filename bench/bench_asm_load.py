@@ -14,7 +14,8 @@ Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 
    rows carry no known load (`sharing` 0): ASM's analysis tags their load intensity from
    their deviation from the cell's top (docs/OPTIMIZERS.md), which is what the sweep under
    background traffic gives it.
-2. Per method (`optimization = "asm"`, `"harp"`, `"climb"`, none: the defaults per size
+2. Per method (`optimization = "asm"`, `"harp"`, `"climb"`, `"harp-climb"`, `"asm-climb"`,
+   none: the defaults per size
    class), a fresh stork_server inside site b (`STORK_LINK_MBPS` = the link's rate) is given
    that history (`stork_history import`, then `stork_history analyze`) and runs one dataset
    job over the whole dataset, site a -> site b. Background traffic follows --schedule,
@@ -59,7 +60,8 @@ from tests.testbed.grid import GridLog, parse_grid, sweep_grid
 from tests.testbed.netns import Testbed, TestbedUnavailable, terminate
 from tests.testbed.topology import Link
 
-METHODS = {"asm": "asm", "harp": "harp", "climb": "climb", "default": ""}  # -> `optimization`
+METHODS = {"asm": "asm", "harp": "harp", "climb": "climb", "harp-climb": "harp-climb",
+           "asm-climb": "asm-climb", "default": ""}  # -> `optimization`
 DONE_STATES = ("COMPLETED", "FAILED", "REMOVED")
 SETTLE = 0.10  # "settled": within 10% of the phase's level
 WINDOW_S = 4.0  # the window a level is judged over (a batch or more)
