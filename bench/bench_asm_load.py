@@ -15,10 +15,10 @@ Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 
    their deviation from the cell's top (docs/OPTIMIZERS.md), which is what the sweep under
    background traffic gives it.
 2. Per method (`optimization = "asm"`, `"harp"`, `"climb"`, `"harp-climb"`, `"asm-climb"`,
-   none: the defaults per size
-   class), a fresh stork_server inside site b (`STORK_LINK_MBPS` = the link's rate) is given
-   that history (`stork_history import`, then `stork_history analyze`) and runs one dataset
-   job over the whole dataset, site a -> site b. Background traffic follows --schedule,
+   none: the defaults per size class), a fresh stork_server inside site b
+   (`STORK_LINK_MBPS` = the link's rate) is given that history (`stork_history import`,
+   then `stork_history analyze`) and runs one dataset job over the whole dataset, site a ->
+   site b. Background traffic follows --schedule,
    `START_S:PERCENT` pairs counted from the job's submission: iperf3 (`-C cubic`,
    --bg-streams streams paced to PERCENT of the link rate in all, `-b` per stream) from site
    a to site b through the same emulated link, one iperf3 client per loaded phase, the last
