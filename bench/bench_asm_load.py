@@ -452,7 +452,9 @@ def plot(runs: list[Run], args: argparse.Namespace, link: Link, path: Path) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"asm": "tab:red", "harp": "tab:blue", "default": "tab:green"}
+    colours = {"asm": "tab:red", "harp": "tab:blue", "default": "tab:green",
+               "climb": "tab:purple", "harp-climb": "tab:cyan", "asm-climb": "tab:orange"}
+    assert set(METHODS) <= set(colours), "every method has its colour"
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 1]})
     end = max(r.end_s for r in runs)
