@@ -286,7 +286,8 @@ KNOBS: tuple[Knob, ...] = (
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
          "may name one instead: optimization = \"harp\"). climb tunes the running flow "
          "instead of probing before it (STORK_ENGINE flow; a single file may name it too, "
-         "its ranges then tuned as they move)."),
+         "its ranges then tuned as they move); harp-climb and asm-climb start it at HARP's "
+         "or ASM's choice from the transfer log."),
     Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice(*SAMPLING_NAMES),
          LIVE,
          "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "
