@@ -206,7 +206,6 @@ class Parts:
 
     assembly: Assembly
     kept: KeptRanges
-    items: list[Item]
     retried: dict[tuple[int, int], int] = field(default_factory=dict)
     judged: set[int] = field(default_factory=set)  # their other ranges are not sent
     failed: dict[int, destination.Destination] = field(default_factory=dict)
@@ -512,8 +511,7 @@ class DatasetRun:
             self.store.start_files(self.job.id, self.attempt_no, indexes, label)
 
         setting = climb[0].prior if climb else Setting(params.cc, params.p, params.pp)
-        parts = self._parts(files, module)
-        items = parts.items
+        items, parts = self._parts(files, module)
         engine = Engine(items, new_worker, setting,
                         lambda _, results: self._called(engine, results, rows, urls, parts),
                         on_take=on_take, meter=self.meter)
@@ -535,13 +533,13 @@ class DatasetRun:
                 self._remove_partial(claim)
             self._log_flow(engine, files, tuner)
 
-    def _parts(self, files: list[FileWork], module: TransferModule) -> Parts:
+    def _parts(self, files: list[FileWork], module: TransferModule) -> tuple[list[Item], Parts]:
         """The engine's items (the ranges an earlier pass kept left out) and their record;
         each file newly sent as ranges claimed first (`destination.claim`), so that only
         what its ranges wrote is removed if it fails for good."""
         landed = self.kept.landed()
         items = plan_items(files, self._range_size(module), landed)
-        parts = Parts(Assembly.of(items, landed), self.kept, items)
+        parts = Parts(Assembly.of(items, landed), self.kept)
         fresh = {i.file.index: i.file.dest_url for i in items
                  if i.is_range and i.file.index not in landed}
         self.kept.claim({index: destination.claim(url, self.run_as)
@@ -549,7 +547,7 @@ class DatasetRun:
         if parts.assembly.sizes:
             self.store.update_result(self.job.id, {"dataset_files_as_ranges": len(
                 parts.assembly.sizes)})
-        return parts
+        return items, parts
 
     def _log_flow(self, engine: Engine, files: list[FileWork],
                   tuner: FlowTuner | None = None) -> None:

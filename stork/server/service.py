@@ -45,7 +45,7 @@ from stork.server import kept_tokens
 from stork.server.dispatcher import Dispatcher
 from stork.server.estimation import EstimationRunner
 from stork.server.events import write_userlog
-from stork.store.base import JobStore, NodeInfo
+from stork.store.base import HistoryEntry, JobStore, NodeInfo
 from stork.submit import TOKEN_ATTRIBUTES, parse_submit
 from stork.transfer.tokens import takes_token
 from stork.translog import parse_grid_text
@@ -341,12 +341,11 @@ class Service:
             end(src), end(dest), symmetric=symmetric, kind="optimization", limit=limit)]
         pairs = {(host(src), host(dest))} | ({(host(dest), host(src))} if symmetric else set())
         for a, b in pairs:
-            rows += [{"time": t.time, "src_host": t.src_host, "dest_host": t.dest_host,
-                      "arguments": "", "kind": "transfer", "streams": t.streams,
-                      "throughput_mbps": t.throughput_mbps, "bytes_moved": t.bytes_moved,
-                      "duration_s": t.duration_s, "model": "", "samples": [],
-                      "job_id": t.job_id}
-                     for t in self.store.transfers(a, b, limit=limit)]
+            rows += [asdict(HistoryEntry(
+                time=t.time, src_host=t.src_host, dest_host=t.dest_host, arguments="",
+                kind="transfer", streams=t.streams, throughput_mbps=t.throughput_mbps,
+                bytes_moved=t.bytes_moved, duration_s=t.duration_s, job_id=t.job_id))
+                for t in self.store.transfers(a, b, limit=limit)]
         rows.sort(key=lambda r: r["time"], reverse=True)
         return {"symmetric": symmetric, "history": rows[:limit]}
 
