@@ -72,7 +72,6 @@ log = logging.getLogger(__name__)
 
 VERIFY_REASK_S = 2.0  # an end that did not answer the verification is asked once more
 
-# a finished transfer for the EOS history: (src, dest, arguments, streams, bytes, seconds, job)
 # the dispatcher's hook: (job id, when to try again or None), after the attempt's end
 OnEnd = Callable[[int, float | None], None]
 
