@@ -645,11 +645,9 @@ def resumable(plan: Plan) -> tuple[tuple[Span, ...], int | None]:
 
 
 def dest_size(url: str, ends: RemoteEnds) -> int | None:
-    """A destination's size as the job's owner sees it (None: not there, or no answer)."""
-    try:
-        return verify.size_of(url, ends)
-    except verify.VerifyError:
-        return None
+    """A destination's size as the job's owner sees it (None: not there, or no answer when
+    asked twice, VERIFY_REASK_S apart)."""
+    return verify.size_asked_twice(url, ends, VERIFY_REASK_S)
 
 
 def owner_ends(job: Job, dest_url: str) -> RemoteEnds:

@@ -157,12 +157,9 @@ class FileRun:
     def _attempt(self) -> AttemptResult | None:
         """The attempt's end (None: it went to a whole-file run, which ends by itself)."""
         src, dest = self.request.src_url, self.request.dest_url
-        try:
-            size = verify.size_of(src, RemoteEnds(
-                x509proxy=self.request.x509proxy, run_as=self.run_as,
-                tokens=self.request.tokens, src_url=src, dest_url=dest))
-        except verify.VerifyError:
-            size = None
+        size = verify.size_asked_twice(src, RemoteEnds(
+            x509proxy=self.request.x509proxy, run_as=self.run_as,
+            tokens=self.request.tokens, src_url=src, dest_url=dest))
         range_size = self.range_size if self.landed and self.range_size else \
             range_bytes(self._bdp(), self.settings.range_min_mb << 20)
         items = plan_items([FileWork(0, src, dest, size)], range_size, {0: self.landed})

@@ -13,6 +13,7 @@ import contextlib
 import ftplib
 import hashlib
 import os
+import time
 import zlib
 from collections.abc import Callable, Sequence
 
@@ -44,6 +45,21 @@ def size_of(url: str, ends: RemoteEnds | None = None) -> int | None:
     """Size in bytes; VerifyError when the end cannot tell (missing, refused, unreachable);
     None for a scheme nothing here can ask (an operator module's own)."""
     return sizes_of([url], ends)[url]
+
+
+def size_asked_twice(url: str, ends: RemoteEnds | None = None,
+                     again_after_s: float = 2.0) -> int | None:
+    """`size_of`, asked once more `again_after_s` later when the end did not tell (a busy
+    server's failed answer is not the file's); None when it still cannot, or for a scheme
+    nothing here can ask."""
+    try:
+        return size_of(url, ends)
+    except VerifyError:
+        time.sleep(again_after_s)
+    try:
+        return size_of(url, ends)
+    except VerifyError:
+        return None
 
 
 def sizes_of(urls: Sequence[str], ends: RemoteEnds | None = None) -> dict[str, int | None]:
