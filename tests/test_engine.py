@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes, split
+from stork.engine.engine import LIST_MIN_BYTES, STAGGER
 from stork.engine.items import RANGE_FLOOR_BYTES, merged
 from stork.engine.series import series
 from stork.transfer.gfal_worker import GfalWorker
@@ -220,6 +221,24 @@ def test_cc_changes_start_and_retire_workers_and_no_item_is_sent_twice() -> None
     assert CountingWorker.most == 6 and CountingWorker.alive == 0
     settings = {w.setting for w in engine.flow.windows()}
     assert Setting(6, 2, 1) in settings and Setting(1, 1, 1) in settings
+
+
+def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rate() -> None:
+    """The lists are sized from one worker's share of each window at that window's cc: the
+    workers started by cc 4 -> 12 get about `call_s` seconds of what one worker moved at
+    cc 4, not the old rate split twelve ways (the floor, and a session every second)."""
+    clock = [0.0]
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB) for i in range(400)]
+    engine = Engine([Item(f) for f in files], CountingWorker, Setting(4, 1, 1),
+                    lambda *_: None, call_s=4.0, clock=lambda: clock[0])
+    engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
+    engine.tick(5.0)
+    engine.set(Setting(12, 1, 1))
+    taken = engine._take(5, lists=True)  # slot 5: a worker the rise started
+    assert taken is not None and taken.setting.cc == 12
+    stagger = STAGGER[5 % len(STAGGER)]
+    assert len(taken.items) == math.ceil(2 * 4.0 * stagger)  # 2 MiB/s x 4 s, staggered
+    assert len(taken.items) * MB > LIST_MIN_BYTES
 
 
 # -- the engine with globus-url-copy workers, against a real server -------------------------

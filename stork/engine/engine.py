@@ -237,11 +237,15 @@ class Engine:
     def _list_bytes(self, setting: Setting, slot: int) -> float:
         """About `call_s` seconds of one worker's recent share of the flow, staggered by
         slot (half to one and a half times), so that the workers' calls do not all end,
-        and start again, together."""
+        and start again, together. A worker's share of a window is its bytes over the cc
+        of that window's setting: right after a change of cc the new workers' lists are
+        sized from what one worker moved before it, not from the old rate split among the
+        new number of workers (which made them the floor, and their sessions set up
+        every second or two until the windows at the new cc came in)."""
         stagger = STAGGER[slot % len(STAGGER)]
         recent = self.flow.windows()[-RATE_WINDOWS:]
         seconds = sum(w.seconds for w in recent)
         if seconds <= 0:
             return LIST_MIN_BYTES * stagger
-        per_worker = sum(w.bytes for w in recent) / seconds / max(setting.cc, 1)
+        per_worker = sum(w.bytes / max(w.setting.cc, 1) for w in recent) / seconds
         return max(per_worker * self.call_s, LIST_MIN_BYTES) * stagger
