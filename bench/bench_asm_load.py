@@ -267,7 +267,7 @@ def run_method(bed: Testbed, args: argparse.Namespace, method: str, source: Path
                dataset: Dataset, history: Path) -> Run:
     link = bed.topology.links[0]
     work = args.workdir / f"run-{method}-{time.monotonic_ns()}"
-    knobs = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}"}
+    knobs = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}", "EOS_LINK_IS_TRUE": "true"}
     server = StorkServer(work, knobs, prefix=bed.argv(link.b, [])).start()
     background = Background(bed, link, args.bg_streams, work)
     dest = bed.site_dir(link.b) / "in"

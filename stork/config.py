@@ -241,6 +241,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_LINK_MBPS", "link_mbps", "1000", _parse_float_min(0.001), LIVE,
          "The path's bandwidth in Mbit/s, for a dataset's size classes: bandwidth x the "
          "round trip time measured at the attempt's start is the bandwidth-delay product."),
+    Knob("EOS_LINK_IS_TRUE", "eos_link_is_true", "false", _parse_bool, LIVE,
+         "STORK_LINK_MBPS is the path's true bottleneck rate: the online optimizers take it "
+         "as the most a try could measure, and do not try more streams where even the link's "
+         "rate would not be a gain past the noise. Leave false when the link's rate is a guess."),
     Knob("STORK_ENGINE", "engine", "flow", _parse_choice("flow", "batch"), LIVE,
          "How transfers move: flow (the transfer engine: a dataset's files and a large "
          "file's byte ranges kept in flight, nothing waits for a batch) or batch (the "
@@ -404,6 +408,7 @@ class Settings:
     max_ads_per_submit: int
     max_files_per_job: int
     link_mbps: float
+    eos_link_is_true: bool
     engine: str
     range_min_mb: int
     dataset_fast: bool

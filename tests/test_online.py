@@ -90,6 +90,26 @@ def test_a_loss_is_refused_and_the_flow_goes_back() -> None:
     assert all(c.setting == Setting(8, 1, 1) for c in refusals)  # back each time
 
 
+def test_a_doubling_the_link_cannot_pay_for_is_not_tried() -> None:
+    """Near the link's known rate no try of more streams could be kept, so the climb goes
+    down first and never runs more streams than the prior; without the ceiling (a link rate
+    that is a guess) it tries the doubling first, as before."""
+    capped = Climb(Setting(8, 1, 1), LIMITS, ceiling_mbps=200.0)
+    changes = run(capped, saturating(4), noise=0.02)
+    assert capped.holding and capped.current == Setting(4, 1, 1)
+    assert max(streams(c.setting) for _, c in changes) <= 8
+    assert "16 streams could not be kept" in changes[0][1].reason
+    assert changes[0][1].setting == Setting(4, 1, 1)
+    free = Climb(Setting(8, 1, 1), LIMITS)
+    assert run(free, saturating(4), noise=0.02)[0][1].setting == Setting(16, 1, 1)
+
+
+def test_the_ceiling_does_not_stop_a_climb_with_room_under_it() -> None:
+    climb = Climb(Setting(2, 1, 1), LIMITS, ceiling_mbps=200.0)
+    run(climb, saturating(16))
+    assert climb.holding and climb.current == Setting(16, 1, 1)
+
+
 def test_noise_does_not_buy_streams() -> None:
     """On a flat surface with 15% noise, more streams are almost never kept: over 40 seeds
     the climb ends at the prior's streams or fewer in most runs."""
@@ -294,3 +314,17 @@ def test_a_more_streams_neighbour_is_not_kept_from_the_history_on_a_load_change(
     # judged against the reference now alone, the history would have kept it
     verdict, _, _ = judge(Measured(s8, 124.6, 6.9, 3), history[s16], min_gain=0.05, z=2.0)
     assert verdict is Verdict.KEPT
+
+
+def test_the_daemon_gives_the_climb_the_link_as_its_ceiling_only_when_told_it_is_true() -> None:
+    from stork.config import load
+    from stork.server.flow_tuning import climb_for
+
+    def ceiling(env: dict[str, str]) -> float | None:
+        climb, _ = climb_for([], Setting(16, 1, 4), src_url="gsiftp://a/x/f",
+                             dest_url="gsiftp://b/x/f", cls=SizeClass.SMALL, bdp_bytes=1e6,
+                             load=0, items=100, settings=load(None, env))
+        return climb.ceiling_mbps
+
+    assert ceiling({"_STORK_LINK_MBPS": "200"}) is None  # a rate that may be a guess
+    assert ceiling({"_STORK_LINK_MBPS": "200", "_STORK_EOS_LINK_IS_TRUE": "true"}) == 200.0

@@ -62,7 +62,9 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     prior: "climb" starts from the path's history in the transfer log (`history`, newest
     first) pooled per setting, else `preset`; "harp-climb" and "asm-climb" from HARP's or
     ASM's choice from the log alone for `dataset` (ASM with the model its scheduled analysis
-    kept in the state directory). Small files climb on cc alone (more streams per small file
+    kept in the state directory). STORK_LINK_MBPS is the climb's ceiling when the operator
+    says it is the path's true rate (EOS_LINK_IS_TRUE; a guessed rate must not stop a
+    climb). Small files climb on cc alone (more streams per small file
     buy nothing); the others on cc, then p."""
     from stork.dataset.chunks import SizeClass
     from stork.server.tuning import optimizer_named, tuning_limits
@@ -86,7 +88,9 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
         prior, why = prior_from_history(known, preset)
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
-    return Climb(prior, limits, axes=axes, known=known, name=name), why
+    ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
+        else None
+    return Climb(prior, limits, axes=axes, known=known, ceiling_mbps=ceiling, name=name), why
 
 
 def blocks(windows: list[Window]) -> list[Window]:

@@ -21,11 +21,15 @@ settled. It answers a `Change` or nothing:
    axes multiply the same streams (cc x p), so once halving one kept the rate (the path
    does not need the streams it had), doubling the other first would ask for twice the
    streams of a setting just shown to be more than enough; it is tried only when halving
-   that axis is refused at once. A neighbour the path's history (`known`, `measured_from_history`)
-   already refuses against the reference is passed over without moving the flow; the
-   reference it is judged against is the reference's windows now and, when the history
-   has them, then, pooled (`pooled`): a load that changed between the two shows as noise
-   instead of as a gain.
+   that axis is refused at once. A doubling the link cannot pay for is not tried (when the
+   link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS): the most a try could measure is
+   the link's rate, and when that is not `min_gain` above the reference beyond the noise
+   a try would carry (`room`), no try could be kept, so its seconds at twice the streams
+   are spared and the other way is tried. A neighbour the path's history (`known`,
+   `measured_from_history`) already refuses against the reference is passed over without
+   moving the flow; the reference it is judged against is the reference's windows now
+   and, when the history has them, then, pooled (`pooled`): a load that changed between
+   the two shows as noise instead of as a gain.
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
@@ -155,7 +159,7 @@ class Climb:
                  min_gain: float = MIN_GAIN, z: float = Z, drift_z: float = DRIFT_Z,
                  drift_share: float = DRIFT_SHARE,
                  known: Mapping[Setting, Measured] | None = None,
-                 name: str = "climb") -> None:
+                 ceiling_mbps: float | None = None, name: str = "climb") -> None:
         if windows < 2 or max_windows < windows:
             raise ValueError(f"a setting is judged on 2 windows or more (and at most "
                              f"max_windows), not {windows} (max {max_windows})")
@@ -173,6 +177,7 @@ class Climb:
         self.drift_z = drift_z
         self.drift_share = drift_share
         self.known = dict(known or {})  # the path's history at this load
+        self.ceiling_mbps = ceiling_mbps  # the link's rate, when known
         self.current = prior
         self.reference: Measured | None = None
         self._ref_known = False  # the reference holds the history's windows of its setting
@@ -253,6 +258,10 @@ class Climb:
             if moved is None:
                 first = True
                 continue
+            if up and (no_room := self.room(moved)):
+                passed.append(f"{moved.label()} not tried: {no_room}")
+                first = True
+                continue
             self._trying = (axis, up, first)
             verdict, known_why = self._from_history(moved)
             if verdict is Verdict.REFUSED:
@@ -277,6 +286,23 @@ class Climb:
             why += "; " + "; ".join(passed)
         self.holding, self._trying = True, None
         return self._go(ref, f"{why}; holding {ref.label()}", figures, always=True)
+
+    def room(self, moved: Setting) -> str:
+        """Why a try of `moved` (more streams) could not be kept on a link of
+        `ceiling_mbps`, or "" when it could: kept needs a gain of `min_gain` beyond the
+        noise (`judge`), the most it could measure is the link's rate, and its noise is
+        taken as the least it could be (the reference's spread over `max_windows`)."""
+        ref = self.reference
+        if self.ceiling_mbps is None or ref is None or ref.mean <= 0:
+            return ""
+        room = self.ceiling_mbps / ref.mean - 1
+        noise = self.z * math.sqrt(ref.stdev ** 2 / ref.count
+                                   + ref.stdev ** 2 / self.max_windows) / ref.mean
+        if room - noise >= self.min_gain:
+            return ""
+        return (f"the link's {self.ceiling_mbps:.0f} Mbit/s is {room:+.1%} of the "
+                f"reference's {ref.mean:.1f}, not {self.min_gain:.0%} beyond the noise "
+                f"({noise:.1%}): {streams(moved)} streams could not be kept")
 
     def _went(self, axis: str, up: bool) -> None:
         """A move along `axis` was kept: go on the same way, and start the axes still to

@@ -22,11 +22,13 @@ DONE_STATES = ("COMPLETED", "FAILED", "REMOVED")
 def site_daemon(bed: Testbed, site: str, knobs: dict[str, str] | None = None,
                 workdir: Path | None = None) -> StorkServer:
     """A stork_server (not started yet) running inside `site`, with STORK_LINK_MBPS the rate
-    of the site's first link unless `knobs` say otherwise. Its state lives in `workdir`
+    of the site's first link, and said to be true (EOS_LINK_IS_TRUE: the link emulator
+    carries no more), unless `knobs` say otherwise. Its state lives in `workdir`
     (default: a new directory in the testbed's work directory), so a daemon started again
     on the same `workdir`, in this testbed or a later one, keeps its store."""
     link = next(link for link in bed.topology.links if site in (link.a, link.b))
-    settings = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}", **(knobs or {})}
+    settings = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}", "EOS_LINK_IS_TRUE": "true",
+                **(knobs or {})}
     where = workdir or bed.workdir / f"stork-{site}-{time.monotonic_ns()}"
     return StorkServer(where, settings, prefix=bed.argv(site, []))
 
