@@ -19,8 +19,10 @@ Cases, each timed from submission to the job's end (all tuning included):
     cc=C p=P   fixed settings (``arguments = "-cc C -p P -pp PP"``), the sweep:
                FIXED_DATASET, FIXED_FILE
     yes k      optimization = "YES", what a user gets today: the dataset's optimizer
-               (EOS_OPTIMIZER, harp: probes, then batches) or the file's EOS (samples, then
-               the transfer), k = 1 .. repeats + 1 on a daemon of its own (empty log first)
+               (EOS_OPTIMIZER, climb since 2026-11-26; harp before: probes, then batches)
+               or the file's EOS (samples, then the transfer), k = 1 .. repeats + 1 on a
+               daemon of its own (empty log first)
+    harp k     optimization = "harp" (the datasets' YES before), the same way
     climb 1    optimization = "climb" on a daemon with an empty transfer log (its prior is
                the preset)
     climb k    the same daemon again, k = 2 .. repeats + 1: its prior comes from the
@@ -62,6 +64,7 @@ from tests.testbed.netns import Testbed, TestbedUnavailable
 FIXED_DATASET = ((4, 1, 4), (8, 1, 4), (16, 1, 4), (32, 1, 4))  # pp 4: the small preset's
 FIXED_FILE = ((2, 4, 1), (4, 4, 1), (8, 4, 1), (4, 8, 1), (8, 8, 1))
 DATASET = "2000x256K"
+CASES = ("preset", "fixed", "yes", "harp", "climb")
 TIMEOUT_S = 900
 PRESET_FILE_TIMEOUT_S = 240  # one stream on a WAN: its rate is had long before the end
 NEAR_BEST = 0.05  # a fixed setting within this share of the best is "as good" (issue 28)
@@ -173,7 +176,7 @@ def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps
                             dest(), f'arguments = "-cc {cc} -p {p} -pp {pp}";', link_mbps))
     finally:
         server.stop()
-    for name in [c for c in ("yes", "climb") if c in args.cases]:  # a daemon each: empty log
+    for name in [c for c in CASES[2:] if c in args.cases]:  # a daemon each: empty log
         server = site_daemon(bed, "b").start()
         try:
             for k in range(1, repeats + 2):
@@ -219,7 +222,8 @@ def main() -> int:
     add_link_options(parser)
     parser.add_argument("--workloads", default="dataset,file")
     parser.add_argument("--cases", default="preset,fixed,yes,climb",
-                        help="comma-separated: preset, fixed, yes, climb (all)")
+                        help=f"comma-separated, of {', '.join(CASES)} "
+                             f"(default: all but harp)")
     parser.add_argument("--repeats", type=int, default=2,
                         help="climb runs after the first, each learning from those before")
     parser.add_argument("--file-mb", type=int, default=1024)
@@ -236,8 +240,8 @@ def main() -> int:
     if bad := [w for w in workloads if w not in ("dataset", "file")]:
         parser.error(f"unknown workloads {bad}: dataset, file")
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    if bad := [c for c in args.cases if c not in ("preset", "fixed", "yes", "climb")]:
-        parser.error(f"unknown cases {bad}: preset, fixed, yes, climb")
+    if bad := [c for c in args.cases if c not in CASES]:
+        parser.error(f"unknown cases {bad}: {', '.join(CASES)}")
     if args.repeats < 0 or args.file_mb < 1:
         parser.error("--repeats must be 0 or more and --file-mb 1 or more")
     for option in ("fixed_dataset", "fixed_file"):

@@ -286,12 +286,14 @@ KNOBS: tuple[Knob, ...] = (
          "How the EOS measures a stream count: gridftp (the transfer's tool on the real "
          "file: a globus-url-copy slice, or gfal2's copy with the job's tokens when an end is "
          "XRootD or WebDAV) or iperf3."),
-    Knob("EOS_OPTIMIZER", "eos_optimizer", "harp", _parse_choice(*OPTIMIZER_NAMES), LIVE,
+    Knob("EOS_OPTIMIZER", "eos_optimizer", "climb", _parse_choice(*OPTIMIZER_NAMES), LIVE,
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
-         "may name one instead: optimization = \"harp\"). climb tunes the running flow "
-         "instead of probing before it (STORK_ENGINE flow; a single file may name it too, "
-         "its ranges then tuned as they move); harp-climb and asm-climb start it at HARP's "
-         "or ASM's choice from the transfer log."),
+         "may name one instead: optimization = \"harp\"; a single file's YES is the EOS). "
+         "climb tunes the running flow instead of probing before it (STORK_ENGINE flow; with "
+         "batch a dataset's YES runs its preset; a single file may name it, its ranges then "
+         "tuned as they move); harp-climb and asm-climb start it at HARP's or ASM's choice "
+         "from the transfer log. Chosen on the testbed's end-to-end runs "
+         "(docs/BENCHMARKS.md 15)."),
     Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice(*SAMPLING_NAMES),
          LIVE,
          "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "

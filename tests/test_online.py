@@ -328,3 +328,28 @@ def test_the_daemon_gives_the_climb_the_link_as_its_ceiling_only_when_told_it_is
 
     assert ceiling({"_STORK_LINK_MBPS": "200"}) is None  # a rate that may be a guess
     assert ceiling({"_STORK_LINK_MBPS": "200", "_STORK_EOS_LINK_IS_TRUE": "true"}) == 200.0
+
+
+def test_yes_is_eos_optimizer_for_a_dataset_and_the_eos_for_a_single_file() -> None:
+    from stork.config import load
+    from stork.job import DapType, JobSpec
+    from stork.server.flow_tuning import optimizer_of, tunes_online
+
+    default = load(None, {})
+    assert default.eos_optimizer == "climb"
+
+    def spec(src: str, optimizer: str | None = None, optimization: bool = True) -> JobSpec:
+        return JobSpec(dap_type=DapType.TRANSFER, src_url=src, dest_url="file:///tmp/x/",
+                       optimization=optimization, optimizer=optimizer)
+
+    dataset, single = "gsiftp://a/data/", "gsiftp://a/data/f"
+    assert optimizer_of(spec(dataset), default) == "climb"
+    assert tunes_online(spec(dataset), default)
+    assert optimizer_of(spec(single), default) is None  # the EOS: samples, then streams
+    assert not tunes_online(spec(single), default)
+    assert tunes_online(spec(single, "climb"), default)  # a file may name it
+    assert optimizer_of(spec(dataset, optimization=False), default) is None
+    harp = load(None, {"_STORK_EOS_OPTIMIZER": "harp"})
+    assert optimizer_of(spec(dataset), harp) == "harp" and not tunes_online(spec(dataset), harp)
+    batch = load(None, {"_STORK_ENGINE": "batch"})
+    assert not tunes_online(spec(dataset), batch)

@@ -41,7 +41,7 @@ from stork.server import events, kept_tokens
 from stork.server.admission import host_of
 from stork.server.dataset_run import DatasetRun
 from stork.server.file_run import LANDED_KEY, FileRun, landed_of
-from stork.server.flow_tuning import HISTORY_ROWS, tunes_online
+from stork.server.flow_tuning import HISTORY_ROWS, optimizer_of, tunes_online
 from stork.server.judge import (
     AttemptOutcome,
     DatasetFacts,
@@ -255,7 +255,7 @@ class Attempts:
                 add_transfers=self.store.add_transfers,
                 history=(lambda: self.store.transfers(limit=HISTORY_ROWS))
                 if tunes_online(job.spec, self.settings) else None,
-                controller=job.spec.optimizer or self.settings.eos_optimizer,
+                controller=optimizer_of(job.spec, self.settings) or "climb",
                 on_progress=lambda p: self._progress(job_id, p),
                 on_exit=lambda r: self._exited(job_id, r),
                 on_pid=lambda pid: self.store.set_pid(job_id, attempt_no, pid))

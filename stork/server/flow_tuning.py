@@ -46,11 +46,19 @@ RAMP_S = 1.0  # after a setting is in effect in every call, its first windows ar
 CHANGES_KEPT = 40  # changes listed on the job's ad (the count is of all of them)
 
 
+def optimizer_of(spec: JobSpec, settings: Settings) -> str | None:
+    """The optimizer a job asks for: the one its `optimization` names, else, for
+    `optimization = "YES"`, EOS_OPTIMIZER for a dataset (a single file's YES is the EOS:
+    its samples, then its streams); None when it asks for none."""
+    if not spec.optimization:
+        return None
+    return spec.optimizer or (settings.eos_optimizer if spec.is_dataset else None)
+
+
 def tunes_online(spec: JobSpec, settings: Settings) -> bool:
-    """Whether a job's flow is tuned while it runs: it asks for optimization with an online
-    optimizer (its own `optimization`, else EOS_OPTIMIZER) and runs on the engine."""
-    name = spec.optimizer or settings.eos_optimizer
-    return spec.optimization and name in ONLINE_OPTIMIZERS and settings.engine == "flow"
+    """Whether a job's flow is tuned while it runs: the optimizer it asks for
+    (`optimizer_of`) is an online one and it runs on the engine."""
+    return optimizer_of(spec, settings) in ONLINE_OPTIMIZERS and settings.engine == "flow"
 
 
 def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: str,
