@@ -191,15 +191,20 @@ def test_stork_rm_stops_the_dataset_and_keeps_finished_files(
     wait_for(lambda: stork.job(job_id)["job"]["files_done"] >= 32, 60, what="a first batch")
     stork.cli("stork_rm", str(job_id), check=True)
     job = stork.wait_state(job_id)
-    assert job["state"] == "REMOVED"
+    assert job["state"] == "REMOVED"  # in the store at once; the pass then stops
+
+    def done() -> set[str]:
+        return {f["rel_path"] for f in files_of(stork, job_id, "DONE")}
+
+    # finished files stay in place; what the calls in flight wrote goes when the pass ends
+    wait_for(lambda: {p.name for p in out.iterdir()} == done(), 15,
+             what="only the finished files at the destination")
     time.sleep(0.5)
-    done = {f["rel_path"] for f in files_of(stork, job_id, "DONE")}
-    assert 32 <= len(done) < 160
+    assert {p.name for p in out.iterdir()} == done()
+    assert 32 <= len(done()) < 160
     states = {f["state"] for f in files_of(stork, job_id)}
     assert states <= {"DONE", "PENDING"}  # nothing left RUNNING
-    on_disk = {p.name for p in out.iterdir()}
-    assert done <= on_disk  # finished files stay in place
-    for rel in done:
+    for rel in done():
         assert (out / rel).stat().st_size == 2 << 20
 
 

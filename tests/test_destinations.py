@@ -169,6 +169,32 @@ def test_a_pre_existing_file_is_removed_only_when_the_attempt_changed_it(tmp_pat
     assert not path.exists()
 
 
+def test_a_file_a_stopped_call_had_taken_goes_only_when_written_since_the_call_began(
+        tmp_path: Path) -> None:
+    """stork_rm of a dataset: a file the call had not reached keeps its old bytes; one it
+    wrote goes; a symlink, a device, a FIFO and a remote end are left."""
+    began = time.time()
+    old = tmp_path / "not-reached.dat"
+    old.write_bytes(b"the user's data")
+    os.utime(old, (began - 60, began - 60))
+    written = tmp_path / "written.dat"
+    written.write_bytes(b"half")
+    null = null_node(tmp_path / "null")
+    pipe = fifo(tmp_path / "pipe")
+    (tmp_path / "link").symlink_to(written)
+    for name in ("not-reached.dat", "link", "null", "pipe"):
+        assert destination.remove_written_since(f"file://{tmp_path}/{name}", began,
+                                                None).startswith("left"), name
+    assert old.read_bytes() == b"the user's data" and (tmp_path / "link").is_symlink()
+    assert null.intact() and pipe.intact()
+    assert destination.remove_written_since(f"file://{written}", began, None).startswith(
+        "removed")
+    assert not written.exists()
+    assert destination.remove_written_since(f"file://{written}", began, None).startswith(
+        "left")  # gone already: nothing to do
+    assert destination.remove_written_since("gsiftp://h/x", began, None).startswith("left")
+
+
 def test_devices_fifos_and_symlinks_are_never_removed(tmp_path: Path) -> None:
     null = null_node(tmp_path / "null")
     pipe = fifo(tmp_path / "pipe")

@@ -39,7 +39,11 @@ The attempt (a *pass*) runs on its own thread:
    daemon killed mid-dataset resends at most the batches that were running.
 
 When it is stopped (stork_rm, shutdown, STORK_MAXDELAY_INMINUTES) the running children
-get SIGTERM, the running batch's files go back to PENDING, and no further batch starts.
+get SIGTERM, the running batch's files go back to PENDING, and no further batch starts. On
+stork_rm what the engine's calls in flight wrote is removed once every chunk has ended, as a
+single file's partial destination is (`_remove_abandoned`): their local files written since
+the call began, and the files sent as ranges that are not whole, by their claims; files DONE
+stay, and so does a remote destination of a whole file (it has no claim).
 `DatasetOutcome` tells `judge.judge_dataset` what happened; the job's state then follows
 from its files.
 """
@@ -281,6 +285,7 @@ class DatasetRun:
         self._engines: set[Engine] = set()
         self.meter = Flow(time.monotonic())  # the pass's flow over all its engines and runs
         self._stop: StopReason | None = None
+        self._abandoned: list[tuple[str, float]] = []  # stork_rm: (destination, call began)
         self._moved = 0
         self._done = 0
         self._files: ExitStack = ExitStack()
@@ -319,6 +324,8 @@ class DatasetRun:
                     self.job.id, d)).start()
                 try:
                     outcome = self._pass()
+                    if self._stop is StopReason.REMOVED:
+                        self._remove_abandoned()
                 finally:
                     report.stop()
         except Exception as exc:
@@ -513,7 +520,8 @@ class DatasetRun:
         setting = climb[0].prior if climb else Setting(params.cc, params.p, params.pp)
         items, parts = self._parts(files, module)
         engine = Engine(items, new_worker, setting,
-                        lambda _, results: self._called(engine, results, rows, urls, parts),
+                        lambda taken, results: self._called(engine, results, rows, urls, parts,
+                                                            taken),
                         on_take=on_take, meter=self.meter)
         with self._lock:
             if self._stop is not None:
@@ -608,13 +616,14 @@ class DatasetRun:
 
     def _called(self, engine: Engine, results: list[ItemResult],
                 rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
-                parts: Parts) -> None:
+                parts: Parts, taken: Taken) -> None:
         """One engine call's files: checked (those not right sent again alone) and committed,
         as a batch's are; the flow's load brought up to date. A call of a byte range: the
         range kept as landed, its file checked when its last range lands; a range that
         failed is sent again once, alone, and a second failure is its file's."""
         if self.stopped():
             self._release(list(dict.fromkeys(r.item.file.index for r in results)))
+            self._abandon(taken, results, None)
             return
         whole = [r for r in results if not r.item.is_range]
         batch = [r.item.file.index for r in whole]
@@ -649,6 +658,7 @@ class DatasetRun:
         if self.stopped():  # stopped during a file sent alone
             done = {r.index for r in checked if r.state is FileState.DONE}
             self._release([i for i in batch if i not in done])
+            self._abandon(taken, results, done)
             checked = [r for r in checked if r.index in done]
         self._commit(checked)
         engine.flow.set_load(time.monotonic(), self.known_load(*urls[batch[0]]))
@@ -885,6 +895,30 @@ class DatasetRun:
         self._remove_partial(claim)
         return judge_file(self.job, row.index, row.failures, failure, self.settings,
                           self.clock())
+
+    def _abandon(self, taken: Taken, results: list[ItemResult], done: set[int] | None) -> None:
+        """A call's whole files that are not DONE (`done`: those that are; None: none) when
+        the job was removed: what the call wrote of them goes (`_remove_abandoned`)."""
+        if self._stop is not StopReason.REMOVED:
+            return
+        began = time.time() - (time.monotonic() - taken.started_s)
+        with self._lock:
+            self._abandoned += [(r.item.file.dest_url, began) for r in results
+                                if not r.item.is_range and r.item.file.index not in (done or ())]
+
+    def _remove_abandoned(self) -> None:
+        """stork_rm: what the pass's calls in flight wrote goes, as a single file's partial
+        destination does, once every chunk has ended. A whole file they had taken is removed
+        when it was written since its call began (`destination.remove_written_since`: it
+        has no claim; a file the call had not reached yet stays as it was); a file sent as
+        ranges that is not whole, by its claim. Files DONE stay."""
+        with self._lock:
+            abandoned, self._abandoned = self._abandoned, []
+        for url, began in abandoned:
+            log.info("job %d: %s", self.job.id,
+                     destination.remove_written_since(url, began, self.run_as))
+        for kept in self.kept.drop(list(self.kept.landed())):
+            self._remove_partial(kept.claim)
 
     def _remove_partial(self, claim: destination.Destination) -> None:
         try:

@@ -307,6 +307,29 @@ def remove(dest: Destination, run_as: RunAs | None, ends: RemoteEnds | None = No
     return f"removed {dest.url}"
 
 
+MTIME_SLACK_NS = 50_000_000  # a file's mtime comes from a coarse clock: up to a tick early
+
+
+def remove_written_since(url: str, since_s: float, run_as: RunAs | None) -> str:
+    """Remove the local regular file at `url` when it was written at or after `since_s`
+    (wall clock): a file of a dataset that a stopped call had taken, which has no claim. A
+    tool that wrote it after the call began made it or truncated it, so what stood there
+    before is gone already; a file the tool had not reached yet is older and stays, as
+    does anything not local (whose bytes it holds is not known); returns what was done."""
+    u = parse_url(url)
+    if u.scheme != "file":
+        return f"left {url}: not a local file"
+    since_ns = int(since_s * 1e9) - MTIME_SLACK_NS
+
+    def ours(st: os.stat_result) -> bool:
+        return stat.S_ISREG(st.st_mode) and st.st_mtime_ns >= since_ns
+    try:
+        gone = unlink_as(run_as, u.path, only_if=ours)
+    except StorkError as exc:
+        return f"could not remove {url}: {exc}"
+    return f"removed {url}" if gone else f"left {url}: not written by the stopped call"
+
+
 def written_by_samples(url: str) -> Destination:
     """The claim of a destination that the EOS's in-place samples created: any regular file
     standing there (never a symlink or a device) is theirs."""
