@@ -141,6 +141,7 @@ class FlowTuner:
         self.clock = clock
         self._write_result = write_result
         self._started = clock()
+        self._set_at = self._started  # when the setting in effect was set
         self._measure_from: float | None = None  # when the current setting's windows count
         self._counted: list[Window] = []  # the windows that count at the current setting
         self.spans: list[Stretch] = []
@@ -202,12 +203,14 @@ class FlowTuner:
         full = flow.window_s * (1 - 1e-9)
         self._counted = [w for w in flow.windows(self._measure_from)
                          if w.setting == current and w.seconds >= full]
-        change = self.climb.step([b.rate_mbps for b in blocks(self._counted)])
+        rates = [b.rate_mbps for b in blocks(self._counted)]
+        change = self.climb.step(rates, left_s=self._left_s(rates), try_s=now - self._set_at)
         if change is None:
             return None
         self._close_span()
         self.engine.set(change.setting)
         self._measure_from = None
+        self._set_at = now
         self.count += 1
         if len(self.changes) < CHANGES_KEPT:
             self.changes.append({"t_s": round(now - self._started, 1),
@@ -216,6 +219,17 @@ class FlowTuner:
         log.info("%s: %s (%s)", self.key, change.setting.label(), change.reason)
         self._write()
         return change
+
+    def _left_s(self, rates: list[float]) -> float | None:
+        """Seconds of data left at the recent rate: the queue, and half of what is in
+        flight (None while a size or the rate is not known)."""
+        queued = self.engine.left()
+        flying = [i for t in self.engine.in_flight() for i in t.items]
+        if not rates or any(i.file.size_bytes is None for i in (*queued, *flying)):
+            return None
+        rate = statistics.fmean(rates[-3:])
+        left = sum(i.size_bytes for i in queued) + sum(i.size_bytes for i in flying) / 2
+        return left * 8 / 1e6 / rate if rate > 0 else None
 
     def _settled(self) -> bool:
         """Whether every call in flight runs at the current setting's p and pp, and no more

@@ -30,6 +30,11 @@ settled. It answers a `Change` or nothing:
    moving the flow; the reference it is judged against is the reference's windows now
    and, when the history has them, then, pooled (`pooled`): a load that changed between
    the two shows as noise instead of as a gain.
+   A try is started only when the data left would outlast it: when the caller says how
+   many seconds of data are left at the reference's rate (`left_s`) and how long measuring
+   the setting now in effect took (`try_s`, what a try will take too), a try that the data
+   would end before it could be judged is not made and the flow holds the reference (a
+   try left unjudged at the end is a gamble on a setting no window has measured).
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
@@ -186,6 +191,7 @@ class Climb:
         self._trying: tuple[str, bool, bool] | None = None  # axis, up, first move that way
         self._drifts = 0
         self._again = False
+        self._time: tuple[float | None, float | None] = (None, None)  # left_s, try_s
         self._restart()
 
     def _restart(self) -> None:
@@ -196,8 +202,12 @@ class Climb:
 
     # -- the step -------------------------------------------------------------------------
 
-    def step(self, rates: Sequence[float]) -> Change | None:
-        """`rates`: the full windows at `current` since it settled (oldest first)."""
+    def step(self, rates: Sequence[float], *, left_s: float | None = None,
+             try_s: float | None = None) -> Change | None:
+        """`rates`: the full windows at `current` since it settled (oldest first); `left_s`,
+        `try_s`: the seconds of data left and those measuring `current` took, when known
+        (see the module)."""
+        self._time = (left_s, try_s)
         if self.holding:
             return self._watch(rates)
         if len(rates) < self.windows:
@@ -278,6 +288,9 @@ class Climb:
                     why += "; " + "; ".join(passed)
                 return self._go(moved, f"{why}; {moved.label()} kept from the history: "
                                        f"{known_why}; measuring it", figures)
+            if short := self._short_of_time():  # a try it could not judge: none
+                passed.append(f"{moved.label()} not tried: {short}")
+                break
             if passed:
                 why += "; " + "; ".join(passed)
             return self._go(moved, f"{why}; trying {axis} {'up' if up else 'down'}",
@@ -303,6 +316,14 @@ class Climb:
         return (f"the link's {self.ceiling_mbps:.0f} Mbit/s is {room:+.1%} of the "
                 f"reference's {ref.mean:.1f}, not {self.min_gain:.0%} beyond the noise "
                 f"({noise:.1%}): {streams(moved)} streams could not be kept")
+
+    def _short_of_time(self) -> str:
+        """Why no try can be judged before the data runs out, or "" (see the module)."""
+        left_s, try_s = self._time
+        if left_s is None or try_s is None or left_s >= try_s:
+            return ""
+        return (f"the data left (about {left_s:.0f} s) would run out before a try could be "
+                f"judged (about {try_s:.0f} s, what measuring this setting took)")
 
     def _went(self, axis: str, up: bool) -> None:
         """A move along `axis` was kept: go on the same way, and start the axes still to
