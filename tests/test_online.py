@@ -110,27 +110,31 @@ def test_the_ceiling_does_not_stop_a_climb_with_room_under_it() -> None:
     assert climb.holding and climb.current == Setting(16, 1, 1)
 
 
-def test_a_try_the_data_would_end_before_judging_is_not_made() -> None:
-    """With less data left than measuring a setting took, the climb holds its reference
-    rather than end the job on a setting no window measured; with enough it tries; a
-    neighbour the history already vouches for is still taken (it is no gamble)."""
+def test_a_halving_the_data_would_end_before_judging_is_not_made() -> None:
+    """With less data left than judging a try could take, the climb holds its reference
+    rather than end the job on fewer streams no window measured (the way down is the
+    costly one); with enough it halves; a doubling is made either way; a neighbour the
+    history already vouches for is taken (it is no gamble)."""
     def decide(climb: Climb, left_s: float) -> Change | None:
         change = None
         for n in range(1, 4):
-            change = climb.step([100.0, 101.0, 99.0][:n], left_s=left_s, try_s=12.0)
+            change = climb.step([190.0, 191.0, 189.0][:n], left_s=left_s, try_s=12.0)
         return change
 
-    short = Climb(Setting(8, 1, 1), LIMITS)
-    change = decide(short, 5.0)
+    short = Climb(Setting(8, 1, 1), LIMITS, ceiling_mbps=200.0)  # no room: down first
+    change = decide(short, 20.0)  # 12 s to measure + 5 more windows of 2 s > 20 s
     assert change is not None and short.holding and change.setting == Setting(8, 1, 1)
-    assert "would run out before a try could be judged" in change.reason
-    roomy = Climb(Setting(8, 1, 1), LIMITS)
+    assert "would run out before a try of fewer streams could be judged" in change.reason
+    roomy = Climb(Setting(8, 1, 1), LIMITS, ceiling_mbps=200.0)
     change = decide(roomy, 60.0)
-    assert change is not None and change.setting == Setting(16, 1, 1) and not roomy.holding
-    known = {Setting(16, 1, 1): Measured(Setting(16, 1, 1), 200.0, 2.0, 8)}
-    vouched = Climb(Setting(8, 1, 1), LIMITS, known=known)
-    change = decide(vouched, 5.0)
+    assert change is not None and change.setting == Setting(4, 1, 1) and not roomy.holding
+    up = Climb(Setting(8, 1, 1), LIMITS)
+    change = decide(up, 5.0)
     assert change is not None and change.setting == Setting(16, 1, 1)
+    known = {Setting(4, 1, 1): Measured(Setting(4, 1, 1), 190.0, 2.0, 8)}
+    vouched = Climb(Setting(8, 1, 1), LIMITS, ceiling_mbps=200.0, known=known)
+    change = decide(vouched, 5.0)
+    assert change is not None and change.setting == Setting(4, 1, 1)
     assert "kept from the history" in change.reason
 
 

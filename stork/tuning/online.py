@@ -30,11 +30,13 @@ settled. It answers a `Change` or nothing:
    moving the flow; the reference it is judged against is the reference's windows now
    and, when the history has them, then, pooled (`pooled`): a load that changed between
    the two shows as noise instead of as a gain.
-   A try is started only when the data left would outlast it: when the caller says how
-   many seconds of data are left at the reference's rate (`left_s`) and how long measuring
-   the setting now in effect took (`try_s`, what a try will take too), a try that the data
-   would end before it could be judged is not made and the flow holds the reference (a
-   try left unjudged at the end is a gamble on a setting no window has measured).
+   A try of fewer streams is made only when the data left would outlast it: when the
+   caller says how many seconds of data are left at the reference's rate (`left_s`) and
+   how long measuring the setting now in effect took (`try_s`), a halving the data would
+   end before it could be judged, even left open to `max_windows`, is not made and the
+   flow holds the reference. A try the job ends in is a setting no window judged: below
+   the knee the rate falls steeply (a halving can cost a sixth of it), past the knee it is
+   flat (a doubling costs little), so only the halving waits for time to be judged.
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
@@ -288,7 +290,7 @@ class Climb:
                     why += "; " + "; ".join(passed)
                 return self._go(moved, f"{why}; {moved.label()} kept from the history: "
                                        f"{known_why}; measuring it", figures)
-            if short := self._short_of_time():  # a try it could not judge: none
+            if not up and (short := self._short_of_time()):  # a halving it could not judge
                 passed.append(f"{moved.label()} not tried: {short}")
                 break
             if passed:
@@ -318,12 +320,18 @@ class Climb:
                 f"({noise:.1%}): {streams(moved)} streams could not be kept")
 
     def _short_of_time(self) -> str:
-        """Why no try can be judged before the data runs out, or "" (see the module)."""
+        """Why a try cannot be judged before the data runs out, or "" (see the module): it
+        needs what measuring the setting in effect took, and the windows it may add while
+        its verdict stays open."""
         left_s, try_s = self._time
-        if left_s is None or try_s is None or left_s >= try_s:
+        if left_s is None or try_s is None:
             return ""
-        return (f"the data left (about {left_s:.0f} s) would run out before a try could be "
-                f"judged (about {try_s:.0f} s, what measuring this setting took)")
+        need = try_s + (self.max_windows - self.windows) * WINDOW_S
+        if left_s >= need:
+            return ""
+        return (f"the data left (about {left_s:.0f} s) would run out before a try of fewer "
+                f"streams could be judged (about {need:.0f} s: {try_s:.0f} s to measure this "
+                f"setting, and up to {self.max_windows - self.windows} more windows)")
 
     def _went(self, axis: str, up: bool) -> None:
         """A move along `axis` was kept: go on the same way, and start the axes still to
