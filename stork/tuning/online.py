@@ -35,8 +35,9 @@ settled. It answers a `Change` or nothing:
    how long measuring the setting now in effect took (`try_s`), a halving the data would
    end before it could be judged, even left open to `max_windows`, is not made and the
    flow holds the reference. A try the job ends in is a setting no window judged: below
-   the knee the rate falls steeply (a halving can cost a sixth of it), past the knee it is
-   flat (a doubling costs little), so only the halving waits for time to be judged.
+   the knee the rate falls steeply, past it it is flat (in the sweeps of
+   docs/BENCHMARKS.md 15 a halving of cc below the best cost 14-38%, a doubling past it at
+   most 8%), so only the halving waits for the time to be judged.
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
