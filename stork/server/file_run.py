@@ -109,6 +109,7 @@ class FileRun:
         self.controller = controller  # which (`stork.tuning.CONTROLLERS`)
         self.logged_flow = False
         self._lock = threading.Lock()
+        self._landing = threading.Lock()  # a landed range and its record, one at a time
         self._stop: StopReason | None = None
         self._engine: Engine | None = None
         self._whole: AttemptProcess | None = None  # a file too small for ranges
@@ -293,8 +294,9 @@ class FileRun:
         for result in results:
             item = result.item
             if result.ok:
-                assembly.land(item)
-                self._write_result({LANDED_KEY: [list(s) for s in assembly.spans(0)]})
+                with self._landing:  # the workers answer on their own threads: the spans
+                    assembly.land(item)  # written last are the most that landed
+                    self._write_result({LANDED_KEY: [list(s) for s in assembly.spans(0)]})
             elif result.ok is False:
                 tries = self._retried.get(item.offset, 0)
                 if tries < RANGE_RETRIES and not self.stopped():
