@@ -18,7 +18,8 @@ from tests.support import GridFtpServer, StorkServer, make_file, wait_for
 from tests.test_eos_partial import invocations, option, real_guc
 
 MB = 1024 * 1024
-KNOBS = {"STORK_RANGE_MIN_MB": "4"}  # 4 MiB ranges: a 26 MiB file is seven
+KNOBS = {"STORK_RANGE_MIN_MB": "4",  # 4 MiB ranges: a 26 MiB file is seven
+         "STORK_LINK_MBPS": "10"}  # 16 BDPs stay below the 4 MiB floor up to 0.2 s of RTT
 
 
 def holding_guc(tmp_path: Path, calls: Path, hold: Path) -> Path:
