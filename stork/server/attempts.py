@@ -291,8 +291,10 @@ class Attempts:
             self._forget(job.id)
             return False
         self._running[job.id].job = started
-        if self.store.shared:  # the ad names the node of each attempt: attempt_nodes[N - 1]
-            nodes = [*started.result.get("attempt_nodes", ()), self.store.node]
+        if self.store.shared:  # the ad names the node of each attempt: attempt_nodes[N - 1],
+            # from the attempts table, written with each start: a node killed between its
+            # start and this write still has its attempt named
+            nodes = [a.node or "" for a in self.store.attempts(job.id)]
             self.store.update_result(job.id, {"attempt_nodes": nodes[-started.attempts:]})
         if not job.spec.is_dataset:  # the attempt is ours (another node may have lost it)
             plan = self._claim(job.id, plan)
