@@ -305,20 +305,19 @@ class Climb:
 
     def room(self, moved: Setting) -> str:
         """Why a try of `moved` (more streams) could not be kept on a link of
-        `ceiling_mbps`, or "" when it could: kept needs a gain of `min_gain` beyond the
-        noise (`judge`), the most it could measure is the link's rate, and its noise is
-        taken as the least it could be (the reference's spread over `max_windows`)."""
+        `ceiling_mbps`, or "" when it could: `judge` would not keep even the best it could
+        measure, the link's rate with the least noise it could carry (the reference's
+        spread over `max_windows`)."""
         ref = self.reference
         if self.ceiling_mbps is None or ref is None or ref.mean <= 0:
             return ""
-        room = self.ceiling_mbps / ref.mean - 1
-        noise = self.z * math.sqrt(ref.stdev ** 2 / ref.count
-                                   + ref.stdev ** 2 / self.max_windows) / ref.mean
-        if room - noise >= self.min_gain:
+        best = Measured(moved, self.ceiling_mbps, ref.stdev, self.max_windows)
+        verdict, _, figures = judge(ref, best, min_gain=self.min_gain, z=self.z)
+        if verdict is Verdict.KEPT:
             return ""
-        return (f"the link's {self.ceiling_mbps:.0f} Mbit/s is {room:+.1%} of the "
+        return (f"the link's {self.ceiling_mbps:.0f} Mbit/s is {figures['gain']:+.1%} of the "
                 f"reference's {ref.mean:.1f}, not {self.min_gain:.0%} beyond the noise "
-                f"({noise:.1%}): {streams(moved)} streams could not be kept")
+                f"({figures['noise']:.1%}): {streams(moved)} streams could not be kept")
 
     def _short_of_time(self) -> str:
         """Why a try cannot be judged before the data runs out, or "" (see the module): it
