@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -287,13 +288,7 @@ def remove(dest: Destination, run_as: RunAs | None, ends: RemoteEnds | None = No
     if u.scheme == "file":
         def ours(st: os.stat_result) -> bool:
             return stat.S_ISREG(st.st_mode) and removable(dest, _local_id(st))
-        try:
-            gone = unlink_as(run_as, u.path, only_if=ours)
-        except StorkError as exc:
-            return f"could not remove {dest.url}: {exc}"
-        if not gone:
-            return f"left {dest.url}: not the file this attempt wrote"
-        return f"removed {dest.url}"
+        return _remove_local(dest.url, u.path, run_as, ours, "not the file this attempt wrote")
     if u.scheme == "ftp":
         try:
             facts = ftp_facts(u.host or "", u.port, u.path)
@@ -323,11 +318,17 @@ def remove_written_since(url: str, since_s: float, run_as: RunAs | None) -> str:
 
     def ours(st: os.stat_result) -> bool:
         return stat.S_ISREG(st.st_mode) and st.st_mtime_ns >= since_ns
+    return _remove_local(url, u.path, run_as, ours, "not written by the stopped call")
+
+
+def _remove_local(url: str, path: str, run_as: RunAs | None,
+                  ours: Callable[[os.stat_result], bool], otherwise: str) -> str:
+    """Unlink `path` as `run_as` when `ours` accepts what stands there; what was done."""
     try:
-        gone = unlink_as(run_as, u.path, only_if=ours)
+        gone = unlink_as(run_as, path, only_if=ours)
     except StorkError as exc:
         return f"could not remove {url}: {exc}"
-    return f"removed {url}" if gone else f"left {url}: not written by the stopped call"
+    return f"removed {url}" if gone else f"left {url}: {otherwise}"
 
 
 def written_by_samples(url: str) -> Destination:
