@@ -295,7 +295,7 @@ class Attempts:
             # from the attempts table, written with each start: a node killed between its
             # start and this write still has its attempt named
             nodes = [a.node or "" for a in self.store.attempts(job.id)]
-            self.store.update_result(job.id, {"attempt_nodes": nodes[-started.attempts:]})
+            self.store.update_result(job.id, {"attempt_nodes": nodes})
         if not job.spec.is_dataset:  # the attempt is ours (another node may have lost it)
             plan = self._claim(job.id, plan)
         if not (job.spec.is_dataset and started.attempts > 1):  # DAGMan: one execute event
