@@ -106,11 +106,13 @@ class Child:
                  stderr: BinaryIO | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
                  on_stdout: Callable[[bytes], None] | None = None,
+                 on_next_file: Callable[[], None] | None = None,
                  stdin: bytes | None = None, interactive: bool = False) -> None:
         """`env` is added to the daemon's environment (with the owner's HOME, USER and
         LOGNAME when `run_as` is set; without the daemon's bearer token, `scrubbed`);
         `stdout` and `stderr` are open files the output is copied to; `on_stdout` sees every
-        raw stdout chunk, `on_progress` every -vb line; `stdin` is written to the child's
+        raw stdout chunk, `on_progress` every -vb line, `on_next_file` every file a
+        globus-url-copy list begins (`read_progress`); `stdin` is written to the child's
         standard input (else it reads /dev/null), or, `interactive`, the input stays open for
         `send` until `close_input`."""
         self.argv = list(argv)
@@ -124,6 +126,7 @@ class Child:
         self._stderr = stderr
         self._on_progress = on_progress
         self._on_stdout = on_stdout
+        self._on_next_file = on_next_file
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._stopped: str | None = None
@@ -249,7 +252,7 @@ class Child:
             if self._on_stdout is not None:
                 self._on_stdout(chunk)
 
-        for progress in read_progress(proc.stdout, copy):
+        for progress in read_progress(proc.stdout, copy, self._on_next_file):
             self.bytes_done = progress.bytes_done
             if self._on_progress is not None:
                 self._on_progress(progress)

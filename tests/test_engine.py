@@ -3,6 +3,7 @@ changes, against a real GridFTP server."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -169,6 +170,21 @@ def test_markers_of_a_list_call_count_each_file_from_zero() -> None:
     assert calls == [(10.0, 11.0, 100), (10.0, 14.0, 3900)]
 
 
+def test_a_list_call_followed_file_by_file_tells_each_file_when_the_next_begins() -> None:
+    said: list[tuple[float, float, int]] = []
+    marks = Marks(0.0, [300, 300, 500, 400])
+    marks.next_file(0.0, lambda *a: said.append(a))  # the first begins: nothing landed
+    marks.reach(300, 1.0, lambda *a: said.append(a))  # its last marker
+    marks.next_file(1.0, lambda *a: said.append(a))  # the second: the marker said the first
+    marks.next_file(2.0, lambda *a: said.append(a))  # the third: the second landed unsaid
+    marks.reach(900, 2.5, lambda *a: said.append(a))  # never past the current file's size
+    marks.next_file(3.0, lambda *a: said.append(a))
+    marks.reach(100, 3.5, lambda *a: said.append(a))  # the fourth counted from 0
+    marks.rest(1500, 4.0, lambda *a: said.append(a))  # the end: its rest since 3.5 s
+    assert said == [(0.0, 1.0, 300), (1.0, 2.0, 300), (2.0, 2.5, 500), (3.0, 3.5, 100),
+                    (3.5, 4.0, 300)]
+
+
 # -- the engine, through a worker of the test's own ------------------------------------------
 
 class CountingWorker(Worker):
@@ -274,6 +290,26 @@ def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
     for path in [*small, large]:
         assert md5(out / path.name) == md5(path)
     assert engine.flow.total_bytes == sum(p.stat().st_size for p in [*small, large])
+
+
+def test_a_list_call_of_globus_url_copy_tells_each_file_as_it_lands(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    src = gridftp_root / "told-src"
+    src.mkdir()
+    paths = [make_file(src / f"t{i:02d}.dat", 256_000, seed=200 + i) for i in range(12)]
+    out = tmp_path / "told"
+    out.mkdir()
+    items = [Item(FileWork(i, gridftp.url(p), f"file://{out}/{p.name}", 256_000))
+             for i, p in enumerate(paths)]
+    said: list[tuple[float, float, int]] = []
+    worker = GridFtpModule().worker(WorkerContext(fast=True))
+    results = worker.run(items, Setting(1, 1, 2), lambda *a: said.append(a))
+    assert all(r.ok for r in results)
+    assert sum(n for *_, n in said) == 12 * 256_000
+    # files of one size: their -vb markers alone cannot tell one file from the next, and a
+    # call's lines held until it ends would say at most its first file and the rest
+    assert len(said) >= 11, said
+    assert all(a[1] <= b[0] + 1e-9 for a, b in itertools.pairwise(said))  # in order
 
 
 def test_a_stopped_engine_answers_the_calls_in_flight_as_not_done(

@@ -210,8 +210,8 @@ class Engine:
 
     def tick(self, now: float) -> None:
         """Close the flow's windows up to `now`, and make final those every call in flight
-        has told its bytes for (a call says what it moved up to its last report: a list
-        call of small files only when it ends), so a window is read only once whole."""
+        has told its bytes for (a call says what it moved up to its last report: a
+        list call of globus-url-copy file by file), so a window is read only once whole."""
         with self._lock:
             told = min(self._told.values(), default=now)
         self.flow.tick(now)

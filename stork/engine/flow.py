@@ -103,8 +103,8 @@ class Flow:
     engines (a series only: it keeps the setting it was made with).
 
     `lag_s`: a window is final only `lag_s` after it ended. A tool that reports rarely (a
-    list call of small files says its bytes when the call ends, a GridFTP third-party
-    transfer every few seconds) reports bytes that moved in windows already closed; until a
+    GridFTP third-party transfer every few seconds, a list call of small files when a file
+    lands) reports bytes that moved in windows already closed; until a
     window is final such a report is spread over it as over the open one, so the windows
     the tuning layer reads say when the bytes moved, not when they were told. With no lag a
     report's part before the open window lands in it."""

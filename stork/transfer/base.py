@@ -91,6 +91,7 @@ def parse_progress(line: str) -> Progress | None:
 
 
 _LINE_END = re.compile(rb"[\r\n]")
+_NEXT_FILE = b"Source: "  # globus-url-copy -vb names each file it begins: "Source: URL"
 
 
 class ChunkReader(Protocol):
@@ -101,10 +102,13 @@ class ChunkReader(Protocol):
 
 
 def read_progress(stream: ChunkReader,
-                  on_chunk: Callable[[bytes], None] | None = None) -> Iterator[Progress]:
+                  on_chunk: Callable[[bytes], None] | None = None,
+                  on_next_file: Callable[[], None] | None = None) -> Iterator[Progress]:
     """Progress from a child's stdout as it arrives (-vb lines end in \\r or \\n).
 
-    `on_chunk` sees every raw chunk first (to copy the stream to the job's output file).
+    `on_chunk` sees every raw chunk first (to copy the stream to the job's output file);
+    `on_next_file` is called at each file globus-url-copy begins (its ``Source:`` line: in
+    a list call each file's begins when the one before it has landed).
     """
     pending = b""
     while chunk := stream.read1(65536):
@@ -112,6 +116,9 @@ def read_progress(stream: ChunkReader,
             on_chunk(chunk)
         *lines, pending = _LINE_END.split(pending + chunk)
         for line in lines:
+            if on_next_file is not None and line.startswith(_NEXT_FILE):
+                on_next_file()
+                continue
             progress = parse_progress(line.decode(errors="replace"))
             if progress is not None:
                 yield progress

@@ -8,10 +8,16 @@ it runs. A call is therefore one process: a byte range alone (``-partial-offset 
 across its files (``-fast``, ``-pp``). The engine sizes lists so a call lasts a few seconds,
 so a worker sets up its session once per call, and the workers' calls end at different
 times: the flow never stops as a whole.
+
+Its stdout is a pipe, where the C library holds globus-url-copy's lines until the call
+ends; coreutils' ``stdbuf -o0`` makes it write each as it comes, so a list call tells each
+file's end as it lands (the ``Source:`` line of the next) and the engine's windows are
+final within a file's time, not a call's.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Sequence
 
@@ -28,6 +34,8 @@ from stork.transfer.worker import (
     Setting,
     WorkerContext,
 )
+
+STDBUF = shutil.which("stdbuf")  # coreutils: without it, a call's lines come at its end
 
 
 class GridFtpWorker(ChildWorker):
@@ -82,10 +90,13 @@ class GridFtpWorker(ChildWorker):
     def _call(self, items: Sequence[Item], setting: Setting,
               report: Report) -> list[ItemResult]:
         argv, stdin = self.argv(items, setting)
-        marks = Marks(time.monotonic())
-        child = Child(argv, env=self.context.env, run_as=self.context.run_as, stdin=stdin,
+        # lines as they come: each file's end is told
+        marks = Marks(time.monotonic(), [i.size_bytes for i in items] if STDBUF else ())
+        child = Child([STDBUF, "-o0", *argv] if STDBUF else argv, env=self.context.env,
+                      run_as=self.context.run_as, stdin=stdin,
                       stdout=self.context.stdout, stderr=self.context.stderr,
-                      on_progress=lambda p: marks.reach(p.bytes_done, time.monotonic(), report))
+                      on_progress=lambda p: marks.reach(p.bytes_done, time.monotonic(), report),
+                      on_next_file=lambda: marks.next_file(time.monotonic(), report))
         with self._lock:
             if self._stopped:
                 return [ItemResult(i, None) for i in items]

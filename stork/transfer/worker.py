@@ -141,20 +141,37 @@ class ChildWorker(Worker):
 
 class Marks:
     """A tool's performance markers (globus-url-copy's `-vb` lines) as reports of bytes:
-    when the last came, and how many bytes the call had moved by then. A list call's
-    markers count each file from 0: a count lower than the last is a new file (the last
-    file's count is kept as the floor, its rest is said at the call's end)."""
+    when the last came, and how many bytes the call had moved by then.
 
-    def __init__(self, start_s: float) -> None:
+    A list call's markers count each file from 0. With the call's file `sizes` (in list
+    order), each file the tool says it begins (`next_file`) tells that the ones before it
+    have landed whole, so the call's bytes are known file by file; a marker then counts
+    within the current file (never past its size). Without them, a count lower than the
+    last is taken for a new file (the last file's count kept as the floor, its rest said at
+    the call's end)."""
+
+    def __init__(self, start_s: float, sizes: Sequence[int] = ()) -> None:
         self.start = start_s
         self.t = start_s
         self.done = 0  # the call's bytes said so far
         self._floor = 0  # the bytes of the files before the one the markers count now
         self._last = 0  # the last marker's count
+        self._sizes = list(sizes)
+        self._begun = 0  # files the tool said it began
+
+    def next_file(self, now: float, report: Report) -> None:
+        """The tool begins its next file at `now`: the files before it have landed."""
+        self._begun += 1
+        if self._sizes and self._begun > 1:
+            self._floor = sum(self._sizes[:self._begun - 1])
+            self._last = 0
+            self.total(self._floor, now, report)
 
     def reach(self, count: int, now: float, report: Report) -> None:
         """A marker says `count` bytes at `now`: report what moved since the last one."""
-        if count < self._last:
+        if self._sizes and self._begun:
+            count = min(count, self._sizes[min(self._begun, len(self._sizes)) - 1])
+        elif count < self._last:
             self._floor += self._last
         self._last = count
         self.total(self._floor + count, now, report)
@@ -167,10 +184,12 @@ class Marks:
         self.t = now
 
     def rest(self, done: int, now: float, report: Report) -> None:
-        """The call ended at `now` having moved `done` bytes: what no marker said moved
+        """The call ended at `now` having moved `done` bytes: what no report said. Followed
+        file by file, that is the last file's, moved since the last report; else it moved
         over the whole call (a small file ends between two markers, so a list call's files
-        are mostly not followed by any), not since the last marker."""
+        are mostly not followed by any)."""
         if done > self.done:
-            report(self.start, now, done - self.done)
+            since = self.t if self._sizes and self._begun else self.start
+            report(since, now, done - self.done)
             self.done = done
         self.t = now

@@ -63,7 +63,7 @@ from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import DatasetDescription, Limits, Optimizer, ProbeResult
 
 WINDOW_S = 2.0  # the windows it judges (the tools report every second or two, a list call
-# of small files when it ends: rates over one second are lumpy)
+# of small files as each lands: rates over one second are lumpy)
 WINDOWS = 3  # full windows measured at a setting before it is judged,
 MAX_WINDOWS = 8  # and at most, while the difference stays within the noise
 MIN_GAIN = 0.05  # a gain smaller than this is no gain (and fewer streams win)
