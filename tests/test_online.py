@@ -227,6 +227,29 @@ def test_prior_prefers_rows_at_the_same_load_and_falls_back_to_the_preset() -> N
     assert preset == Setting(8, 1, 4) and "preset" in why
 
 
+def test_a_job_on_a_known_path_starts_at_a_halving_the_history_has_not_measured() -> None:
+    measured = known([row(16, 1, 150.0), row(32, 1, 152.0)])
+    prior, why = prior_from_history(measured, Setting(8, 1, 4), limits=LIMITS, axes=("cc",))
+    assert prior == Setting(8, 1, 1), why  # half of cc 16, never measured
+    assert "history" in why and "half its cc" in why
+    # measured (and slower): the fewest streams within 5% of the best, as without axes
+    measured = known([row(16, 1, 150.0), row(32, 1, 152.0), row(8, 1, 110.0)])
+    assert prior_from_history(measured, Setting(8, 1, 4), limits=LIMITS,
+                              axes=("cc",))[0] == Setting(16, 1, 1)
+    # cc measured at half: p is halved next; nothing to halve: the setting itself
+    medium = {s: Measured(s, mbps, 2.0, 5) for s, mbps in
+              [(Setting(8, 4, 2), 190.0), (Setting(4, 4, 2), 150.0)]}
+    assert prior_from_history(medium, Setting(8, 4, 2), limits=LIMITS,
+                              axes=("cc", "p"))[0] == Setting(8, 2, 2)
+    ones = {Setting(1, 1, 1): Measured(Setting(1, 1, 1), 90.0, 2.0, 5)}
+    assert prior_from_history(ones, Setting(8, 4, 2), limits=LIMITS,
+                              axes=("cc", "p"))[0] == Setting(1, 1, 1)
+    # a halving seen over fewer windows than a setting is judged on is not yet measured
+    thin = {**medium, Setting(8, 2, 2): Measured(Setting(8, 2, 2), 120.0, 2.0, 2)}
+    assert prior_from_history(thin, Setting(8, 4, 2), limits=LIMITS,
+                              axes=("cc", "p"))[0] == Setting(8, 2, 2)
+
+
 def test_pooled_measurements_keep_the_spread_within_and_between() -> None:
     s = Setting(1, 1, 1)
     one = pooled(s, [Measured(s, 100.0, 10.0, 5), Measured(s, 100.0, 10.0, 5)])

@@ -86,6 +86,7 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     )
 
     limits = tuning_limits().at_most_cc(items)
+    axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
                                   bdp_bytes=bdp_bytes, load=load, limits=limits)
@@ -94,9 +95,8 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
         prior, why = prior_from_optimizer(optimizer_named(by, settings)[0],
                                           list(reversed(history)), dataset, limits)
     else:
-        prior, why = prior_from_history(known, preset)
+        prior, why = prior_from_history(known, preset, limits=limits, axes=axes)
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
-    axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
     ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
         else None
     return Climb(prior, limits, axes=axes, known=known, ceiling_mbps=ceiling, name=name), why

@@ -434,18 +434,34 @@ def measured_from_history(history: Iterable[TransferRecord], *, src_host: str,
 
 
 def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
+                       limits: Limits | None = None, axes: Sequence[str] = (),
+                       windows: int = WINDOWS,
                        min_gain: float = MIN_GAIN) -> tuple[Setting, str]:
     """Where to start: of the settings the path's history measured (`measured_from_history`)
-    the fewest streams within `min_gain` of the best mean, else `preset`; with why."""
+    the fewest streams within `min_gain` of the best mean, else `preset`; with why.
+
+    With `axes` (and `limits`), a halving of that setting along the first of them that the
+    history has not measured over `windows` windows is where the job starts instead: the
+    climb then measures it and judges the setting it came from on the history's word. A
+    job too short to judge a halving in its middle (the tail rule) can still measure one at
+    its start, so the path's next jobs know whether fewer streams would do; each job on the
+    path measures at most one setting it has not."""
     if not known:
         return preset, (f"no transfer of this size class on this path in the log: the "
                         f"preset {preset.label()}")
     best = max(m.mean for m in known.values())
     near = [m for m in known.values() if m.mean >= best * (1 - min_gain)]
     chosen = min(near, key=lambda m: (streams(m.setting), -m.mean))
-    return chosen.setting, (f"the path's history ({len(known)} settings measured): "
-                            f"{chosen.label()} over {chosen.count} windows, the fewest "
-                            f"streams within {min_gain:.0%} of the best {best:.1f} Mbit/s")
+    why = (f"the path's history ({len(known)} settings measured): {chosen.label()} over "
+           f"{chosen.count} windows, the fewest streams within {min_gain:.0%} of the best "
+           f"{best:.1f} Mbit/s")
+    for axis in axes:
+        assert limits is not None, "a halving is bounded by the limits"
+        fewer = _moved(chosen.setting, axis, False, limits)
+        if fewer is not None and (fewer not in known or known[fewer].count < windows):
+            return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
+                           f"history has not measured")
+    return chosen.setting, why
 
 
 def prior_from_optimizer(optimizer: Optimizer, history: Sequence[TransferRecord],
