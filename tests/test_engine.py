@@ -239,37 +239,6 @@ def test_cc_changes_start_and_retire_workers_and_no_item_is_sent_twice() -> None
     assert Setting(6, 2, 1) in settings and Setting(1, 1, 1) in settings
 
 
-class GatedWorker(CountingWorker):
-    """A CountingWorker whose first report waits for `gate` (a tool still connecting)."""
-
-    gate = threading.Event()
-
-    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
-        GatedWorker.gate.wait(10)
-        return super().run(items, setting, report)
-
-
-def test_the_engine_says_when_every_worker_has_moved_bytes() -> None:
-    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB) for i in range(400)]
-    engine = Engine([Item(f) for f in files], GatedWorker, Setting(3, 1, 1), lambda *_: None,
-                    call_s=0.0)
-    GatedWorker.gate.clear()
-    runner = threading.Thread(target=engine.run)
-    runner.start()
-    wait_for(lambda: len(engine.in_flight()) == 3, 10, what="three calls in flight")
-    assert not engine.all_moving()  # taken, nothing told yet
-    GatedWorker.gate.set()
-    wait_for(engine.all_moving, 10, what="every worker told bytes")
-    GatedWorker.gate.clear()
-    engine.set(Setting(5, 1, 1))  # two new workers, held at their first call
-    wait_for(lambda: len(engine.in_flight()) == 5, 10, what="five calls in flight")
-    assert not engine.all_moving()
-    GatedWorker.gate.set()
-    wait_for(engine.all_moving, 10, what="the new workers told bytes")
-    runner.join(60)
-    assert not runner.is_alive()
-
-
 def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rate() -> None:
     """The lists are sized from one worker's share of each window at that window's cc: the
     workers started by cc 4 -> 12 get about `call_s` seconds of what one worker moved at

@@ -83,7 +83,6 @@ class Engine:
         self._slots: dict[int, Worker | None] = {}  # slot -> its worker (None: starting)
         self._in_flight: dict[int, Taken] = {}
         self._told: dict[int, float] = {}  # slot -> up to when its call told its bytes
-        self._moving: set[int] = set()  # slots whose worker has told bytes since it started
         self._stopped = False
         self._started = False
         self.calls = 0
@@ -154,12 +153,6 @@ class Engine:
         with self._lock:
             return len(self._slots)
 
-    def all_moving(self) -> bool:
-        """Whether every worker has told bytes since it started (its tool is past setting
-        up its connections)."""
-        with self._lock:
-            return all(slot in self._moving for slot in self._slots)
-
     # -- the workers -----------------------------------------------------------------------
 
     def _fill(self) -> None:
@@ -205,13 +198,11 @@ class Engine:
                 worker.close()
             with self._lock:
                 self._slots.pop(slot, None)
-                self._moving.discard(slot)
                 self._changed.notify_all()
 
     def _report(self, slot: int, t0: float, t1: float, nbytes: float) -> None:
         with self._lock:
             self._told[slot] = max(self._told.get(slot, t1), t1)
-            self._moving.add(slot)
         self.flow.add(t0, t1, nbytes)
         if self.meter is not None:
             self.meter.add(t0, t1, nbytes)

@@ -4,8 +4,7 @@ A `FlowTuner` steps a controller (`stork.tuning.online.Climb`) with the engine's
 windows while the engine runs, on a thread of its own, and applies what it answers with
 `Engine.set`: nothing stops, nothing is sent again. A window counts for a setting only once
 every call in flight was taken at it (a change of `p` or `pp` applies to each worker's next
-call; a lower `cc` retires workers as their calls end), every worker has moved bytes (a
-new worker's first call starts its tool and connections), and `RAMP_S` after that (new
+call; a lower `cc` retires workers as their calls end) and `RAMP_S` after that (new
 connections start slow). Once a worker finds nothing left to take, the tail of the flow
 says nothing of a setting and the tuner stops stepping.
 
@@ -233,14 +232,12 @@ class FlowTuner:
         return left * 8 / 1e6 / rate if rate > 0 else None
 
     def _settled(self) -> bool:
-        """Whether every call in flight runs at the current setting's p and pp, no more of
-        them than its cc, and every worker has moved bytes (a new worker's first seconds
-        are its tool's start and connections, not the setting's rate)."""
+        """Whether every call in flight runs at the current setting's p and pp, and no more
+        of them than its cc."""
         setting = self.engine.setting
         taken = self.engine.in_flight()
         return len(taken) <= setting.cc and all(
-            t.setting.p == setting.p and t.setting.pp == setting.pp
-            for t in taken) and self.engine.all_moving()
+            t.setting.p == setting.p and t.setting.pp == setting.pp for t in taken)
 
     def _write(self) -> None:
         info = {**self._info, "changes": list(self.changes), "change_count": self.count,
