@@ -162,8 +162,8 @@ class Marks:
     def next_file(self, now: float, report: Report) -> None:
         """The tool begins its next file at `now`: the files before it have landed."""
         self._begun += 1
-        if self._sizes and self._begun > 1:
-            self._floor = sum(self._sizes[:self._begun - 1])
+        if self._sizes and 1 < self._begun <= len(self._sizes):
+            self._floor += self._sizes[self._begun - 2]  # the file before it, whole
             self._last = 0
             self.total(self._floor, now, report)
 
