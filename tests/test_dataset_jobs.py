@@ -197,8 +197,14 @@ def test_stork_rm_stops_the_dataset_and_keeps_finished_files(
         return {f["rel_path"] for f in files_of(stork, job_id, "DONE")}
 
     # finished files stay in place; what the calls in flight wrote goes when the pass ends
-    wait_for(lambda: {p.name for p in out.iterdir()} == done(), 15,
-             what="only the finished files at the destination")
+    try:
+        wait_for(lambda: {p.name for p in out.iterdir()} == done(), 15,
+                 what="only the finished files at the destination")
+    except TimeoutError:
+        there, finished = {p.name for p in out.iterdir()}, done()
+        raise AssertionError(f"at the destination but not DONE: {sorted(there - finished)}; "
+                             f"DONE but not there: {sorted(finished - there)}; the daemon "
+                             f"said: {stork.stderr_path.read_text()[-3000:]}") from None
     time.sleep(0.5)
     assert {p.name for p in out.iterdir()} == done()
     assert 32 <= len(done()) < 160
