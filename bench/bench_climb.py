@@ -29,15 +29,22 @@ Cases, each timed from submission to the job's end (all tuning included):
                transfer log rows of the runs before it on this path, never from the run
                judged
 
-Printed per workload: seconds, Mbit/s, share of the link, the ratio to the preset and to the
-best fixed setting of this run, the streams (cc x p) and their ratio to the fewest streams
-of any fixed setting within 5% of the best one, and for climb the changes it made and the
-setting it held. The streams of a climb run are time-weighted over the engine's settings
-(the prior from the start, each change from the time the controller made it, the last one
-to the job's end; a change of p reaches a worker at its next call, so this is a little
-ahead of the flow); of a "yes" run the setting its optimizer decided (the dataset's
-probes are not counted) or the EOS's streams over the file's ranges; of the preset the
-dataset's chunk as planned (`dataset_chunks`) or the file's one stream.
+The cases are interleaved: round r runs the preset and each fixed setting (while r <
+--baseline-repeats) and then run r of each optimizer, one daemon at a time (each case's
+daemon started again on its own store), so a drift of the machine or the link over the run
+reaches every case alike.
+
+Printed per workload: seconds, Mbit/s, share of the link, the ratio to the preset's mean and
+to the mean of the best fixed setting of this run (the best of several single runs would be
+the luckiest, not the best), each case's mean over its runs, the streams (cc x p) and their
+ratio to the fewest streams of any fixed setting whose mean is within 5% of the best one,
+and for climb the changes it made and the setting it held. The streams of a climb run are
+time-weighted over the engine's settings (the prior from the start, each change from the
+time the controller made it, the last one to the job's end; a change of p reaches a worker
+at its next call, so this is a little ahead of the flow); of a "yes" run the setting its
+optimizer decided (the dataset's probes are not counted) or the EOS's streams over the
+file's ranges; of the preset the dataset's chunk as planned (`dataset_chunks`) or the
+file's one stream.
 Needs root, /dev/net/tun and `ip netns`.
 """
 
@@ -47,6 +54,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -154,8 +162,12 @@ def one(profile: str, workload: str, case: str, server: StorkServer, bed: Testbe
 
 def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps: float,
                   args: argparse.Namespace) -> list[Run]:
+    """Every case's runs, interleaved: round r runs each baseline (the preset and the fixed
+    settings, `--baseline-repeats` rounds) and then run r of each optimizer (its daemon
+    started again on its own store, so its runs learn from the ones before), so a drift of
+    the machine or the link over the run reaches every case alike. One daemon runs at a
+    time."""
     fixed = args.fixed_dataset if workload == "dataset" else args.fixed_file
-    repeats = args.repeats
     out = bed.site_dir("b") / f"out-{workload}"
     runs = []
     n = 0
@@ -165,56 +177,122 @@ def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps
         n += 1
         return out / f"run{n}"
 
-    server = site_daemon(bed, "b").start()
-    try:
-        if "preset" in args.cases:
-            runs.append(one(profile, workload, "preset", server, bed, src, dest(), "",
-                            link_mbps,
-                            TIMEOUT_S if workload == "dataset" else args.preset_timeout))
-        for cc, p, pp in fixed if "fixed" in args.cases else ():
-            runs.append(one(profile, workload, f"cc={cc} p={p} pp={pp}", server, bed, src,
-                            dest(), f'arguments = "-cc {cc} -p {p} -pp {pp}";', link_mbps))
-    finally:
-        server.stop()
-    for name in [c for c in CASES[2:] if c in args.cases]:  # a daemon each: empty log
-        server = site_daemon(bed, "b").start()
-        try:
-            for k in range(1, repeats + 2):
-                runs.append(one(profile, workload, f"{name} {k}", server, bed, src, dest(),
+    baselines = ([("preset", "", TIMEOUT_S if workload == "dataset" else args.preset_timeout)]
+                 if "preset" in args.cases else [])
+    baselines += [(f"cc={cc} p={p} pp={pp}", f'arguments = "-cc {cc} -p {p} -pp {pp}";',
+                   TIMEOUT_S) for cc, p, pp in (fixed if "fixed" in args.cases else ())]
+    tuned = [c for c in CASES[2:] if c in args.cases]
+    stores = {name: bed.workdir / f"stork-{workload}-{name}" for name in ["baselines", *tuned]}
+    rounds = max(args.baseline_repeats if baselines else 0, args.repeats + 1 if tuned else 0)
+    for r in range(rounds):
+        if r < args.baseline_repeats and baselines:
+            server = site_daemon(bed, "b", workdir=stores["baselines"]).start()
+            try:
+                for case, extra, timeout_s in baselines:
+                    runs.append(one(profile, workload, case, server, bed, src, dest(), extra,
+                                    link_mbps, timeout_s))
+            finally:
+                server.stop()
+        for name in tuned if r < args.repeats + 1 else ():
+            server = site_daemon(bed, "b", workdir=stores[name]).start()
+            try:
+                runs.append(one(profile, workload, f"{name} {r + 1}", server, bed, src, dest(),
                                 f'optimization = "{name.upper() if name == "yes" else name}";',
                                 link_mbps))
-        finally:
-            server.stop()
+            finally:
+                server.stop()
     return runs
 
 
+def _ratios(mbps: float, streams: float | None, preset: Case | None, best: Case | None,
+            fewest: float | None) -> str:
+    """The table's columns of a rate and its streams against the preset, the best fixed
+    setting and the fewest streams near it."""
+    to_preset = f"{mbps / preset.mbps:.2f}" if preset and preset.mbps else "-"
+    to_best = f"{mbps / best.mbps:.3f}" if best and best.mbps else "-"
+    shown = "-" if streams is None else f"{streams:.1f}"
+    to_fewest = f"{streams / fewest:.2f}" if streams and fewest else "-"
+    return f"{to_preset} | {to_best} | {shown} | {to_fewest}"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A case's runs that completed, as one: the mean of their rates and of their streams."""
+
+    profile: str
+    workload: str
+    name: str  # "preset", "cc=C p=P pp=PP", or an optimizer's name ("yes")
+    mbps: float
+    streams: float | None
+    count: int
+
+
+def case_of(run: Run) -> str:
+    """The case a run belongs to: an optimizer's run k ("yes 2") is one of its case's."""
+    name = run.case.split(" ", 1)[0]
+    return name if name in CASES[2:] else run.case
+
+
+def cases(runs: list[Run]) -> list[Case]:
+    """Each (profile, workload, case) of `runs` as one `Case`, in the order first seen; a
+    case none of whose runs completed is left out."""
+    keys = dict.fromkeys((r.profile, r.workload, case_of(r)) for r in runs)
+    out = []
+    for profile, workload, name in keys:
+        done = [r for r in runs if (r.profile, r.workload, case_of(r)) == (profile, workload,
+                                                                           name)
+                and r.state == "COMPLETED"]
+        if not done:
+            continue
+        streams = [r.streams for r in done if r.streams is not None]
+        out.append(Case(profile, workload, name, statistics.fmean(r.mbps for r in done),
+                        statistics.fmean(streams) if streams else None, len(done)))
+    return out
+
+
+def best_fixed(group: list[Case]) -> tuple[Case | None, float | None]:
+    """The fixed setting of the best mean rate, and the fewest streams of any fixed setting
+    whose mean is within NEAR_BEST of it."""
+    fixed = [c for c in group if c.name.startswith("cc=")]
+    best = max(fixed, key=lambda c: c.mbps, default=None)
+    near = [c.streams for c in fixed if best and c.streams
+            and c.mbps >= best.mbps * (1 - NEAR_BEST)]
+    return best, min(near, default=None)
+
+
 def print_table(runs: list[Run]) -> None:
+    """Each run against the preset's mean and the best fixed setting's mean (over their
+    repeats: the best of several single runs would be the luckiest, not the best), then
+    each case's mean."""
     print("\n| profile | workload | case | state | seconds | Mbit/s | share of link | "
           "/ preset | / best fixed | streams | / fewest within 5% | changes | held |")
     print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
           "| --- |")
+    summary = cases(runs)
     for key in dict.fromkeys((r.profile, r.workload) for r in runs):
-        group = [r for r in runs if (r.profile, r.workload) == key]
-        preset = next((r for r in group if r.case == "preset"), None)
-        fixed = [r for r in group if r.case.startswith("cc=") and r.state == "COMPLETED"]
-        best = max(fixed, key=lambda r: r.mbps, default=None)
-        near = [r.streams for r in fixed if best and r.streams
-                and r.mbps >= best.mbps * (1 - NEAR_BEST)]
-        fewest = min(near, default=None)
-        for r in group:
-            ratio = f"{r.mbps / preset.mbps:.2f}" if preset and preset.mbps else "-"
-            to_best = f"{r.mbps / best.mbps:.3f}" if best and best.mbps else "-"
-            streams = "-" if r.streams is None else f"{r.streams:.1f}"
-            to_fewest = f"{r.streams / fewest:.2f}" if r.streams and fewest else "-"
+        group = [c for c in summary if (c.profile, c.workload) == key]
+        preset = next((c for c in group if c.name == "preset"), None)
+        best, fewest = best_fixed(group)
+
+        link = next(r.link_mbps for r in runs if (r.profile, r.workload) == key)
+        order = {c.name: i for i, c in enumerate(group)}
+        for r in sorted((r for r in runs if (r.profile, r.workload) == key),
+                        key=lambda r: order.get(case_of(r), len(order))):
             tuning = r.tuning or {}
             print(f"| {r.profile} | {r.workload} | {r.case} | {r.state} | {r.seconds:.1f} | "
-                  f"{r.mbps:.1f} | {r.mbps / r.link_mbps:.3f} | {ratio} | {to_best} | "
-                  f"{streams} | {to_fewest} | {tuning.get('change_count', '')} | "
+                  f"{r.mbps:.1f} | {r.mbps / r.link_mbps:.3f} | "
+                  f"{_ratios(r.mbps, r.streams, preset, best, fewest)} | "
+                  f"{tuning.get('change_count', '')} | "
                   f"{tuning.get('setting', tuning.get('params', ''))} |")
+        for c in (c for c in group if c.count > 1):
+            print(f"| {c.profile} | {c.workload} | {c.name}: mean of {c.count} | | | "
+                  f"{c.mbps:.1f} | {c.mbps / link:.3f} | "
+                  f"{_ratios(c.mbps, c.streams, preset, best, fewest)} | | |")
         if best is not None:
-            print(f"\n(best fixed setting of {key[0]} {key[1]}: {best.case}, "
-                  f"{best.mbps:.1f} Mbit/s; the fewest streams within "
-                  f"{NEAR_BEST:.0%} of it: {fewest if fewest is None else round(fewest)})\n")
+            print(f"\n(best fixed setting of {key[0]} {key[1]}: {best.name}, "
+                  f"{best.mbps:.1f} Mbit/s over {best.count} run{'s' * (best.count > 1)}; "
+                  f"the fewest streams within {NEAR_BEST:.0%} of it: "
+                  f"{fewest if fewest is None else round(fewest)})\n")
 
 
 def main() -> int:
@@ -226,6 +304,9 @@ def main() -> int:
                              f"(default: all but harp)")
     parser.add_argument("--repeats", type=int, default=2,
                         help="climb runs after the first, each learning from those before")
+    parser.add_argument("--baseline-repeats", type=int, default=1,
+                        help="runs of the preset and of each fixed setting, each in a round "
+                             "of its own between the optimizers' runs (default 1)")
     parser.add_argument("--file-mb", type=int, default=1024)
     parser.add_argument("--fixed-dataset",
                         default=",".join(f"{c}/{p}/{pp}" for c, p, pp in FIXED_DATASET),
@@ -242,8 +323,8 @@ def main() -> int:
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if bad := [c for c in args.cases if c not in CASES]:
         parser.error(f"unknown cases {bad}: {', '.join(CASES)}")
-    if args.repeats < 0 or args.file_mb < 1:
-        parser.error("--repeats must be 0 or more and --file-mb 1 or more")
+    if args.repeats < 0 or args.file_mb < 1 or args.baseline_repeats < 1:
+        parser.error("--repeats must be 0 or more, --baseline-repeats and --file-mb 1 or more")
     for option in ("fixed_dataset", "fixed_file"):
         text = getattr(args, option)
         flag = "--" + option.replace("_", "-")
@@ -277,8 +358,9 @@ def main() -> int:
     except TestbedUnavailable as exc:
         print(f"bench_climb: cannot build the testbed here: {exc}", file=sys.stderr)
         return 2
-    print(f"\n## climb end to end ({args.cc}; one run a case; seconds from submission to "
-          f"the job's end)")
+    print(f"\n## climb end to end ({args.cc}; {args.baseline_repeats} run(s) a baseline, "
+          f"{args.repeats + 1} an optimizer, interleaved; seconds from submission to the "
+          f"job's end)")
     print_table(runs)
     print(f"\nwall time: {time.monotonic() - started:.0f} s; load average at the end: "
           "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))

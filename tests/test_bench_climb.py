@@ -1,0 +1,57 @@
+"""bench_climb's summary: each case as the mean of its runs, the best fixed setting by its
+mean (not by its luckiest run), the fewest streams near it by their means. Pure."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from bench_climb import Run, best_fixed, case_of, cases, print_table
+
+MB = 1_000_000
+
+
+def run(case: str, mbps: float, streams: float | None, state: str = "COMPLETED") -> Run:
+    seconds = 20.0
+    return Run("wan40", "dataset", case, seconds, round(mbps * MB / 8 * seconds), state,
+               200.0, None, streams)
+
+
+def test_an_optimizers_runs_are_one_case_and_a_fixed_settings_label_stays_whole() -> None:
+    assert case_of(run("yes 3", 1, None)) == "yes"
+    assert case_of(run("climb 12", 1, None)) == "climb"
+    assert case_of(run("cc=16 p=1 pp=4", 1, 16)) == "cc=16 p=1 pp=4"
+    assert case_of(run("preset", 1, 16)) == "preset"
+
+
+def test_the_best_fixed_setting_is_the_best_mean_not_the_luckiest_run() -> None:
+    runs = [run("cc=32 p=1 pp=4", 150, 32), run("cc=64 p=1 pp=4", 190, 64),
+            run("yes 1", 160, 40),
+            run("cc=32 p=1 pp=4", 170, 32), run("cc=64 p=1 pp=4", 140, 64),
+            run("yes 2", 170, 30),
+            run("cc=32 p=1 pp=4", 160, 32), run("cc=64 p=1 pp=4", 150, 64),
+            run("cc=16 p=1 pp=4", 100, 16, state="FAILED")]
+    summary = {c.name: c for c in cases(runs)}
+    assert summary["cc=32 p=1 pp=4"].mbps == 160.0 and summary["cc=32 p=1 pp=4"].count == 3
+    assert round(summary["cc=64 p=1 pp=4"].mbps, 6) == 160.0
+    assert summary["yes"].count == 2 and summary["yes"].mbps == 165.0
+    assert summary["yes"].streams == 35.0
+    assert "cc=16 p=1 pp=4" not in summary  # no run of it completed
+    best, fewest = best_fixed(list(summary.values()))
+    assert best is not None and best.name in ("cc=32 p=1 pp=4", "cc=64 p=1 pp=4")
+    assert fewest == 32  # both within 5% of the best mean: the fewer streams
+
+
+def test_the_table_judges_each_run_against_the_best_mean(capsys) -> None:  # type: ignore[no-untyped-def]
+    runs = [run("preset", 100, 16), run("cc=32 p=1 pp=4", 200, 32), run("yes 1", 180, 32),
+            run("preset", 120, 16), run("cc=32 p=1 pp=4", 160, 32), run("yes 2", 198, 32)]
+    print_table(runs)
+    out = capsys.readouterr().out
+    rows = {line.split("|")[3].strip(): line for line in out.splitlines()
+            if line.startswith("| wan40")}
+    # the best fixed mean is 180 (not the 200 of its luckier run); the preset's is 110
+    assert "| 1.64 | 1.000 |" in rows["yes 1"]
+    assert "| 1.80 | 1.100 |" in rows["yes 2"]
+    assert "yes: mean of 2" in rows and "| 1.72 | 1.050 |" in rows["yes: mean of 2"]
+    assert "cc=32 p=1 pp=4, 180.0 Mbit/s over 2 runs" in out
