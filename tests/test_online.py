@@ -349,6 +349,29 @@ def test_a_kept_halving_starts_the_next_axis_halving() -> None:
     assert climb.holding and streams(climb.current) <= 2
 
 
+def test_a_job_started_at_a_halving_judges_where_it_came_from_then_halves_on() -> None:
+    """A prior that halves p of a setting the history measured (and not the prior itself):
+    the setting it came from is judged first on the history's word (the flow does not
+    move), then p is halved again, and the other axis tried fewer first; cc is never
+    doubled to twice the streams of a setting the history holds enough. bench_climb run N
+    on `short` (docs/BENCHMARKS.md 15.7): job 4 started at cc 4 p 2 and tried cc 8 p 2."""
+    came_from = Setting(4, 4, 2)
+    climb = Climb(Setting(4, 2, 2), LIMITS, known={
+        came_from: Measured(came_from, 184.0, 4.0, 8)})
+    changes = run(climb, lambda s, t: 185.0 if streams(s) >= 2 else 150.0, seconds=400,
+                  noise=0.02)
+    tried = [c.setting for _, c in changes]
+    assert came_from not in tried and "refused from the history" in changes[0][1].reason
+    assert tried[0] == Setting(4, 1, 2), changes  # p halved again, first
+    assert Setting(8, 2, 2) not in tried and all(s.cc <= 4 for s in tried), changes
+    assert climb.holding and streams(climb.current) <= 2
+    # the prior measured itself: the usual order (cc doubled first)
+    measured = Climb(Setting(4, 2, 2), LIMITS, known={
+        came_from: Measured(came_from, 184.0, 4.0, 8),
+        Setting(4, 2, 2): Measured(Setting(4, 2, 2), 185.0, 4.0, 8)})
+    assert run(measured, lambda s, t: 185.0, seconds=20)[0][1].setting == Setting(8, 2, 2)
+
+
 def test_a_more_streams_neighbour_is_not_kept_from_the_history_on_a_load_change() -> None:
     """The history's windows of a neighbour are judged against the reference then and now,
     pooled: a load that came since (the reference measured lower now) is noise, not a gain

@@ -8,9 +8,11 @@ settled. It answers a `Change` or nothing:
 
 1. At the prior it measures `windows` windows: the reference.
 2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling
-   first, and judges each against the reference (`judge`): a setting with more streams is
-   kept only when its gain less the noise (`z` standard errors of the difference of the two
-   means, from the spread of the windows at each setting) still reaches `min_gain`; one
+   first (a prior that is a halving of a setting the history measured starts with that
+   axis, as if the halving had been kept: `_halved`), and judges each against the
+   reference (`judge`): a setting with more streams is kept only when its gain less the
+   noise (`z` standard errors of the difference of the two means, from the spread of the
+   windows at each setting) still reaches `min_gain`; one
    with fewer streams when its loss, noise included, stays within `min_gain` (with gains
    within 5%, the fewer streams win). While the difference is within the noise the tried
    setting is measured longer, up to `max_windows`, and then the fewer streams win. A kept
@@ -201,7 +203,28 @@ class Climb:
         self.current, self.reference, self.holding = self.prior, None, False
         self._ref_known = False
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
+        if (axis := self._halved()) is not None:  # see `_halved`
+            self._todo = [(axis, True), (axis, False)] + \
+                [(a, up) for a in self.axes if a != axis for up in (False, True)]
         self._trying, self._drifts, self._again = None, 0, False
+
+    def _halved(self) -> str | None:
+        """The axis along which the prior is a halving of a setting the history measured
+        over `windows` windows when the history has not measured the prior itself (where
+        `prior_from_history` starts a job on a known path), else None. The climb then
+        starts as if that halving had been kept: the setting it came from is judged first
+        (on the history's word, without moving the flow), then a further halving, then the
+        other axes halving first; not the other axes doubling first, which would try
+        twice the streams of a setting the path's history already holds enough."""
+        here = self.known.get(self.prior)
+        if here is not None and here.count >= self.windows:
+            return None
+        for axis in self.axes:
+            above = _moved(self.prior, axis, True, self.limits)
+            if above is not None and getattr(above, axis) == 2 * getattr(self.prior, axis) \
+                    and (m := self.known.get(above)) is not None and m.count >= self.windows:
+                return axis
+        return None
 
     # -- the step -------------------------------------------------------------------------
 
