@@ -628,6 +628,12 @@ class DatasetRun:
         whole = [r for r in results if not r.item.is_range]
         batch = [r.item.file.index for r in whole]
         clean = {r.item.file.index for r in whole if r.ok}
+        for r in whole:
+            if not r.ok:  # its error is said here: the file's own, sent alone, decides
+                log.info("job %d: %s %s in its call (%s); checked, and sent again alone "
+                         "unless it landed", self.job.id, urls[r.item.file.index][0],
+                         "failed" if r.ok is False else "was not answered",
+                         r.failure or "the worker ended")
         failed: list[FileResult] = []
         for r in results:
             index = r.item.file.index

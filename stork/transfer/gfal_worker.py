@@ -11,6 +11,7 @@ so the engine does not split files for it (`Worker.writes_ranges`).
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 import time
@@ -23,6 +24,8 @@ from stork.transfer.failures import exit_status_class
 from stork.transfer.remote import GFAL_PYTHON, HELPER, common_checksum
 from stork.transfer.worker import ChildWorker, Item, ItemResult, Report, Setting, WorkerContext
 from stork.urls import parse_url
+
+log = logging.getLogger(__name__)
 
 _ENDED: dict[str, Any] = {"ended": True}
 
@@ -99,7 +102,11 @@ class GfalWorker(ChildWorker):
         while True:
             answer = self._answers.get()
             now = time.monotonic()
-            if "ended" in answer:
+            if "ended" in answer:  # its file is in doubt: checked before it is sent again
+                if not self._stopped:
+                    log.warning("the gfal2 helper ended (exit status %s) while copying %s: %s",
+                                answer["code"], item.file.src_url,
+                                answer["error"][-500:] or "no message")
                 return None
             if "progress" in answer:
                 if int(answer["progress"]) > done:

@@ -269,6 +269,13 @@ def _scope_allows(claims: Claims, operation: str, url_path: str) -> bool:
     return False
 
 
+def _may_replace(claims: Claims, url_path: str) -> bool:
+    """Whether a scope lets the token replace a file at `url_path` (storage.create only
+    makes new ones)."""
+    return any(name in WRITE_SCOPES[1:] and _covers(path or "/", url_path)
+               for name, _, path in (scope.partition(":") for scope in claims.scopes))
+
+
 def _storage_scopes(claims: Claims) -> str:
     return " ".join(s for s in claims.scopes if s.partition(":")[0] in
                     (*READ_SCOPES, *WRITE_SCOPES, "storage.stage"))
@@ -339,9 +346,15 @@ def explain_refusal(failure: TransferError, ends: Sequence[End],
         return failure
     end = with_token[-1]
     assert end.claims is not None and end.path is not None
+    path = "/" + urlsplit(end.url).path.lstrip("/")
+    only_creates = "" if end.operation != "write" or _may_replace(end.claims, path) else (
+        f"; or a file is already at {path}: this token may only create files there "
+        f"(storage.create), and replacing one, even what a failed earlier try left, needs "
+        f"storage.modify")
     return TokenNotAccepted(end.path, f"refused (issuer {end.claims.issuer or '?'}, audience "
                                       f"{', '.join(end.claims.audiences) or 'none'}): the "
-                                      f"server may not trust the issuer; it said: {failure}")
+                                      f"server may not trust the issuer{only_creates}; it "
+                                      f"said: {failure}")
 
 
 # -- before an attempt ------------------------------------------------------------------------
