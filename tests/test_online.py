@@ -404,6 +404,33 @@ def test_the_daemon_gives_the_climb_the_link_as_its_ceiling_only_when_told_it_is
     assert ceiling({"_STORK_LINK_MBPS": "200", "_STORK_EOS_LINK_IS_TRUE": "true"}) == 200.0
 
 
+def test_a_plain_climb_loads_no_probing_optimizer() -> None:
+    """climb's prior is the path's history: starting it loads neither the probing
+    optimizers nor scikit-learn (0.8 s here, which every first tuned job of a daemon paid
+    before it started moving data); harp-climb's prior is HARP's choice, which does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import sys
+from stork.config import load
+from stork.dataset.chunks import SizeClass
+from stork.server.flow_tuning import climb_for
+from stork.transfer.worker import Setting
+from stork.tuning.base import DatasetDescription
+for name in ("climb", "harp-climb"):
+    climb_for([], Setting(16, 1, 4), src_url="gsiftp://a/x/f", dest_url="gsiftp://b/x/f",
+              cls=SizeClass.SMALL, bdp_bytes=1e6, load=0, items=100, name=name,
+              dataset=DatasetDescription(256 << 10, 100, 100 << 18, SizeClass.SMALL),
+              settings=load(None, {}))
+    print(name, "sklearn" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, check=True).stdout
+    assert out.split("\n")[:2] == ["climb False", "harp-climb True"], out
+
+
 def test_yes_is_eos_optimizer_for_a_dataset_and_the_eos_for_a_single_file() -> None:
     from stork.config import load
     from stork.job import DapType, JobSpec

@@ -168,7 +168,7 @@ def _analyze(argv: list[str]) -> int:
 
     def body() -> int:
         from stork.asm import report, state
-        from stork.server.tuning import tuning_limits
+        from stork.server.flow_tuning import tuning_limits
         from stork.tuning.asm_analysis import Aggregate, build_model
 
         settings = load_settings(args.config)

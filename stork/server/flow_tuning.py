@@ -29,7 +29,9 @@ from stork.config import ONLINE_OPTIMIZERS, Settings
 from stork.engine import Engine
 from stork.engine.flow import Stretch, Window
 from stork.job import JobSpec
+from stork.transfer.options import MAX_CONCURRENCY
 from stork.transfer.worker import Setting
+from stork.tuning.base import Limits
 from stork.urls import parse_url
 
 if TYPE_CHECKING:  # the optimizers load scikit-learn: only jobs that are tuned need them
@@ -41,9 +43,18 @@ if TYPE_CHECKING:  # the optimizers load scikit-learn: only jobs that are tuned 
 log = logging.getLogger(__name__)
 
 HISTORY_ROWS = 100_000  # newest transfer log rows an optimizer learns from
+MAX_TUNED_STREAMS = 32  # limits of an optimizer's choice: streams per file,
+MAX_TUNED_PIPELINING = 32  # pipelining depth,
+MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 STEP_S = 0.5  # how often the controller looks at the flow
 RAMP_S = 1.0  # after a setting is in effect in every call, its first windows are slow start
 CHANGES_KEPT = 40  # changes listed on the job's ad (the count is of all of them)
+
+
+def tuning_limits() -> Limits:
+    """What an optimizer may choose for a chunk (or a file's ranges)."""
+    return Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS, max_pp=MAX_TUNED_PIPELINING,
+                  max_streams=MAX_TUNED_TOTAL_STREAMS)
 
 
 def optimizer_of(spec: JobSpec, settings: Settings) -> str | None:
@@ -75,22 +86,22 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     climb). Small files climb on cc alone (more streams per small file
     buy nothing); the others on cc, then p."""
     from stork.dataset.chunks import SizeClass
-    from stork.server.tuning import optimizer_named, tuning_limits
-    from stork.tuning import CONTROLLERS
-    from stork.tuning.online import (
-        Climb,
-        measured_from_history,
-        prior_from_history,
-        prior_from_optimizer,
-    )
+    from stork.tuning.online import Climb, measured_from_history, prior_from_history
 
     limits = tuning_limits().at_most_cc(items)
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
                                   bdp_bytes=bdp_bytes, load=load, limits=limits)
-    by = CONTROLLERS.get(name)
+    by = None
+    if name != Climb.name:  # another optimizer's prior: only then its numerics (and
+        from stork.tuning import CONTROLLERS  # scikit-learn, 0.8 s to load) are loaded
+
+        by = CONTROLLERS.get(name)
     if by is not None and dataset is not None and settings is not None:
+        from stork.server.tuning import optimizer_named
+        from stork.tuning.online import prior_from_optimizer
+
         prior, why = prior_from_optimizer(optimizer_named(by, settings)[0],
                                           list(reversed(history)), dataset, limits)
     else:

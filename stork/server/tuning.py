@@ -33,11 +33,10 @@ from stork import tuning as optimizers
 from stork.config import Settings
 from stork.dataset.chunks import Chunk, Params
 from stork.job import DatasetFileRow, Job
-from stork.server.flow_tuning import HISTORY_ROWS
+from stork.server.flow_tuning import HISTORY_ROWS, tuning_limits
 from stork.store.base import JobStore
-from stork.transfer.options import MAX_CONCURRENCY
 from stork.translog import TransferRecord
-from stork.tuning.base import DatasetDescription, Limits, ProbeResult
+from stork.tuning.base import DatasetDescription, ProbeResult
 from stork.tuning.harp import share_concurrency
 from stork.urls import parse_url
 
@@ -65,9 +64,6 @@ MAX_RETUNES = 6  # new decisions per chunk when batches leave the predicted band
 RETUNE_AFTER = 2  # batches in a row outside the band: a drift, not one noisy batch
 RETUNE_GAP_S = 10.0  # least time between two decisions of a chunk (each change of parameters
 # costs new processes and a new slow start)
-MAX_TUNED_STREAMS = 32  # limits of an optimizer's choice: streams per file,
-MAX_TUNED_PIPELINING = 32  # pipelining depth,
-MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 
 
 class SharedConcurrency:
@@ -107,12 +103,6 @@ def optimizer_named(name: str, settings: Settings) -> tuple[optimizers.Optimizer
 
     asm = asm_optimizer(settings.state_dir)
     return asm, asm.model is None
-
-
-def tuning_limits() -> Limits:
-    """What an optimizer may choose for a chunk."""
-    return Limits(max_cc=MAX_CONCURRENCY, max_p=MAX_TUNED_STREAMS, max_pp=MAX_TUNED_PIPELINING,
-                  max_streams=MAX_TUNED_TOTAL_STREAMS)
 
 
 class Tuning:
