@@ -372,6 +372,25 @@ def test_a_job_started_at_a_halving_judges_where_it_came_from_then_halves_on() -
     assert run(measured, lambda s, t: 185.0, seconds=20)[0][1].setting == Setting(8, 2, 2)
 
 
+def test_a_refused_doubling_turns_the_other_axis_halving_first() -> None:
+    """Back from a halving on the history's word (cc 2 p 4 lost 12% to cc 4 p 4), twice the
+    cc is refused from the history (cc 8 p 4 no better): twice the p would ask for the same
+    32 streams, so p is halved first. bench_climb run P on `short` (docs/BENCHMARKS.md
+    15.8): job 3 tried cc 4 p 8 there and ended at 0.91 of the best cell."""
+    s4, s8 = Setting(4, 4, 2), Setting(8, 4, 2)
+    climb = Climb(Setting(2, 4, 2), LIMITS, known={
+        s4: Measured(s4, 186.0, 1.5, 7), s8: Measured(s8, 189.5, 1.2, 7)})
+    # as measured there: cc 2 p 4 at 165.7 Mbit/s, cc 4 p 2 (job 4) at 187.6
+    changes = run(climb, lambda s, t: 186.0 if s.cc >= 4 else 165.0, seconds=400,
+                  noise=0.01)
+    tried = [c.setting for _, c in changes]
+    assert tried[0] == s4 and "kept from the history" in changes[0][1].reason, changes
+    first_p = next(s for s in tried if s.p != 4)
+    assert first_p == Setting(4, 2, 2), changes
+    assert Setting(4, 8, 2) not in tried and climb.holding
+    assert climb.current.cc == 4 and climb.current.p <= 2, changes
+
+
 def test_a_more_streams_neighbour_is_not_kept_from_the_history_on_a_load_change() -> None:
     """The history's windows of a neighbour are judged against the reference then and now,
     pooled: a load that came since (the reference measured lower now) is noise, not a gain

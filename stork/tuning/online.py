@@ -23,7 +23,8 @@ settled. It answers a `Change` or nothing:
    axes multiply the same streams (cc x p), so once halving one kept the rate (the path
    does not need the streams it had), doubling the other first would ask for twice the
    streams of a setting just shown to be more than enough; it is tried only when halving
-   that axis is refused at once. A doubling the link cannot pay for is not tried (when the
+   that axis is refused at once. A refused move turns the other axes the other way first
+   for the same reason (`_refused_way`). A doubling the link cannot pay for is not tried (when the
    link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS): the most a try could measure is
    the link's rate, and when that is not `min_gain` above the reference beyond the noise
    a try would carry (`room`), no try could be kept, so its seconds at twice the streams
@@ -274,6 +275,7 @@ class Climb:
             return self._next(f"kept: {why}", figures, first=False)
         if not first:  # the other way is tried only when the first was refused at once
             self._todo = [(a, u) for a, u in self._todo if a != axis]
+        self._refused_way(axis, up)
         # back to the reference, measured again before the next try: a reference measured
         # high by chance would refuse every neighbour, and the path may have moved since
         self._again, self._trying = True, None
@@ -304,6 +306,7 @@ class Climb:
                 passed.append(f"{moved.label()} refused from the history: {known_why}")
                 if not first:
                     self._todo = [(a, u) for a, u in self._todo if a != axis]
+                self._refused_way(axis, up)
                 first = True
                 continue
             if verdict is Verdict.KEPT:  # taken on the history's word, measured on arrival
@@ -362,6 +365,16 @@ class Climb:
         rest = [(a, u) for a, u in self._todo if a != axis]
         rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] != up))
         self._todo = [(axis, up), *rest]
+
+    def _refused_way(self, axis: str, up: bool) -> None:
+        """A move along `axis` was refused: what is left of that axis first, then the other
+        axes the other way first (both axes multiply the same streams: once twice the
+        streams along one axis bought nothing, twice the streams along the other would ask
+        for the same count; once half lost the rate, so would half along the other)."""
+        same = [(a, u) for a, u in self._todo if a == axis]
+        rest = [(a, u) for a, u in self._todo if a != axis]
+        rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] == up))
+        self._todo = same + rest
 
     def _from_history(self, setting: Setting) -> tuple[Verdict, str]:
         """What the path's history says of `setting` against the reference: the verdict of
