@@ -375,7 +375,7 @@ def test_a_job_started_at_a_halving_judges_where_it_came_from_then_halves_on() -
 def test_a_refused_doubling_turns_the_other_axis_halving_first() -> None:
     """Back from a halving on the history's word (cc 2 p 4 lost 12% to cc 4 p 4), twice the
     cc is refused from the history (cc 8 p 4 no better): twice the p would ask for the same
-    32 streams, so p is halved first. bench_climb run P on `short` (docs/BENCHMARKS.md
+    32 streams, so p is halved first. bench_climb run O on `short` (docs/BENCHMARKS.md
     15.8): job 3 tried cc 4 p 8 there and ended at 0.91 of the best cell."""
     s4, s8 = Setting(4, 4, 2), Setting(8, 4, 2)
     climb = Climb(Setting(2, 4, 2), LIMITS, known={
