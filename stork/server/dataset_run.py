@@ -666,7 +666,9 @@ class DatasetRun:
             self._release([i for i in batch if i not in done])
             self._abandon(taken, results, done)
             checked = [r for r in checked if r.index in done]
-        self._commit(checked)
+        if not self._commit(checked):  # the job no longer runs this attempt (stork_rm
+            # may have marked it REMOVED before the pass heard): nothing of it was recorded
+            self._abandon(taken, results, None)
         engine.flow.set_load(time.monotonic(), self.known_load(*urls[batch[0]]))
 
     def _batches(self, chunk: Chunk, rows: dict[int, DatasetFileRow], queue: list[int],
@@ -904,9 +906,9 @@ class DatasetRun:
 
     def _abandon(self, taken: Taken, results: list[ItemResult], done: set[int] | None) -> None:
         """A call's whole files that are not DONE (`done`: those that are; None: none) when
-        the job was removed: what the call wrote of them goes (`_remove_abandoned`)."""
-        if self._stop is not StopReason.REMOVED:
-            return
+        the pass stops: when the job was removed, what the call wrote of them goes
+        (`_remove_abandoned`, at the pass's end, when the reason is known: stork_rm marks
+        the job REMOVED in the store before it stops the pass)."""
         began = time.time() - (time.monotonic() - taken.started_s)
         with self._lock:
             self._abandoned += [(r.item.file.dest_url, began) for r in results
@@ -920,7 +922,10 @@ class DatasetRun:
         ranges that is not whole, by its claim. Files DONE stay."""
         with self._lock:
             abandoned, self._abandoned = self._abandoned, []
+        first: dict[str, float] = {}  # a file abandoned twice: since its first call began
         for url, began in abandoned:
+            first[url] = min(began, first.get(url, began))
+        for url, began in first.items():
             log.info("job %d: %s", self.job.id,
                      destination.remove_written_since(url, began, self.run_as))
         for kept in self.kept.drop(list(self.kept.landed())):
@@ -975,10 +980,12 @@ class DatasetRun:
             self.store.finish_files(self.job.id, self.attempt_no,
                                     [FileResult(i, FileState.PENDING) for i in indexes])
 
-    def _commit(self, results: list[FileResult]) -> None:
+    def _commit(self, results: list[FileResult]) -> bool:
+        """The files' ends into the store; False when it refused them (the job no longer
+        runs this attempt)."""
         self.kept.drop([r.index for r in results
                         if r.state in (FileState.DONE, FileState.FAILED)])
         elapsed = max(time.monotonic() - self.start_time, 1e-6)
         rate = round(self._moved * 8 / 1e6 / elapsed, 3)
-        self.store.finish_files(self.job.id, self.attempt_no, results, rate_mbps=rate)
+        return self.store.finish_files(self.job.id, self.attempt_no, results, rate_mbps=rate)
 
