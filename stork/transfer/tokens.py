@@ -269,6 +269,11 @@ def _scope_allows(claims: Claims, operation: str, url_path: str) -> bool:
     return False
 
 
+def _path_of(url: str) -> str:
+    """The path a URL names on its server (root://host//path names /path)."""
+    return "/" + urlsplit(url).path.lstrip("/")
+
+
 def _may_replace(claims: Claims, url_path: str) -> bool:
     """Whether a scope lets the token replace a file at `url_path` (storage.create only
     makes new ones)."""
@@ -314,7 +319,7 @@ def explain(end: End, now: float, said: str = "") -> BearerTokenError | None:
     except TokenExpired as exc:
         return exc
     url = urlsplit(end.url)
-    path = "/" + url.path.lstrip("/")  # root://host//path names /path
+    path = _path_of(end.url)
     if not _scope_allows(claims, end.operation, path):
         names = READ_SCOPES[:1] if end.operation == "read" else WRITE_SCOPES[:2]
         needed = " or ".join(names)
@@ -346,7 +351,7 @@ def explain_refusal(failure: TransferError, ends: Sequence[End],
         return failure
     end = with_token[-1]
     assert end.claims is not None and end.path is not None
-    path = "/" + urlsplit(end.url).path.lstrip("/")
+    path = _path_of(end.url)
     only_creates = "" if end.operation != "write" or _may_replace(end.claims, path) else (
         f"; or a file is already at {path}: this token may only create files there "
         f"(storage.create), and replacing one, even what a failed earlier try left, needs "

@@ -24,7 +24,7 @@ settled. It answers a `Change` or nothing:
    does not need the streams it had), doubling the other first would ask for twice the
    streams of a setting just shown to be more than enough; it is tried only when halving
    that axis is refused at once. A refused move turns the other axes the other way first
-   for the same reason (`_refused_way`). A doubling the link cannot pay for is not tried (when the
+   for the same reason (`_turn`). A doubling the link cannot pay for is not tried (when the
    link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS): the most a try could measure is
    the link's rate, and when that is not `min_gain` above the reference beyond the noise
    a try would carry (`room`), no try could be kept, so its seconds at twice the streams
@@ -204,9 +204,8 @@ class Climb:
         self.current, self.reference, self.holding = self.prior, None, False
         self._ref_known = False
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
-        if (axis := self._halved()) is not None:  # see `_halved`
-            self._todo = [(axis, True), (axis, False)] + \
-                [(a, up) for a in self.axes if a != axis for up in (False, True)]
+        if (axis := self._halved()) is not None:
+            self._turn(axis, True)  # see `_halved`
         self._trying, self._drifts, self._again = None, 0, False
 
     def _halved(self) -> str | None:
@@ -275,7 +274,7 @@ class Climb:
             return self._next(f"kept: {why}", figures, first=False)
         if not first:  # the other way is tried only when the first was refused at once
             self._todo = [(a, u) for a, u in self._todo if a != axis]
-        self._refused_way(axis, up)
+        self._turn(axis, up)
         # back to the reference, measured again before the next try: a reference measured
         # high by chance would refuse every neighbour, and the path may have moved since
         self._again, self._trying = True, None
@@ -306,7 +305,7 @@ class Climb:
                 passed.append(f"{moved.label()} refused from the history: {known_why}")
                 if not first:
                     self._todo = [(a, u) for a, u in self._todo if a != axis]
-                self._refused_way(axis, up)
+                self._turn(axis, up)
                 first = True
                 continue
             if verdict is Verdict.KEPT:  # taken on the history's word, measured on arrival
@@ -366,11 +365,12 @@ class Climb:
         rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] != up))
         self._todo = [(axis, up), *rest]
 
-    def _refused_way(self, axis: str, up: bool) -> None:
-        """A move along `axis` was refused: what is left of that axis first, then the other
-        axes the other way first (both axes multiply the same streams: once twice the
-        streams along one axis bought nothing, twice the streams along the other would ask
-        for the same count; once half lost the rate, so would half along the other)."""
+    def _turn(self, axis: str, up: bool) -> None:
+        """What is left of `axis` first, then the other axes the other way than `up` first:
+        after a refused move (both axes multiply the same streams: once twice the streams
+        along one axis bought nothing, twice the streams along the other would ask for the
+        same count; once half lost the rate, so would half along the other), and at a prior
+        that halves a setting the history holds (`_halved`)."""
         same = [(a, u) for a, u in self._todo if a == axis]
         rest = [(a, u) for a, u in self._todo if a != axis]
         rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] == up))
