@@ -17,7 +17,7 @@ from stork.transfer.gfal import GfalModule
 from stork.transfer.proxy import check_proxy, expiry_warning
 from stork.transfer.registry import Registry
 from stork.transfer.remote import common_checksum
-from stork.transfer.verify import checksum_of, local_checksum, normalize, size_of
+from stork.transfer.verify import asked_twice, checksum_of, local_checksum, normalize, size_of
 from tests.gsi import TestCa
 
 REG = Registry.default()
@@ -112,3 +112,21 @@ def test_an_operator_modules_own_scheme_is_not_asked() -> None:
     assert size_of("gate://h/x") is None
     with pytest.raises(VerifyError, match="gate:// ends cannot be asked for checksums"):
         checksum_of("gate://h/x", "md5")
+
+
+def test_an_end_that_fails_one_answer_is_asked_again_and_a_second_failure_is_raised() -> None:
+    answers: list[object] = [VerifyError("size", "gsiftp://a/x", "no answer"), 42]
+
+    def ask() -> int:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, int)
+        return answer
+
+    assert asked_twice(ask, again_after_s=0.0) == 42
+    answers[:] = [VerifyError("size", "gsiftp://a/x", "first"),
+                  VerifyError("size", "gsiftp://a/x", "second"), 7]
+    with pytest.raises(VerifyError, match="second"):
+        asked_twice(ask, again_after_s=0.0)
+    assert answers == [7]  # asked twice, not a third time

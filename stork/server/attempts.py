@@ -330,10 +330,11 @@ class Attempts:
         STORK_LINK_MBPS (the fastest it could go)."""
         size = job.bytes_total if job.spec.is_dataset else job.spec.size_bytes
         if size is None and not job.spec.is_dataset:
-            try:
-                size = verify.size_of(plan.src_url, plan.ends)
-            except verify.VerifyError:
-                size = None
+            # asked twice: a server busy with the transfer just started may fail one answer
+            size = verify.size_asked_twice(plan.src_url, plan.ends, VERIFY_REASK_S)
+            if size is None:
+                log.warning("job %d: the size of %s is unknown, so whether its credentials "
+                            "last until the end cannot be told", job.id, plan.src_url)
         rate = float(job.result.get("predicted_throughput_mbps") or self.settings.link_mbps)
         warning = expiry_warning(plan.proxy, now, size, rate) if plan.proxy else None
         if warning is not None:
@@ -464,7 +465,8 @@ class Attempts:
         if kind is None or plan.job.spec.checksum:
             return
         try:
-            value = verify.checksum_of(plan.src_url, kind, plan.ends)
+            value = verify.asked_twice(lambda: verify.checksum_of(plan.src_url, kind, plan.ends),
+                                       VERIFY_REASK_S)
         except verify.VerifyError as exc:
             log.warning("job %d: %s", plan.job.id, exc)
             return

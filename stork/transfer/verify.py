@@ -16,6 +16,7 @@ import os
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from stork.errors import RemoteEndError, StorkError, VerifyError
 from stork.transfer.remote import GFAL_SCHEMES, RemoteEnds, RemoteStat
@@ -23,6 +24,8 @@ from stork.urls import parse_url
 
 __all__ = ["VerifyError", "checksum_of", "local_checksum", "md5_of", "open_ftp", "remove",
            "size_of", "sizes_of"]
+
+T = TypeVar("T")
 
 LOCAL_CHECKSUMS = ("md5", "adler32")
 TIMEOUT_S = 30
@@ -47,17 +50,22 @@ def size_of(url: str, ends: RemoteEnds | None = None) -> int | None:
     return sizes_of([url], ends)[url]
 
 
-def size_asked_twice(url: str, ends: RemoteEnds | None = None,
-                     again_after_s: float = 2.0) -> int | None:
-    """`size_of`, asked once more `again_after_s` later when the end did not tell (a busy
-    server's failed answer is not the file's); None when it still cannot, or for a scheme
-    nothing here can ask."""
+def asked_twice(ask: Callable[[], T], again_after_s: float = 2.0) -> T:
+    """`ask()`, asked once more `again_after_s` later when the end did not tell (a busy
+    server's failed answer is not the file's); the second VerifyError is raised."""
     try:
-        return size_of(url, ends)
+        return ask()
     except VerifyError:
         time.sleep(again_after_s)
+    return ask()
+
+
+def size_asked_twice(url: str, ends: RemoteEnds | None = None,
+                     again_after_s: float = 2.0) -> int | None:
+    """`size_of`, asked twice (`asked_twice`); None when it still cannot tell, or for a
+    scheme nothing here can ask."""
     try:
-        return size_of(url, ends)
+        return asked_twice(lambda: size_of(url, ends), again_after_s)
     except VerifyError:
         return None
 
