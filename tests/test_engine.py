@@ -15,8 +15,10 @@ import pytest
 
 from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes, split
 from stork.engine.engine import LIST_MIN_BYTES, STAGGER
+from stork.engine.flow import Stretch
 from stork.engine.items import RANGE_FLOOR_BYTES, merged
 from stork.engine.series import series
+from stork.server.flow_report import stretch_records
 from stork.transfer.gfal_worker import GfalWorker
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.remote import helper_available
@@ -257,6 +259,87 @@ def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rat
     assert len(taken.items) * MB > LIST_MIN_BYTES
 
 
+class SessionWorker(Worker):
+    """A worker whose every call first sets a session up (`setup_s`), then moves its files
+    one by one, telling each."""
+
+    takes_lists = True
+
+    def __init__(self, per_call: bool, setup_s: float = 0.15, file_s: float = 0.01) -> None:
+        self.sets_up_per_call = per_call
+        self.setup_s, self.file_s = setup_s, file_s
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        time.sleep(self.setup_s)
+        for item in items:
+            t0 = time.monotonic()
+            time.sleep(self.file_s)
+            report(t0, time.monotonic(), item.size_bytes)
+        return [ItemResult(i, True) for i in items]
+
+    def stop(self) -> None:
+        pass
+
+
+def overlaps(calls: list[tuple[int, float, float]]) -> tuple[int, int]:
+    """Of calls (slot, start, end): (how many started before the call before them in their
+    slot ended, the most calls of one slot at once)."""
+    early, most = 0, 1
+    for slot in {c[0] for c in calls}:
+        mine = sorted(c[1:] for c in calls if c[0] == slot)
+        early += sum(1 for a, b in itertools.pairwise(mine) if b[0] < a[1])
+        most = max(most, *(sum(1 for s, e in mine if s <= t < e) for t, _ in mine))
+    return early, most
+
+
+@pytest.mark.parametrize("per_call", [True, False])
+def test_a_slot_sets_its_next_call_up_while_its_last_one_ends(per_call: bool) -> None:
+    """A worker that sets a session up for every call gets its slot's next call started
+    while the last files of the one before move (two at most, every item once); one that
+    keeps its session never has two calls of a slot at once."""
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 256 << 10) for i in range(300)]
+    answered: Counter[int] = Counter()
+    started: dict[int, float] = {}  # id of the call's Taken -> when it was taken
+    calls: list[tuple[int, float, float]] = []
+
+    def on_results(taken: Taken, results: list[ItemResult]) -> None:
+        calls.append((taken.slot, started[id(taken)], time.monotonic()))
+        answered.update(r.item.file.index for r in results)
+
+    engine = Engine([Item(f) for f in files], lambda: SessionWorker(per_call),
+                    Setting(2, 1, 1), on_results, call_s=0.3,
+                    on_take=lambda taken: started.__setitem__(id(taken), time.monotonic()))
+    engine.run()
+    assert answered == Counter(range(300))  # every item once
+    early, most = overlaps(calls)
+    assert most <= 2
+    if per_call:
+        assert early >= 5, calls
+        assert 0.1 < engine.setup_s < 0.5  # as measured: 0.15 s and the first file
+    else:
+        assert early == 0 and most == 1
+
+
+def test_the_last_lists_are_an_equal_share_of_what_is_left_and_at_least_a_set_up() -> None:
+    """Towards the end of the queue a list holds at most the whole files left over cc (the
+    last calls end together), and never less than a set-up of the worker's rate."""
+    clock = [0.0]
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB) for i in range(40)]
+    engine = Engine([Item(f) for f in files], CountingWorker, Setting(4, 1, 1),
+                    lambda *_: None, call_s=4.0, clock=lambda: clock[0])
+    engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
+    engine.tick(5.0)
+    sizes = []
+    while (taken := engine._take(3, lists=True)) is not None:  # slot 3: the longest stagger
+        sizes.append(len(taken.items))
+    usual = math.ceil(2 * 4.0 * STAGGER[3])  # 12 files: 2 MiB/s x 4 s, staggered
+    assert sizes[0] == min(usual, 40 // 4)  # 10: a quarter of the 40 left
+    assert sizes[1] == math.ceil(30 / 4)  # then a quarter of the 30 left
+    assert all(a >= b for a, b in itertools.pairwise(sizes))  # shrinking with the queue
+    floor = 2 * engine.setup_s  # MiB: a set-up (0.5 s before any call told) at 2 MiB/s
+    assert sizes[-2] >= floor and sum(sizes) == 40
+
+
 # -- the engine with globus-url-copy workers, against a real server -------------------------
 
 def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
@@ -370,3 +453,15 @@ def test_whole_files_through_long_lived_gfal2_workers(
     finally:
         worker.close()
     assert refused.ok is False and "whole files only" in str(refused.failure)
+
+
+def test_the_transfer_log_rows_of_a_flow_add_up_to_the_bytes_it_moved() -> None:
+    """A flow's bytes are spread over windows (fractions of a byte): its stretches' rows
+    are rounded cumulatively, so they add up to the whole bytes moved, not one short."""
+    thirds = [Stretch(Setting(4, 1, 8), 0, float(i), 1.0, 10_000_000 / 3, 1, 26.7, 0.0)
+              for i in range(3)]
+    rows = stretch_records(thirds, now_mono=10.0, now_wall=1e9, src_url="ftp://a/x",
+                           dest_url="ftp://b/x", rtt_s=0.01, link_mbps=100.0,
+                           buffer_bytes=None, file_bytes=20_000.0, fast=True)
+    assert sum(r.bytes_moved for r in rows) == 10_000_000
+    assert sum(r.file_count for r in rows) == 500

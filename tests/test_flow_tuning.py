@@ -76,7 +76,7 @@ def test_a_dataset_is_tuned_while_it_moves_and_the_next_starts_from_what_it_lear
     assert all(f["attempts"] == 1 for f in files)  # nothing sent twice
     rows = [r for r in daemon.api("GET", "/v1/transfers").json()["transfers"]
             if r["file_size_bytes"] < 1 << 20]
-    assert len({(r["cc"], r["p"], r["pp"]) for r in rows}) >= 2, rows  # a row per setting
+    assert len({(r["cc"], r["p"], r["pp"]) for r in rows}) >= 2, (rows, tuning)  # a row a setting
 
     src2, dest2 = dataset(bed, "second", 120, 256 * KIB)
     second = submit(daemon, bed, src2, dest2)

@@ -7,6 +7,14 @@ whole files up to about `call_s` seconds of the worker's recent rate (`Worker.ta
 one file at a time otherwise). Nothing waits for anything else: there is no batch, so no
 barrier where the flow drains to the slowest file and starts again.
 
+A worker whose calls each set a session up again (`Worker.sets_up_per_call`: a
+globus-url-copy a call, whose control and data connections took 0.7-0.9 s at 40 ms) would
+leave its slot idle for that long every call. So a slot has two lanes: when its call's
+bytes left would take about as long as a call's set-up (measured: the mean time from a
+call's start to its first report), the slot's other lane takes the next call and sets it
+up while the last bytes of this one move (`_handoff`). For that moment the slot has two
+calls; only one of them moves data most of the time.
+
 `set(Setting)` applies at once and stops nothing: a higher `cc` starts workers now; a lower
 one lets the workers above it finish their call and take no more; `p` and `pp` apply to the
 next call each worker makes. Nothing in flight is killed or sent again because of a change.
@@ -43,6 +51,10 @@ LIST_MIN_BYTES = 4 << 20  # before any rate is known, and at least
 LIST_MAX_FILES = 500  # globus-url-copy reads the whole list first: keep it short
 RATE_WINDOWS = 5  # the recent rate: over the last windows of the flow
 STAGGER = (0.5, 0.83, 1.17, 1.5)  # a slot's call, as a share of call_s
+SETUP_S_FIRST = 0.5  # a call's set-up before any call of the engine has told its own
+SETUP_WEIGHT = 0.2  # each call's set-up in the running mean
+
+Lane = tuple[int, int]  # (slot, 0 or 1): a slot's two lanes take its calls in turn
 
 
 
@@ -61,6 +73,28 @@ class Taken:
     started_s: float  # the engine's clock when the call was taken
 
 
+@dataclass
+class _Call:
+    """A call in flight, as its reports tell it: what it moved, up to when."""
+
+    taken: Taken
+    told_s: float  # up to when it told its bytes
+    total_bytes: int
+    told_bytes: float = 0.0
+    first_s: float | None = None  # its first report (the end of its set-up)
+    first_bytes: float = 0.0  # what that report told
+
+    @property
+    def left_bytes(self) -> float:
+        return self.total_bytes - self.told_bytes
+
+    def rate(self) -> float | None:
+        """Bytes per second since its first report (None before its second)."""
+        if self.first_s is None or self.told_s <= self.first_s:
+            return None
+        return (self.told_bytes - self.first_bytes) / (self.told_s - self.first_s)
+
+
 class Engine:
     def __init__(self, items: Iterable[Item], new_worker: Callable[[], Worker],
                  setting: Setting, on_results: Callable[[Taken, list[ItemResult]], None], *,
@@ -69,6 +103,7 @@ class Engine:
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
         self._queue: deque[Item] = deque(items)
+        self._queued_files = sum(i.size_bytes for i in self._queue if not i.is_range)
         self._new_worker = new_worker
         self._setting = setting
         self._on_results = on_results
@@ -80,9 +115,10 @@ class Engine:
         self.call_s = call_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._slots: dict[int, Worker | None] = {}  # slot -> its worker (None: starting)
-        self._in_flight: dict[int, Taken] = {}
-        self._told: dict[int, float] = {}  # slot -> up to when its call told its bytes
+        self._lanes: dict[Lane, Worker | None] = {}  # lane -> its worker (None: starting)
+        self._calls: dict[Lane, _Call] = {}  # the calls in flight
+        self._handoff: set[int] = set()  # slots whose call is ending: the other lane takes
+        self._setup_s = SETUP_S_FIRST
         self._stopped = False
         self._started = False
         self.calls = 0
@@ -105,8 +141,10 @@ class Engine:
 
     def add(self, items: Iterable[Item]) -> None:
         """More items at the end of the queue (a file to send again)."""
+        items = list(items)
         with self._lock:
             self._queue.extend(items)
+            self._queued_files += sum(i.size_bytes for i in items if not i.is_range)
             if self._started:
                 self._fill()
 
@@ -117,6 +155,7 @@ class Engine:
             gone = [i for i in self._queue if unwanted(i)]
             if gone:
                 self._queue = deque(i for i in self._queue if not unwanted(i))
+                self._queued_files -= sum(i.size_bytes for i in gone if not i.is_range)
             return gone
 
     def run(self) -> None:
@@ -125,7 +164,7 @@ class Engine:
         with self._lock:
             self._started = True
             self._fill()
-            while self._slots:
+            while self._lanes:
                 self._changed.wait()
         self.flow.end(self.clock())  # every window final
 
@@ -133,7 +172,7 @@ class Engine:
         """End every call in flight and take no more items."""
         with self._lock:
             self._stopped = True
-            workers = [w for w in self._slots.values() if w is not None]
+            workers = [w for w in self._lanes.values() if w is not None]
             self._changed.notify_all()
         for worker in workers:
             worker.stop()
@@ -142,7 +181,7 @@ class Engine:
 
     def in_flight(self) -> list[Taken]:
         with self._lock:
-            return list(self._in_flight.values())
+            return [c.taken for c in self._calls.values()]
 
     def left(self) -> list[Item]:
         """Items not yet taken."""
@@ -150,8 +189,14 @@ class Engine:
             return list(self._queue)
 
     def workers(self) -> int:
+        """Slots at work (a slot's two lanes count once)."""
         with self._lock:
-            return len(self._slots)
+            return len({slot for slot, _ in self._lanes})
+
+    @property
+    def setup_s(self) -> float:
+        """A call's set-up as measured (the running mean from start to first report)."""
+        return self._setup_s
 
     # -- the workers -----------------------------------------------------------------------
 
@@ -159,61 +204,106 @@ class Engine:
         """Start a worker for every free slot below cc while there is work (in the lock)."""
         if self._stopped or not self._queue:
             return
+        busy = {slot for slot, _ in self._lanes}
         for slot in range(self._setting.cc):
-            if slot not in self._slots:
-                self._slots[slot] = None
-                threading.Thread(target=self._work, args=(slot,), daemon=True,
-                                 name=f"engine-worker-{slot}").start()
+            if slot not in busy:
+                self._start_lane((slot, 0))
 
-    def _work(self, slot: int) -> None:
+    def _start_lane(self, lane: Lane) -> None:
+        self._lanes[lane] = None
+        threading.Thread(target=self._work, args=(lane,), daemon=True,
+                         name=f"engine-worker-{lane[0]}.{lane[1]}").start()
+
+    def _work(self, lane: Lane) -> None:
+        slot = lane[0]
         worker: Worker | None = None
         try:
             worker = self._new_worker()
             with self._lock:
                 if self._stopped:
                     return
-                self._slots[slot] = worker
+                self._lanes[lane] = worker
             while True:
                 with self._lock:
+                    while self._waits(lane):
+                        self._changed.wait()
                     taken = self._take(slot, worker.takes_lists)
                     if taken is None:
                         return
-                    self._in_flight[slot] = taken
-                    self._told[slot] = taken.started_s
+                    self._handoff.discard(slot)
+                    self._calls[lane] = _Call(taken, taken.started_s,
+                                              sum(i.size_bytes for i in taken.items))
                     self.calls += 1
                 try:
                     if self._on_take is not None:
                         self._on_take(taken)
                     results = worker.run(taken.items, taken.setting,
-                                         functools.partial(self._report, slot))
+                                         functools.partial(self._report, lane))
                 finally:
                     with self._lock:
-                        self._in_flight.pop(slot, None)
-                        self._told.pop(slot, None)
+                        self._calls.pop(lane, None)
+                        self._changed.notify_all()
                 self._on_results(taken, results)
         except Exception:
-            log.exception("engine worker %d failed", slot)
+            log.exception("engine worker %d.%d failed", *lane)
         finally:
             if worker is not None:
                 worker.close()
             with self._lock:
-                self._slots.pop(slot, None)
+                self._lanes.pop(lane, None)
+                self._handoff.discard(slot)
                 self._changed.notify_all()
 
-    def _report(self, slot: int, t0: float, t1: float, nbytes: float) -> None:
+    def _waits(self, lane: Lane) -> bool:
+        """A lane waits while the slot's other lane has a call that has not handed over
+        (in the lock); it goes on to `_take` (which may retire it) otherwise."""
+        other = (lane[0], 1 - lane[1])
+        return (not self._stopped and lane[0] < self._setting.cc and bool(self._queue)
+                and other in self._calls and lane[0] not in self._handoff)
+
+    def _report(self, lane: Lane, t0: float, t1: float, nbytes: float) -> None:
         with self._lock:
-            self._told[slot] = max(self._told.get(slot, t1), t1)
+            call = self._calls.get(lane)
+            if call is not None:
+                call.told_s = max(call.told_s, t1)
+                call.told_bytes += nbytes
+                if call.first_s is None:
+                    call.first_s, call.first_bytes = t1, call.told_bytes
+                    setup = t1 - call.taken.started_s
+                    self._setup_s += SETUP_WEIGHT * (setup - self._setup_s)
+                elif self._ends_soon(call):
+                    self._hand_over(lane)
         self.flow.add(t0, t1, nbytes)
         if self.meter is not None:
             self.meter.add(t0, t1, nbytes)
         self.tick(t1)
+
+    def _ends_soon(self, call: _Call) -> bool:
+        """The call's bytes left take about a set-up at its own rate (in the lock)."""
+        rate = call.rate()
+        return rate is not None and rate > 0 and call.left_bytes <= rate * self._setup_s
+
+    def _hand_over(self, lane: Lane) -> None:
+        """Let the slot's other lane take the next call now, when the lane's worker sets
+        up per call (in the lock)."""
+        slot, other = lane[0], (lane[0], 1 - lane[1])
+        worker = self._lanes.get(lane)
+        if (worker is None or not worker.sets_up_per_call or slot in self._handoff
+                or other in self._calls or self._stopped or slot >= self._setting.cc
+                or not self._queue):
+            return
+        self._handoff.add(slot)
+        if other in self._lanes:
+            self._changed.notify_all()
+        else:
+            self._start_lane(other)
 
     def tick(self, now: float) -> None:
         """Close the flow's windows up to `now`, and make final those every call in flight
         has told its bytes for (a call says what it moved up to its last report: a
         list call of globus-url-copy file by file), so a window is read only once whole."""
         with self._lock:
-            told = min(self._told.values(), default=now)
+            told = min((c.told_s for c in self._calls.values()), default=now)
         self.flow.tick(now)
         self.flow.settle(min(told, now))
 
@@ -232,6 +322,7 @@ class Engine:
                 item = self._queue.popleft()
                 items.append(item)
                 budget -= item.size_bytes
+        self._queued_files -= sum(i.size_bytes for i in items if not i.is_range)
         return Taken(slot, tuple(items), setting, self.clock())
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
@@ -241,11 +332,18 @@ class Engine:
         of that window's setting: right after a change of cc the new workers' lists are
         sized from what one worker moved before it, not from the old rate split among the
         new number of workers (which made them the floor, and their sessions set up
-        every second or two until the windows at the new cc came in)."""
+        every second or two until the windows at the new cc came in).
+
+        Towards the end a list is at most an equal share of the whole files left (1/cc):
+        a call taken then ends about when the queue runs dry, so the last calls end close
+        together instead of one staggered long list running alone after the others. It
+        is never less than a set-up's worth of the worker's rate, so the slot's next
+        call can still be set up while it runs (`_handoff`)."""
         stagger = STAGGER[slot % len(STAGGER)]
         recent = self.flow.windows()[-RATE_WINDOWS:]
         seconds = sum(w.seconds for w in recent)
         if seconds <= 0:
             return LIST_MIN_BYTES * stagger
         per_worker = sum(w.bytes / max(w.setting.cc, 1) for w in recent) / seconds
-        return max(per_worker * self.call_s, LIST_MIN_BYTES) * stagger
+        usual = max(per_worker * self.call_s, LIST_MIN_BYTES) * stagger
+        return min(usual, max(self._queued_files / setting.cc, per_worker * self._setup_s))

@@ -34,14 +34,17 @@ def stretch_records(stretches: Iterable[Stretch], *, now_mono: float, now_wall: 
     at one setting and load (`Flow.stretches`, or what a tuner measured), its mean rate and
     the spread of its windows; `file_bytes` is the mean size of the items' files."""
     records = []
-    moved = 0.0  # bytes of the stretches so far: their file counts are cumulative rounding,
-    counted = 0  # so the rows' counts add up to the files the flow moved
+    moved = 0.0  # bytes of the stretches so far: their bytes (spread over windows: not
+    counted = 0  # whole) and file counts are cumulative rounding, so the rows add up to
+    logged = 0  # the bytes and the files the flow moved
     for stretch in stretches:
         if stretch.bytes <= 0 or stretch.seconds <= 0:
             continue
         moved += stretch.bytes
         files = max(round(moved / file_bytes) - counted, 1) if file_bytes else 1
         counted += files
+        nbytes = round(moved) - logged
+        logged += nbytes
         s = stretch.setting
         records.append(TransferRecord(
             time=now_wall - (now_mono - stretch.start_s),
@@ -50,7 +53,7 @@ def stretch_records(stretches: Iterable[Stretch], *, now_mono: float, now_wall: 
             bandwidth_bps=link_mbps * 1e6, buffer_bytes=buffer_bytes,
             file_size_bytes=file_bytes,
             file_count=files,
-            cc=s.cc, p=s.p, pp=s.pp, fast=fast, bytes_moved=int(stretch.bytes),
+            cc=s.cc, p=s.p, pp=s.pp, fast=fast, bytes_moved=nbytes,
             duration_s=round(stretch.seconds, 6), throughput_mbps=round(stretch.mean_mbps, 3),
             sharing=stretch.load,
             spread_mbps=round(stretch.stdev_mbps, 3) if stretch.windows > 1 else None,

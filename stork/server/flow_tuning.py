@@ -243,12 +243,11 @@ class FlowTuner:
         return left * 8 / 1e6 / rate if rate > 0 else None
 
     def _settled(self) -> bool:
-        """Whether every call in flight runs at the current setting's p and pp, and no more
-        of them than its cc."""
+        """Whether every call in flight runs at the current setting's p and pp, and in a
+        slot below its cc (a slot may have two calls: the next one setting up)."""
         setting = self.engine.setting
-        taken = self.engine.in_flight()
-        return len(taken) <= setting.cc and all(
-            t.setting.p == setting.p and t.setting.pp == setting.pp for t in taken)
+        return all(t.slot < setting.cc and t.setting.p == setting.p
+                   and t.setting.pp == setting.pp for t in self.engine.in_flight())
 
     def _write(self) -> None:
         info = {**self._info, "changes": list(self.changes), "change_count": self.count,

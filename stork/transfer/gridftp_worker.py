@@ -40,6 +40,7 @@ STDBUF = shutil.which("stdbuf")  # coreutils: without it, a call's lines come at
 
 class GridFtpWorker(ChildWorker):
     takes_lists = True
+    sets_up_per_call = True  # a globus-url-copy a call
 
     def __init__(self, module: GridFtpModule, context: WorkerContext) -> None:
         super().__init__()

@@ -109,6 +109,9 @@ class Worker(ABC):
 
     takes_lists: bool = False  # whole files may go several to a call
     writes_ranges: bool = True  # byte ranges of a file, written in place
+    # each call sets its session up again (a process, its connections): the engine starts a
+    # slot's next call while the last one's final bytes move, so the set-up is not a gap
+    sets_up_per_call: bool = False
 
     @abstractmethod
     def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
