@@ -4,7 +4,9 @@ changes, against a real GridFTP server."""
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -318,6 +320,20 @@ def test_a_slot_sets_its_next_call_up_while_its_last_one_ends(per_call: bool) ->
         assert 0.1 < engine.setup_s < 0.5  # as measured: 0.15 s and the first file
     else:
         assert early == 0 and most == 1
+
+
+def test_each_call_is_logged_at_debug_with_its_set_up_and_length(
+        caplog: pytest.LogCaptureFixture) -> None:
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 256 << 10) for i in range(20)]
+    engine = Engine([Item(f) for f in files], lambda: SessionWorker(True, setup_s=0.05),
+                    Setting(2, 1, 1), lambda *_: None, call_s=0.3)
+    with caplog.at_level(logging.DEBUG, logger="stork.engine.engine"):
+        engine.run()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("engine call")]
+    assert len(lines) == engine.calls
+    assert sum(int(line.split(": ")[1].split(" items")[0]) for line in lines) == 20
+    assert all(re.search(r"first report after 0\.\d{3} s, ended after \d+\.\d{3} s$", line)
+               for line in lines), lines
 
 
 def test_the_last_lists_are_an_equal_share_of_what_is_left_and_at_least_a_set_up() -> None:

@@ -241,8 +241,14 @@ class Engine:
                                          functools.partial(self._report, lane))
                 finally:
                     with self._lock:
-                        self._calls.pop(lane, None)
+                        call = self._calls.pop(lane, None)
                         self._changed.notify_all()
+                if call is not None and log.isEnabledFor(logging.DEBUG):
+                    log.debug("engine call %d.%d: %d items, %d bytes, first report after "
+                              "%s, ended after %.3f s", *lane, len(taken.items),
+                              call.total_bytes, "none" if call.first_s is None else
+                              f"{call.first_s - taken.started_s:.3f} s",
+                              self.clock() - taken.started_s)
                 self._on_results(taken, results)
         except Exception:
             log.exception("engine worker %d.%d failed", *lane)
