@@ -191,6 +191,15 @@ def test_a_list_call_followed_file_by_file_tells_each_file_when_the_next_begins(
 
 # -- the engine, through a worker of the test's own ------------------------------------------
 
+def moved_one_by_one(items: Sequence[Item], each_s: float, report: Report) -> list[ItemResult]:
+    """A test worker's call: each item takes `each_s` and is told as it lands; all done."""
+    for item in items:
+        t0 = time.monotonic()
+        time.sleep(each_s)
+        report(t0, time.monotonic(), item.size_bytes)
+    return [ItemResult(i, True) for i in items]
+
+
 class CountingWorker(Worker):
     """Answers each item after a short sleep, reporting its bytes: the engine's scheduling
     alone, with no tool (the tools' own workers are tested below, with a real server)."""
@@ -207,11 +216,7 @@ class CountingWorker(Worker):
             CountingWorker.most = max(CountingWorker.most, CountingWorker.alive)
 
     def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
-        for item in items:
-            t0 = time.monotonic()
-            time.sleep(self.delay_s)
-            report(t0, time.monotonic(), item.size_bytes)
-        return [ItemResult(i, True) for i in items]
+        return moved_one_by_one(items, self.delay_s, report)
 
     def stop(self) -> None:
         pass
@@ -273,11 +278,7 @@ class SessionWorker(Worker):
 
     def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
         time.sleep(self.setup_s)
-        for item in items:
-            t0 = time.monotonic()
-            time.sleep(self.file_s)
-            report(t0, time.monotonic(), item.size_bytes)
-        return [ItemResult(i, True) for i in items]
+        return moved_one_by_one(items, self.file_s, report)
 
     def stop(self) -> None:
         pass
