@@ -3,8 +3,9 @@
 Local trees are real directories in tmp_path; remote listings go through the real
 globus-gridftp-server of the session (`gridftp` fixture) over ftp://, with MLSD, with the
 NLST + SIZE fallback and through `globus-url-copy -list` (the gsiftp lister, which lists
-ftp:// URLs the same way). A connection closed in the middle of a listing comes from a tiny
-FTP server in this file that sends half a listing and hangs up.
+ftp:// URLs the same way). A connection closed in the middle of a listing, a server that
+answers only whole batches of pipelined commands and one without MLSD come from a tiny
+FTP server in this file.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import quote
 
 import pytest
@@ -537,42 +539,75 @@ def test_an_ftp_server_that_is_not_there_is_unreachable() -> None:
             expand(f"ftp://127.0.0.1:{port}/data/", "file:///out/", max_files=10)
 
 
-class HangUpFtpServer:
-    """Just enough of an FTP server for ftplib's MLSD, which sends `lines` entries of a
-    listing and then closes the data and control connections without a final reply."""
+class TinyFtpServer:
+    """Just enough of an FTP server for the FTP lister, on one control connection: a
+    directory of `lines` files (``f<i>`` of i bytes), listed with MLSD when it accepts
+    ``OPTS MLST`` (`mlst`), else with NLST, CWD and SIZE. `hang_up`: the MLSD listing is
+    sent and both connections closed without a final reply. `batched`: it answers nothing
+    until a whole batch of the lister's pipelined commands has come (the login ends with
+    OPTS, a directory's with PASV), as a client that waits for each reply before the next
+    command would never see it do. `commands`: what it was sent."""
 
-    def __init__(self, lines: int) -> None:
-        self.lines = lines
+    def __init__(self, lines: int, *, hang_up: bool = False, mlst: bool = True,
+                 batched: bool = False) -> None:
+        self.lines, self.hang_up, self.mlst, self.batched = lines, hang_up, mlst, batched
+        self.commands: list[str] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.data_listener: socket.socket | None = None
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
 
     def serve(self) -> None:
         conn, _ = self.listener.accept()
         with conn, conn.makefile("rwb", buffering=0) as ctl:
-            ctl.write(b"220 hang-up test server\r\n")
-            data_listener: socket.socket | None = None
+            ctl.write(b"220 tiny test server\r\n")
+            held: list[bytes] = []
             for raw in ctl:
-                verb = raw.decode().split(" ", 1)[0].strip().upper()
-                if verb == "FEAT":
-                    ctl.write(b"211-Features:\r\n MLST type*;size*;\r\n211 End\r\n")
-                elif verb == "PASV":
-                    data_listener = socket.create_server(("127.0.0.1", 0))
-                    port = data_listener.getsockname()[1]
-                    ctl.write(f"227 Entering Passive Mode (127,0,0,1,{port >> 8},"
-                              f"{port & 255})\r\n".encode())
-                elif verb == "MLSD" and data_listener is not None:
-                    ctl.write(b"150 Here it comes\r\n")
-                    data, _ = data_listener.accept()
-                    with data:
-                        for i in range(self.lines):
-                            data.sendall(f"Type=file;Size={i}; f{i}\r\n".encode())
-                    data_listener.close()
-                    return  # hang up: no 226
-                else:  # USER, PASS, TYPE, CWD
-                    ctl.write({"USER": b"331 ok\r\n", "PASS": b"230 ok\r\n"}.get(
-                        verb, b"200 ok\r\n"))
+                line = raw.decode().strip()
+                self.commands.append(line)
+                verb, _, arg = line.partition(" ")
+                verb = verb.upper()
+                if verb in ("MLSD", "NLST") and self.data_listener is not None:
+                    if not self.listing(ctl, verb):
+                        return  # hung up
+                    continue
+                held.append(self.reply(verb, arg))
+                if not self.batched or verb in ("OPTS", "PASV"):
+                    ctl.write(b"".join(held))
+                    held = []
+
+    def reply(self, verb: str, arg: str) -> bytes:
+        if verb == "USER":
+            return b"331 ok\r\n"
+        if verb == "OPTS":
+            return b"200 facts set\r\n" if self.mlst else b"500 unknown command\r\n"
+        if verb == "CWD" and arg.rsplit("/", 1)[-1].startswith("f"):
+            return b"550 not a directory\r\n"
+        if verb == "SIZE":
+            return f"213 {arg[1:]}\r\n".encode()
+        if verb == "PASV":
+            self.data_listener = socket.create_server(("127.0.0.1", 0))
+            port = self.data_listener.getsockname()[1]
+            return (f"227 Entering Passive Mode (127,0,0,1,{port >> 8},{port & 255})"
+                    f"\r\n").encode()
+        return b"230 ok\r\n" if verb == "PASS" else b"200 ok\r\n"
+
+    def listing(self, ctl: BinaryIO, verb: str) -> bool:
+        """The listing on the data connection; False when it hung up instead of ending."""
+        assert self.data_listener is not None
+        ctl.write(b"150 Here it comes\r\n")
+        data, _ = self.data_listener.accept()
+        with data:
+            for i in range(self.lines):
+                data.sendall(f"Type=file;Size={i}; f{i}\r\n".encode() if verb == "MLSD"
+                             else f"f{i}\r\n".encode())
+        self.data_listener.close()
+        self.data_listener = None
+        if self.hang_up:
+            return False
+        ctl.write(b"226 done\r\n")
+        return True
 
     def close(self) -> None:
         self.listener.close()
@@ -580,7 +615,7 @@ class HangUpFtpServer:
 
 
 def test_a_listing_cut_off_half_way_fails_whole_and_counts_nothing() -> None:
-    server = HangUpFtpServer(lines=5)
+    server = TinyFtpServer(lines=5, hang_up=True)
     try:
         counting = Counting(FtpLister())
         with pytest.raises(DatasetUnreachable) as caught:
@@ -591,6 +626,22 @@ def test_a_listing_cut_off_half_way_fails_whole_and_counts_nothing() -> None:
     assert counting.pulled == 5  # five entries arrived, and none of them was kept
     assert str(caught.value).startswith(f"ftp://127.0.0.1:{server.port}/data/: the listing "
                                         "failed half way: EOFError")
+
+
+@pytest.mark.parametrize("mlst", [True, False], ids=["mlsd", "nlst+size"])
+def test_the_ftp_lister_sends_its_commands_in_two_batches(mlst: bool) -> None:
+    """A server that answers only whole batches lists: the login and the directory's
+    commands each go in one round trip; a server refusing OPTS MLST is listed with NLST."""
+    server = TinyFtpServer(lines=3, mlst=mlst, batched=mlst)
+    try:
+        ds = expand(f"ftp://127.0.0.1:{server.port}/data/", "file:///out/", max_files=10,
+                    lister=FtpLister())
+    finally:
+        server.close()
+    assert {f.rel_path: f.size_bytes for f in ds.files} == {"f0": 0, "f1": 1, "f2": 2}
+    assert server.commands[:7] == ["USER anonymous", "PASS anonymous@", "OPTS MLST Type;Size;",
+                                   "CWD /data/", "TYPE A", "PASV",
+                                   "MLSD" if mlst else "NLST"]
 
 
 def test_local_listing_follows_a_symlinked_root(tree: Path, tmp_path: Path) -> None:
