@@ -2,12 +2,14 @@
 settings, in one run.
 
     .venv/bin/python bench/bench_climb.py [--profile wan40] [--workloads dataset,file]
-        [--repeats 2] [--file-mb 1024] [--fixed-dataset 4/1/4,...] [--fixed-file 2/4/1,...]
+        [--repeats 2] [--dataset 2000x256K] [--file-mb 1024] [--fixed-dataset 4/1/4,...]
+        [--fixed-file 2/4/1,...]
 
 Per link profile two sites are built and each workload moved third party from site a to
 site b by a real stork_server inside site b (``STORK_LINK_MBPS`` the link's rate):
 
-    dataset  2000 files of 256 KiB (`tests.testbed.dataset`, seed 1)
+    dataset  the files of --dataset (a `tests.testbed.dataset` spec, seed 1; by default
+             2000 files of 256 KiB)
     file     one file of --file-mb MiB, sent as byte ranges by the engine
 
 Cases, each timed from submission to the job's end (all tuning included):
@@ -65,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stork.server.file_run import range_setting
 from tests.support import StorkServer, make_file
 from tests.testbed.cli import add_link_options, topologies
-from tests.testbed.dataset import plan, write
+from tests.testbed.dataset import DatasetError, parse_spec, plan, write
 from tests.testbed.jobs import finish, site_daemon
 from tests.testbed.netns import Testbed, TestbedUnavailable
 
@@ -307,6 +309,8 @@ def main() -> int:
     parser.add_argument("--baseline-repeats", type=int, default=1,
                         help="runs of the preset and of each fixed setting, each in a round "
                              "of its own between the optimizers' runs (default 1)")
+    parser.add_argument("--dataset", default=DATASET,
+                        help=f"the dataset workload's files, COUNTxSIZE[,...] ({DATASET})")
     parser.add_argument("--file-mb", type=int, default=1024)
     parser.add_argument("--fixed-dataset",
                         default=",".join(f"{c}/{p}/{pp}" for c, p, pp in FIXED_DATASET),
@@ -323,6 +327,10 @@ def main() -> int:
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if bad := [c for c in args.cases if c not in CASES]:
         parser.error(f"unknown cases {bad}: {', '.join(CASES)}")
+    try:
+        parse_spec(args.dataset)
+    except DatasetError as exc:
+        parser.error(f"--dataset {args.dataset!r}: {exc}")
     if args.repeats < 0 or args.file_mb < 1 or args.baseline_repeats < 1:
         parser.error("--repeats must be 0 or more, --baseline-repeats and --file-mb 1 or more")
     for option in ("fixed_dataset", "fixed_file"):
@@ -347,7 +355,7 @@ def main() -> int:
                 site_a = bed.site_dir("a")
                 for workload in workloads:
                     if workload == "dataset":
-                        data = write(plan(DATASET, 1), site_a / "data")
+                        data = write(plan(args.dataset, 1), site_a / "data")
                         src = f"{data}/"
                     else:
                         path = site_a / f"file-{args.file_mb}M.dat"
@@ -358,7 +366,8 @@ def main() -> int:
     except TestbedUnavailable as exc:
         print(f"bench_climb: cannot build the testbed here: {exc}", file=sys.stderr)
         return 2
-    print(f"\n## climb end to end ({args.cc}; {args.baseline_repeats} run(s) a baseline, "
+    what = f"the dataset {args.dataset}; " if "dataset" in workloads else ""
+    print(f"\n## climb end to end ({what}{args.cc}; {args.baseline_repeats} run(s) a baseline, "
           f"{args.repeats + 1} an optimizer, interleaved; seconds from submission to the "
           f"job's end)")
     print_table(runs)

@@ -1,13 +1,16 @@
 """bench_climb's summary: each case as the mean of its runs, the best fixed setting by its
-mean (not by its luckiest run), the fewest streams near it by their means. Pure."""
+mean (not by its luckiest run), the fewest streams near it by their means; and a --dataset
+it cannot read refused by name. Pure."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from bench_climb import Run, best_fixed, case_of, cases, print_table
+from bench_climb import Run, best_fixed, case_of, cases, main, print_table
 
 MB = 1_000_000
 
@@ -55,3 +58,13 @@ def test_the_table_judges_each_run_against_the_best_mean(capsys) -> None:  # typ
     assert "| 1.80 | 1.100 |" in rows["yes 2"]
     assert "yes: mean of 2" in rows and "| 1.72 | 1.050 |" in rows["yes: mean of 2"]
     assert "cc=32 p=1 pp=4, 180.0 Mbit/s over 2 runs" in out
+
+
+def test_a_dataset_spec_that_cannot_be_read_is_refused_by_name_before_any_testbed(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["bench_climb.py", "--dataset", "2000x256K,10xZ"])
+    with pytest.raises(SystemExit) as caught:
+        main()
+    assert caught.value.code == 2
+    assert "--dataset '2000x256K,10xZ': dataset part '10xZ': expected COUNTxSIZE" \
+        in capsys.readouterr().err
