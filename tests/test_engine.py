@@ -248,16 +248,22 @@ def test_cc_changes_start_and_retire_workers_and_no_item_is_sent_twice() -> None
     assert Setting(6, 2, 1) in settings and Setting(1, 1, 1) in settings
 
 
+def at_two_mib_a_worker(files: int) -> Engine:
+    """An engine of `files` files of 1 MiB at cc 4 (`call_s` 4 s, not started) whose flow
+    has moved 8 MiB/s for 5 s: 2 MiB/s a worker."""
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB) for i in range(files)]
+    engine = Engine([Item(f) for f in work], CountingWorker, Setting(4, 1, 1),
+                    lambda *_: None, call_s=4.0, clock=lambda: 0.0)
+    engine.flow.add(0.0, 5.0, 5 * 8 * MB)
+    engine.tick(5.0)
+    return engine
+
+
 def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rate() -> None:
     """The lists are sized from one worker's share of each window at that window's cc: the
     workers started by cc 4 -> 12 get about `call_s` seconds of what one worker moved at
     cc 4, not the old rate split twelve ways (the floor, and a session every second)."""
-    clock = [0.0]
-    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB) for i in range(400)]
-    engine = Engine([Item(f) for f in files], CountingWorker, Setting(4, 1, 1),
-                    lambda *_: None, call_s=4.0, clock=lambda: clock[0])
-    engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
-    engine.tick(5.0)
+    engine = at_two_mib_a_worker(400)
     engine.set(Setting(12, 1, 1))
     taken = engine._take(5, lists=True)  # slot 5: a worker the rise started
     assert taken is not None and taken.setting.cc == 12
@@ -340,12 +346,7 @@ def test_each_call_is_logged_at_debug_with_its_set_up_and_length(
 def test_the_last_lists_are_an_equal_share_of_what_is_left_and_at_least_a_set_up() -> None:
     """Towards the end of the queue a list holds at most the whole files left over cc (the
     last calls end together), and never less than a set-up of the worker's rate."""
-    clock = [0.0]
-    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB) for i in range(40)]
-    engine = Engine([Item(f) for f in files], CountingWorker, Setting(4, 1, 1),
-                    lambda *_: None, call_s=4.0, clock=lambda: clock[0])
-    engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
-    engine.tick(5.0)
+    engine = at_two_mib_a_worker(40)
     sizes = []
     while (taken := engine._take(3, lists=True)) is not None:  # slot 3: the longest stagger
         sizes.append(len(taken.items))
