@@ -57,6 +57,15 @@ SETUP_WEIGHT = 0.2  # each call's set-up in the running mean
 Lane = tuple[int, int]  # (slot, 0 or 1): a slot's two lanes take its calls in turn
 
 
+def _file_bytes(items: Iterable[Item]) -> int:
+    """The bytes of the whole files among `items` (ranges left out)."""
+    return sum(i.size_bytes for i in items if not i.is_range)
+
+
+def _other(lane: Lane) -> Lane:
+    """The slot's other lane."""
+    return lane[0], 1 - lane[1]
+
 
 def _check(setting: Setting) -> None:
     if setting.cc < 1 or setting.p < 1 or setting.pp < 1:
@@ -103,7 +112,7 @@ class Engine:
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
         self._queue: deque[Item] = deque(items)
-        self._queued_files = sum(i.size_bytes for i in self._queue if not i.is_range)
+        self._queued_files = _file_bytes(self._queue)
         self._new_worker = new_worker
         self._setting = setting
         self._on_results = on_results
@@ -144,7 +153,7 @@ class Engine:
         items = list(items)
         with self._lock:
             self._queue.extend(items)
-            self._queued_files += sum(i.size_bytes for i in items if not i.is_range)
+            self._queued_files += _file_bytes(items)
             if self._started:
                 self._fill()
 
@@ -155,7 +164,7 @@ class Engine:
             gone = [i for i in self._queue if unwanted(i)]
             if gone:
                 self._queue = deque(i for i in self._queue if not unwanted(i))
-                self._queued_files -= sum(i.size_bytes for i in gone if not i.is_range)
+                self._queued_files -= _file_bytes(gone)
             return gone
 
     def run(self) -> None:
@@ -263,7 +272,7 @@ class Engine:
     def _waits(self, lane: Lane) -> bool:
         """A lane waits while the slot's other lane has a call that has not handed over
         (in the lock); it goes on to `_take` (which may retire it) otherwise."""
-        other = (lane[0], 1 - lane[1])
+        other = _other(lane)
         return (not self._stopped and lane[0] < self._setting.cc and bool(self._queue)
                 and other in self._calls and lane[0] not in self._handoff)
 
@@ -292,7 +301,7 @@ class Engine:
     def _hand_over(self, lane: Lane) -> None:
         """Let the slot's other lane take the next call now, when the lane's worker sets
         up per call (in the lock)."""
-        slot, other = lane[0], (lane[0], 1 - lane[1])
+        slot, other = lane[0], _other(lane)
         worker = self._lanes.get(lane)
         if (worker is None or not worker.sets_up_per_call or slot in self._handoff
                 or other in self._calls or self._stopped or slot >= self._setting.cc
@@ -328,7 +337,7 @@ class Engine:
                 item = self._queue.popleft()
                 items.append(item)
                 budget -= item.size_bytes
-        self._queued_files -= sum(i.size_bytes for i in items if not i.is_range)
+        self._queued_files -= _file_bytes(items)
         return Taken(slot, tuple(items), setting, self.clock())
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
