@@ -330,3 +330,44 @@ def test_eos_best_fixed_learned_from_the_other_data_sets(tmp_path: Path) -> None
     assert sets["c"]["cross"]["best_fixed"]["streams"] == 16  # in hindsight, on c itself
     share = sets["c"]["cross"]["best_fixed_elsewhere"]["mean_share"]
     assert share == pytest.approx(sets["c"]["cross"]["fixed"]["4"]["mean_share"])
+
+
+# -- bench_layout -----------------------------------------------------------------------------
+
+def layout_lines(size: float, best_cc: int, totals: Iterable[int] = (16, 32)) -> list[str]:
+    """A grid of one dataset whose every total of streams is fastest laid out as `best_cc`
+    transfers (the rate falls with the distance from it on a log scale), two repeats."""
+    lines = []
+    for r in range(2):
+        for total in totals:
+            for cc in (1, 2, 4, 8, 16):
+                if total % cc:
+                    continue
+                mbps = 1000.0 * total / 16 / (1 + abs(math.log2(cc / best_cc))) + r
+                seconds = size * 8 * 8 / 1e6 / mbps
+                lines.append(f"{size:.0f},8,10000,0.04,33554432,{total // cc},{cc},1,0,"
+                             f"{mbps:.6f},{seconds:.6f},2015-04-08,1{r}:{total:02d}:{cc:02d},"
+                             "alpha,beta")
+    return lines
+
+
+def test_layout_counts_which_concurrency_wins_at_the_same_streams(tmp_path: Path) -> None:
+    table = write_grid(tmp_path / "big.csv", layout_lines(3e9, best_cc=4)
+                       + layout_lines(1e7, best_cc=1))  # small files: not counted
+    done = run_bench("bench_layout.py", str(table))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    # cc 4 beats every other concurrency at both totals (16 and 32 streams), once per total
+    assert "| 2 | 4 | 0 | 2 |" in rows and "| 4 | 8 | 2 | 2 |" in rows
+    assert "| 4 | 16 | 2 | 2 |" in rows and "| 1 | 4 | 0 | 2 |" in rows
+    best = [line for line in rows if "3 GB" in line]
+    assert len(best) == 2 and all(line.endswith("| cc 4 |") for line in best)
+    assert not [line for line in rows if "10 MB" in line]  # below --min-mb
+
+
+def test_layout_without_a_large_dataset_names_the_table(tmp_path: Path) -> None:
+    table = write_grid(tmp_path / "small.csv", layout_lines(1e7, best_cc=4))
+    done = run_bench("bench_layout.py", str(table))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [message] = done.stderr.strip().splitlines()
+    assert "small.csv" in message and "1000 MB or more" in message

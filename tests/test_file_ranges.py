@@ -70,7 +70,8 @@ def test_a_large_file_is_sent_as_ranges_and_a_small_one_whole(
         runs = invocations(calls)
         ranged = [r for r in runs if r[-1] == url(dest)]
         assert offsets(ranged) == list(range(0, size, 4 * MB))  # each range once
-        assert {option(r, "-p") for r in ranged} == {"2"}  # -p 4 as two ranges of two
+        # -p 4 without -cc: RANGE_WORKERS (4) ranges of one stream each
+        assert {option(r, "-p") for r in ranged} == {"1"}
         [whole] = [r for r in runs if r[-1] == url(small_dest)]
         assert "-partial-offset" not in whole
         kept = server.api("GET", f"/v1/jobs/{job_id}/flow").json()

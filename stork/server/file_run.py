@@ -4,9 +4,15 @@ A file of at least two ranges (`stork.engine.items.range_bytes`: 16 bandwidth-de
 of the path, at least STORK_RANGE_MIN_MB) whose module has an engine worker that writes
 ranges in place (GridFTP: ``-partial-offset``/``-partial-length``) is sent as ranges by `cc`
 workers, each taking the next range the moment its last one lands, so the flow never drains
-between pieces. Without ``-cc`` on the job, two ranges are kept in flight and the job's streams are
-split between them (``-p 8``: two ranges of 4 streams); with ``-cc C``, C ranges of ``-p``
-streams each, as for a dataset.
+between pieces. Without ``-cc`` on the job, RANGE_WORKERS (4) ranges are kept in flight and the
+job's streams are split between them (``-p 32``: four ranges of 8 streams; never more ranges than
+streams); with ``-cc C``, C ranges of ``-p`` streams each, as for a dataset.
+
+Why four: in the (cc, p) grids of files of 1 to 3 GB in ../shared/data/transfer-logs/harp-grids
+(Stampede-Gordon 40 ms, Blacklight-Trestles 80 ms), with the total of streams held at 16 or 32,
+four transfers in flight beat two in 10 of 12 comparisons (32 streams: cc 4 p 8 against cc 2
+p 16, 2957-3250 against 2545-2867 Mbit/s on Stampede-Gordon), and eight were no better than
+four. Those grids chose it; the testbed's runs only report it (docs/BENCHMARKS.md 15.14).
 
 Each range that lands is kept on the job (`ranges_landed`, merged spans, with the range
 size), so an attempt after a daemon that died (kill -9) sends only what had not landed: the
@@ -53,7 +59,7 @@ log = logging.getLogger(__name__)
 
 LANDED_KEY = "ranges_landed"  # the job's result: merged [start, end) spans of the file
 RANGE_KEY = "range_bytes"  # the range size they were sent in
-RANGE_WORKERS = 2  # ranges in flight for a job without -cc
+RANGE_WORKERS = 4  # ranges in flight for a job without -cc (chosen on the harp grids)
 RANGE_RETRIES = 1  # a failed range is sent again this many times, alone
 
 

@@ -1,0 +1,126 @@
+"""How a large file's streams are best laid out: few transfers of many streams, or more
+transfers of fewer, read from measured (cc, p, pp) grids. Not a test.
+
+    .venv/bin/python bench/bench_layout.py [FILE...] [--min-mb MB] [--totals N,N,...]
+
+The tables default to every table in ../shared/data/transfer-logs/harp-grids/ (read where
+they lie, never copied). A *dataset* is one FileSize/FileCount group of one route, as in
+`bench_grid.py`; only datasets whose files are at least `--min-mb` MB (default 1000) count.
+
+For each such dataset and each total of streams (cc x p) of `--totals` (default 16, 32 and
+64: the 32 streams the EOS gives a large file by default, halved and doubled) that it
+measured in two or more ways, the table gives each way's Mbit/s: the median of every repeat
+of every pipelining depth of that (cc, p) (pipelining does nothing for files this large).
+Then, for each two concurrencies, how often the first beat the second at the same total.
+
+It answers one question for `stork.server.file_run.RANGE_WORKERS`: a single large file sent
+as byte ranges keeps that many ranges in flight (each its own globus-url-copy, control
+channel and server process, as each of the grids' concurrent files was) and splits the job's
+streams between them. The grids measured files, not ranges of one file; this is the nearest
+measurement there is that the project did not make itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from itertools import combinations
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_grid import EXIT_TABLE, GRIDS, TestSet, load, test_sets
+
+from stork.errors import StorkError, TransferLogError
+
+Layout = dict[int, dict[int, float]]  # total streams -> concurrency -> Mbit/s
+
+
+def layouts(t: TestSet, totals: Sequence[int]) -> Layout:
+    """Each total of streams of `totals` the dataset measured in two or more (cc, p) ways ->
+    each way's Mbit/s by its concurrency (the median of every repeat of every pipelining
+    depth)."""
+    pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for (cc, p, _pp), values in t.cells.items():
+        pooled[(cc, p)] += values
+    by_total: Layout = defaultdict(dict)
+    for (cc, p), values in pooled.items():
+        by_total[cc * p][cc] = statistics.median(values)
+    return {total: ways for total, ways in sorted(by_total.items())
+            if total in totals and len(ways) >= 2}
+
+
+def wins(tables: Sequence[Layout]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(a, b) with a < b -> (times cc a beat cc b at the same total, times both were
+    measured at the same total)."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for table in tables:
+        for ways in table.values():
+            for a, b in combinations(sorted(ways), 2):
+                won, of = out.get((a, b), (0, 0))
+                out[(a, b)] = (won + (ways[a] > ways[b]), of + 1)
+    return out
+
+
+def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str:
+    large = [(t, layouts(t, totals)) for t in sets if t.key[2] >= min_mb * 1e6]
+    large = [(t, table) for t, table in large if table]
+    if not large:
+        raise TransferLogError(", ".join(sorted({Path(r.origin).name for t in sets
+                                                  for r in t.rows})),
+                               f"no dataset of files of {min_mb:g} MB or more measured a "
+                               f"total of {'/'.join(map(str, totals))} streams in two ways")
+    levels = sorted({cc for _, table in large for ways in table.values() for cc in ways})
+    title = f"### Streams laid out as cc transfers of p streams (files of {min_mb:g} MB or more)"
+    lines = [title, "",
+             "| dataset | cc x p | " + " | ".join(f"cc {cc}" for cc in levels)
+             + " | best |",
+             "| --- | ---: | " + " | ".join("---:" for _ in levels) + " | ---: |"]
+    for t, table in large:
+        for total, ways in table.items():
+            cells = [f"{ways[cc]:.0f}" if cc in ways else "-" for cc in levels]
+            best = max(ways, key=lambda cc: ways[cc])
+            lines.append(f"| {t.name} | {total} | " + " | ".join(cells) + f" | cc {best} |")
+    note = "Mbit/s: the median of every repeat of the (cc, p) cell, every pipelining depth pooled."
+    lines += ["", note, "",
+              "### Each two concurrencies at the same total of streams", "",
+              "| cc a | cc b | a beat b | of |", "| ---: | ---: | ---: | ---: |"]
+    for (a, b), (won, of) in sorted(wins([table for _, table in large]).items()):
+        lines.append(f"| {a} | {b} | {won} | {of} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tables", nargs="*", type=Path, metavar="FILE",
+                   help=f"grid tables (default: every *.csv in {GRIDS})")
+    p.add_argument("--min-mb", type=float, default=1000.0,
+                   help="the smallest file size, in MB, of a dataset that counts (1000)")
+    p.add_argument("--totals", default="16,32,64",
+                   help="the totals of streams (cc x p) compared, comma-separated (16,32,64)")
+    args = p.parse_args(argv)
+    try:
+        totals = [int(word) for word in args.totals.split(",")]
+    except ValueError:
+        p.error(f"--totals {args.totals!r}: expected whole numbers, comma-separated")
+    tables = args.tables or sorted(GRIDS.glob("*.csv"))
+    if not tables:
+        print(f"{Path(sys.argv[0]).name}: no table ({GRIDS} has no *.csv; name some)",
+              file=sys.stderr)
+        return EXIT_TABLE
+    try:
+        records, notes = load(tables)
+        print(report(test_sets(records), args.min_mb, totals))
+    except StorkError as exc:
+        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
+        return EXIT_TABLE
+    for note in notes:
+        print(f"- {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
