@@ -9,10 +9,10 @@ job's streams are split between them (``-p 32``: four ranges of 8 streams; never
 streams); with ``-cc C``, C ranges of ``-p`` streams each, as for a dataset.
 
 Why four: in the (cc, p) grids of files of 1 to 3 GB in ../shared/data/transfer-logs/harp-grids
-(Stampede-Gordon 40 ms, Blacklight-Trestles 80 ms), with the total of streams held at 16 or 32,
-four transfers in flight beat two in 10 of 12 comparisons (32 streams: cc 4 p 8 against cc 2
-p 16, 2957-3250 against 2545-2867 Mbit/s on Stampede-Gordon), and eight were no better than
-four. Those grids chose it; the testbed's runs only report it (docs/BENCHMARKS.md 15.14).
+(Stampede-Gordon 40 ms, Blacklight-Trestles 80 ms), with the total of streams held at 16, 32 or
+64, four transfers in flight beat two in 14 of 15 comparisons and eight in 12 of 15
+(`bench/bench_layout.py`). Those grids chose it; the testbed's runs only report it
+(docs/BENCHMARKS.md 15.14).
 
 Each range that lands is kept on the job (`ranges_landed`, merged spans, with the range
 size), so an attempt after a daemon that died (kill -9) sends only what had not landed: the
