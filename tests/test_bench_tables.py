@@ -10,7 +10,7 @@ import math
 import random
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -42,11 +42,14 @@ def rate(cell: Cell, size_bytes: float, repeat: int = 0) -> float:
 
 def grid_lines(cells: Iterable[Cell], *, size: float, count: int, repeats: int = 3,
                buffer: str = "33554432", rtt: str = "0.04", bandwidth: str = "10000",
-               src: str = "alpha", dest: str = "beta") -> list[str]:
+               src: str = "alpha", dest: str = "beta",
+               mbps_of: Callable[[Cell, float, int], float] = rate) -> list[str]:
+    """Rows of `cells` in the grid columns, `repeats` times, each cell's Mbit/s
+    `mbps_of(cell, size, repeat)`."""
     lines = []
     for r in range(repeats):
         for i, cell in enumerate(cells):
-            mbps = rate(cell, size, r)
+            mbps = mbps_of(cell, size, r)
             duration = size * count * 8 / 1e6 / mbps
             cc, p, pp = cell
             lines.append(f"{size:.0f},{count},{bandwidth},{rtt},{buffer},{p},{cc},{pp},0,"
@@ -337,18 +340,14 @@ def test_eos_best_fixed_learned_from_the_other_data_sets(tmp_path: Path) -> None
 def layout_lines(size: float, best_cc: int, totals: Iterable[int] = (16, 32)) -> list[str]:
     """A grid of one dataset whose every total of streams is fastest laid out as `best_cc`
     transfers (the rate falls with the distance from it on a log scale), two repeats."""
-    lines = []
-    for r in range(2):
-        for total in totals:
-            for cc in (1, 2, 4, 8, 16):
-                if total % cc:
-                    continue
-                mbps = 1000.0 * total / 16 / (1 + abs(math.log2(cc / best_cc))) + r
-                seconds = size * 8 * 8 / 1e6 / mbps
-                lines.append(f"{size:.0f},8,10000,0.04,33554432,{total // cc},{cc},1,0,"
-                             f"{mbps:.6f},{seconds:.6f},2015-04-08,1{r}:{total:02d}:{cc:02d},"
-                             "alpha,beta")
-    return lines
+    cells = [(cc, total // cc, 1) for total in totals for cc in (1, 2, 4, 8, 16)
+             if total % cc == 0]
+
+    def mbps(cell: Cell, _size: float, repeat: int) -> float:
+        cc, p, _ = cell
+        return 1000.0 * cc * p / 16 / (1 + abs(math.log2(cc / best_cc))) + repeat
+
+    return grid_lines(cells, size=size, count=8, repeats=2, mbps_of=mbps)
 
 
 def test_layout_counts_which_concurrency_wins_at_the_same_streams(tmp_path: Path) -> None:
