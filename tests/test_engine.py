@@ -33,6 +33,7 @@ from stork.transfer.worker import (
     Setting,
     Worker,
     WorkerContext,
+    cut_short,
 )
 from tests.support import GridFtpServer, make_file, md5, wait_for
 
@@ -358,6 +359,107 @@ def test_the_last_lists_are_an_equal_share_of_what_is_left_and_at_least_a_set_up
     assert sizes[-2] >= floor and sum(sizes) == 40
 
 
+def test_a_call_cut_short_answers_landed_in_doubt_and_never_begun() -> None:
+    """After the tool named three files as it began them, the first two landed, the third
+    and the fourth may be part written, the rest were never begun; before any was named,
+    only the first is in doubt."""
+    items = [Item(FileWork(i, f"x://s/{i}", f"x://d/{i}", 10)) for i in range(6)]
+    answers = cut_short(items, 3)
+    assert [(r.ok, r.unsent) for r in answers] == [
+        (True, False), (True, False), (None, False), (None, False), (None, True), (None, True)]
+    assert [(r.ok, r.unsent) for r in cut_short(items, 0)] == [
+        (None, False), *[(None, True)] * 5]
+    assert [r.ok for r in cut_short(items[:2], 5)] == [True, None]  # all named: the last
+
+
+class StragglerWorker(Worker):
+    """A worker of the test's own that can be cut: the first call of the engine (the one
+    that gets `first`, a lock its workers share) crawls, each file `slow_s`; every other
+    call moves a file every `fast_s`; each file is told as it lands."""
+
+    takes_lists = True
+    cuts = True
+
+    def __init__(self, first: threading.Lock, slow_s: float = 0.4,
+                 fast_s: float = 0.01) -> None:
+        self.first = first
+        self.slow_s, self.fast_s = slow_s, fast_s
+        self._cut = threading.Event()
+        self.was_cut: list[int] = []  # how many files each cut call had told
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        self._cut.clear()
+        each_s = self.slow_s if self.first.acquire(blocking=False) else self.fast_s
+        for n, item in enumerate(items):
+            t0 = time.monotonic()
+            if self._cut.wait(each_s):
+                self.was_cut.append(n)
+                return cut_short(items, n)  # named each file as it landed: n landed
+            report(t0, time.monotonic(), item.size_bytes)
+        return [ItemResult(i, True) for i in items]
+
+    def cut(self) -> None:
+        self._cut.set()
+
+    def stop(self) -> None:
+        self._cut.set()
+
+
+def test_a_straggling_call_is_cut_at_the_end_and_its_rest_sent_by_the_idle_slots() -> None:
+    """The first call crawls; once the queue is empty and the other slots are idle the
+    engine cuts it: the files it never began are taken by the other slots, the two it
+    might have begun go to the caller as unknown, and every file is answered once."""
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 256 << 10) for i in range(200)]
+    answers: dict[int, list[tuple[int, bool | None]]] = {}
+    first: list[Taken] = []
+    lock = threading.Lock()
+
+    def on_results(taken: Taken, results: list[ItemResult]) -> None:
+        with lock:
+            if not first or taken.started_s < first[0].started_s:
+                first[:] = [taken]
+            for r in results:
+                answers.setdefault(r.item.file.index, []).append((taken.slot, r.ok))
+
+    workers: list[StragglerWorker] = []
+    first_call = threading.Lock()
+
+    def new_worker() -> StragglerWorker:
+        worker = StragglerWorker(first_call)
+        workers.append(worker)
+        return worker
+
+    engine = Engine([Item(f) for f in files], new_worker, Setting(4, 1, 1), on_results,
+                    call_s=0.3)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive()
+    assert engine.cuts == 1
+    told = next(n for w in workers for n in w.was_cut)
+    slow = first[0]
+    assert len(slow.items) - told >= 3  # it was cut with files left to send
+    assert sorted(answers) == list(range(200))  # every file answered,
+    assert all(len(a) == 1 for a in answers.values())  # once
+    mine = [answers[i.file.index][0] for i in slow.items]
+    assert all(ok is True and slot == slow.slot for slot, ok in mine[:max(told - 1, 0)])
+    assert [ok for _, ok in mine[max(told - 1, 0):told + 1]] == [None, None]  # in doubt
+    assert all(ok is True for _, ok in mine[told + 1:])  # never begun: sent by the others
+    assert len({slot for slot, _ in mine[told + 1:]}) >= 2  # spread over the idle slots
+
+
+def test_an_engine_told_not_to_cut_lets_the_straggler_end() -> None:
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 256 << 10) for i in range(120)]
+    answered: Counter[int] = Counter()
+    first_call = threading.Lock()
+    engine = Engine([Item(f) for f in files], lambda: StragglerWorker(first_call, slow_s=0.05),
+                    Setting(4, 1, 1), lambda _, rs: answered.update(
+                        r.item.file.index for r in rs if r.ok), call_s=0.3,
+                    cut_stragglers=False)
+    engine.run()
+    assert engine.cuts == 0 and answered == Counter(range(120))
+
+
 # -- the engine with globus-url-copy workers, against a real server -------------------------
 
 def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
@@ -411,6 +513,39 @@ def test_a_list_call_of_globus_url_copy_tells_each_file_as_it_lands(
     # call's lines held until it ends would say at most its first file and the rest
     assert len(said) >= 11, said
     assert all(a[1] <= b[0] + 1e-9 for a, b in itertools.pairwise(said))  # in order
+
+
+def test_a_list_call_of_globus_url_copy_cut_short_says_what_landed_and_what_never_began(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """A real list call cut after its third file was told: the files it answers as landed
+    are whole and byte-identical, those it never began are not at the destination."""
+    src = gridftp_root / "cut-src"
+    src.mkdir()
+    paths = [make_file(src / f"c{i:02d}.dat", 2 * MB, seed=300 + i) for i in range(16)]
+    out = tmp_path / "cut"
+    out.mkdir()
+    items = [Item(FileWork(i, gridftp.url(p), f"file://{out}/{p.name}", 2 * MB))
+             for i, p in enumerate(paths)]
+    told: list[int] = []
+    # one stream with a tiny TCP buffer: slow enough on loopback to be cut in flight
+    worker = GridFtpModule().worker(WorkerContext(fast=True, tcp_buffer_bytes=4096))
+    assert worker is not None and worker.cuts
+    answers: list[ItemResult] = []
+    runner = threading.Thread(target=lambda: answers.extend(
+        worker.run(items, Setting(1, 1, 2), lambda _t0, _t1, n: told.append(n))))
+    runner.start()
+    wait_for(lambda: sum(told) >= 3 * 2 * MB, 60, what="three files told")
+    worker.cut()
+    runner.join(30)
+    assert not runner.is_alive() and len(answers) == 16
+    landed = [r.item for r in answers if r.ok]
+    unsent = [r.item for r in answers if r.unsent]
+    assert len(landed) >= 2 and unsent, [(r.ok, r.unsent) for r in answers]
+    assert [r.ok for r in answers if not r.ok and not r.unsent] == [None, None]
+    for item in landed:
+        assert md5(out / Path(item.file.src_url).name) == md5(src / Path(item.file.src_url).name)
+    assert not any((out / Path(i.file.src_url).name).exists() for i in unsent)
+    assert all(r.failure is None for r in answers)
 
 
 def test_a_stopped_engine_answers_the_calls_in_flight_as_not_done(

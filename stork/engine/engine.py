@@ -25,6 +25,17 @@ job's (`meter`: a job may run several engines), which the job keeps as its serie
 ends every call in flight (their items are answered as not done: `ok` None) and takes no
 more.
 
+At the end of the queue one call may hold the job: a list taken in the middle whose single
+stream met losses (on wan80 a call's rate varies fourfold, so a list sized for 4 s can take
+11, docs/BENCHMARKS.md 15.10) ends alone while the other slots sit idle. Once nothing is
+queued and a slot below `cc` is idle, such a call is *cut* (`Worker.cut`, for workers that
+say they can) when its files not yet told would take, at its own rate, `CUT_GAIN` times as
+long as a set-up and those bytes spread over the idle slots at a worker's recent rate
+(`_straggler`). The files it never began are queued again at once and the idle slots take
+them, an equal share each; those it may have begun go to the caller as unknown (looked at, and sent again only
+when not whole); those that landed are answered as usual. A cut is the one place where
+the engine ends a call it did not stop: at most the file in flight is sent again.
+
 What an answer means (done, retry alone, failed) is the caller's: `on_take` is called on the
 worker's thread before each call (to mark its files in flight), `on_results` after it with
 the call and its answers, so a call's files are checked while the other workers' items move.
@@ -33,6 +44,7 @@ the call and its answers, so a call's files are checked while the other workers'
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import threading
@@ -53,6 +65,8 @@ RATE_WINDOWS = 5  # the recent rate: over the last windows of the flow
 STAGGER = (0.5, 0.83, 1.17, 1.5)  # a slot's call, as a share of call_s
 SETUP_S_FIRST = 0.5  # a call's set-up before any call of the engine has told its own
 SETUP_WEIGHT = 0.2  # each call's set-up in the running mean
+CUT_GAIN = 2.0  # a straggler is cut when keeping it takes this many times as long,
+CUT_MIN_FILES = 3  # and it holds this many files not yet told
 
 Lane = tuple[int, int]  # (slot, 0 or 1): a slot's two lanes take its calls in turn
 
@@ -92,10 +106,16 @@ class _Call:
     told_bytes: float = 0.0
     first_s: float | None = None  # its first report (the end of its set-up)
     first_bytes: float = 0.0  # what that report told
+    cut: bool = False  # the engine cut it (`Engine._straggler`)
 
     @property
     def left_bytes(self) -> float:
         return self.total_bytes - self.told_bytes
+
+    def files_left(self) -> int:
+        """Its items not yet told whole."""
+        ends = itertools.accumulate(i.size_bytes for i in self.taken.items)
+        return sum(1 for end in ends if end > self.told_bytes)
 
     def rate(self) -> float | None:
         """Bytes per second since its first report (None before its second)."""
@@ -109,6 +129,7 @@ class Engine:
                  setting: Setting, on_results: Callable[[Taken, list[ItemResult]], None], *,
                  flow: Flow | None = None, meter: Flow | None = None, call_s: float = CALL_S,
                  on_take: Callable[[Taken], None] | None = None,
+                 cut_stragglers: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
         self._queue: deque[Item] = deque(items)
@@ -130,7 +151,10 @@ class Engine:
         self._setup_s = SETUP_S_FIRST
         self._stopped = False
         self._started = False
+        self._cut_stragglers = cut_stragglers  # False: a destination that takes bytes once
+        self._rest: set[Item] = set()  # a cut call's files queued again: spread, not listed
         self.calls = 0
+        self.cuts = 0  # stragglers cut
 
     # -- control ---------------------------------------------------------------------------
 
@@ -252,6 +276,11 @@ class Engine:
                     with self._lock:
                         call = self._calls.pop(lane, None)
                         self._changed.notify_all()
+                if unsent := [r.item for r in results if r.unsent]:  # a cut call's rest
+                    with self._lock:
+                        self._rest.update(unsent)
+                    self.add(unsent)
+                    results = [r for r in results if not r.unsent]
                 if call is not None and log.isEnabledFor(logging.DEBUG):
                     log.debug("engine call %d.%d: %d items, %d bytes, first report after "
                               "%s, ended after %.3f s", *lane, len(taken.items),
@@ -288,6 +317,9 @@ class Engine:
                     self._setup_s += SETUP_WEIGHT * (setup - self._setup_s)
                 elif self._ends_soon(call):
                     self._hand_over(lane)
+            straggler = self._straggler()
+        if straggler is not None:
+            straggler.cut()
         self.flow.add(t0, t1, nbytes)
         if self.meter is not None:
             self.meter.add(t0, t1, nbytes)
@@ -313,6 +345,48 @@ class Engine:
         else:
             self._start_lane(other)
 
+    def _straggler(self) -> Worker | None:
+        """The worker of a call to cut now, or None (in the lock; see the module): nothing
+        is queued, a slot below cc has no call, and of the calls whose worker `cuts`, the
+        one whose files not yet told (CUT_MIN_FILES or more) would take longest at its own
+        rate, when that is CUT_GAIN times what a set-up and those bytes over the idle slots
+        (at a worker's recent rate) would take."""
+        if not self._cut_stragglers or self._stopped or self._queue:
+            return None
+        idle = self._setting.cc - len({slot for slot, _ in self._calls})
+        per_worker = self._worker_rate()
+        if idle < 1 or not per_worker:
+            return None
+        worst: tuple[float, float, Lane, _Call, Worker] | None = None
+        for lane, call in self._calls.items():
+            worker, rate, files = self._lanes.get(lane), call.rate(), call.files_left()
+            if call.cut or worker is None or not worker.cuts or not rate \
+                    or files < CUT_MIN_FILES:
+                continue
+            keep_s = call.left_bytes / rate
+            cut_s = self._setup_s + call.left_bytes / (min(idle, files) * per_worker)
+            if keep_s > CUT_GAIN * cut_s and (worst is None or keep_s > worst[0]):
+                worst = (keep_s, cut_s, lane, call, worker)
+        if worst is None:
+            return None
+        keep_s, cut_s, lane, call, worker = worst
+        call.cut = True
+        self.cuts += 1
+        log.info("engine: call %d.%d cut with %d files and %.0f bytes not told: about %.1f s "
+                 "at its %.2f Mbit/s, about %.1f s on %d idle slots", *lane,
+                 call.files_left(), call.left_bytes, keep_s, (call.rate() or 0) * 8e-6, cut_s,
+                 idle)
+        return worker
+
+    def _worker_rate(self) -> float | None:
+        """One worker's recent share of the flow, bytes per second: its bytes over the cc of
+        each window's setting (None before any window)."""
+        recent = self.flow.windows()[-RATE_WINDOWS:]
+        seconds = sum(w.seconds for w in recent)
+        if seconds <= 0:
+            return None
+        return sum(w.bytes / max(w.setting.cc, 1) for w in recent) / seconds
+
     def tick(self, now: float) -> None:
         """Close the flow's windows up to `now`, and make final those every call in flight
         has told its bytes for (a call says what it moved up to its last report: a
@@ -330,7 +404,13 @@ class Engine:
             return None
         first = self._queue.popleft()
         items = [first]
-        if lists and not first.is_range:
+        if first in self._rest:  # a cut call's rest: an equal share for each idle slot
+            idle = setting.cc - len({s for s, _ in self._calls if s != slot})
+            share = math.ceil((len(self._queue) + 1) / max(idle, 1))
+            while self._queue and len(items) < share and self._queue[0] in self._rest:
+                items.append(self._queue.popleft())
+            self._rest.difference_update(items)
+        elif lists and not first.is_range:
             budget = self._list_bytes(setting, slot) - first.size_bytes
             while (self._queue and not self._queue[0].is_range and budget > 0
                    and len(items) < LIST_MAX_FILES):
@@ -355,10 +435,8 @@ class Engine:
         is never less than a set-up's worth of the worker's rate, so the slot's next
         call can still be set up while it runs (`_handoff`)."""
         stagger = STAGGER[slot % len(STAGGER)]
-        recent = self.flow.windows()[-RATE_WINDOWS:]
-        seconds = sum(w.seconds for w in recent)
-        if seconds <= 0:
+        per_worker = self._worker_rate()
+        if per_worker is None:
             return LIST_MIN_BYTES * stagger
-        per_worker = sum(w.bytes / max(w.setting.cc, 1) for w in recent) / seconds
         usual = max(per_worker * self.call_s, LIST_MIN_BYTES) * stagger
         return min(usual, max(self._queued_files / setting.cc, per_worker * self._setup_s))

@@ -522,7 +522,8 @@ class DatasetRun:
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._called(engine, results, rows, urls, parts,
                                                             taken),
-                        on_take=on_take, meter=self.meter)
+                        on_take=on_take, meter=self.meter,
+                        cut_stragglers=self.sink is None)  # a sink takes its bytes once
         with self._lock:
             if self._stop is not None:
                 return

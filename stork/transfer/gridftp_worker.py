@@ -13,6 +13,13 @@ Its stdout is a pipe, where the C library holds globus-url-copy's lines until th
 ends; coreutils' ``stdbuf -o0`` makes it write each as it comes, so a list call tells each
 file's end as it lands (the ``Source:`` line of the next) and the engine's windows are
 final within a file's time, not a call's.
+
+Those lines also let a list call be cut short (`Worker.cut`: the engine cuts a straggler at
+the end of the queue, `stork.engine.engine`): globus-url-copy sends a list's files one after
+the other (``-pp`` queues nothing ahead of a list's next file: measured, docs/BENCHMARKS.md
+12.3), and names each at its first marker, which a small file sends at its end. So when a
+call is cut, the files before the last it named have landed, that one and the next are in
+doubt (the caller looks at the destination), and the rest were never begun (`cut_short`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from stork.transfer.worker import (
     Report,
     Setting,
     WorkerContext,
+    cut_short,
 )
 
 STDBUF = shutil.which("stdbuf")  # coreutils: without it, a call's lines come at its end
@@ -41,6 +49,7 @@ STDBUF = shutil.which("stdbuf")  # coreutils: without it, a call's lines come at
 class GridFtpWorker(ChildWorker):
     takes_lists = True
     sets_up_per_call = True  # a globus-url-copy a call
+    cuts = STDBUF is not None  # the files of a list call are told as they land
 
     def __init__(self, module: GridFtpModule, context: WorkerContext) -> None:
         super().__init__()
@@ -111,6 +120,8 @@ class GridFtpWorker(ChildWorker):
         with self._lock:
             self._child = None
         if ended.stopped:
+            if self.was_cut(child):
+                return cut_short(items, marks.begun)
             return [ItemResult(i, None) for i in items]
         moved = sum(i.size_bytes for i in items)
         if ended.code == 0:

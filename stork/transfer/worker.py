@@ -77,11 +77,25 @@ class Item:
 class ItemResult:
     """A worker's word on one item: done (`ok` True), failed with the tool's `failure`
     (`ok` False), or unknown (`ok` None: a list call that failed without saying which
-    file; the engine's caller looks at the destination)."""
+    file; the engine's caller looks at the destination). `unsent`: a call cut short
+    (`Worker.cut`) never began the item; the engine queues it again itself."""
 
     item: Item
     ok: bool | None
     failure: TransferError | None = None
+    unsent: bool = False
+
+
+def cut_short(items: Sequence[Item], begun: int) -> list[ItemResult]:
+    """The answers of a list call cut after its tool named `begun` of its `items` as it
+    began them, one at a time and in order, each at its first marker (which a small file
+    sends at its end): those before the last it named have landed; that one and the next
+    are unknown (they may be part written); the rest were never begun (`unsent`)."""
+    begun = min(begun, len(items))
+    landed = max(begun - 1, 0)
+    return [ItemResult(item, True) if n < landed else
+            ItemResult(item, None) if n <= begun else ItemResult(item, None, unsent=True)
+            for n, item in enumerate(items)]
 
 
 # (t0, t1, bytes): bytes the tool said it moved between two of its reports (monotonic s)
@@ -112,6 +126,7 @@ class Worker(ABC):
     # each call sets its session up again (a process, its connections): the engine starts a
     # slot's next call while the last one's final bytes move, so the set-up is not a gap
     sets_up_per_call: bool = False
+    cuts: bool = False  # a list call can be cut short and say which files it never began
 
     @abstractmethod
     def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
@@ -120,6 +135,11 @@ class Worker(ABC):
     @abstractmethod
     def stop(self) -> None:
         """End the call in flight now (from another thread)."""
+
+    def cut(self) -> None:  # noqa: B027 - only workers that say they `cuts` are cut
+        """End the list call in flight early, from another thread: its call answers the
+        files that landed as done, those it may have begun as unknown, and the rest as
+        `unsent`. The worker takes calls after it as before."""
 
     def close(self) -> None:  # noqa: B027 - a hook: workers that keep nothing need none
         """The worker is retired: let go of what it kept (a session)."""
@@ -133,6 +153,7 @@ class ChildWorker(Worker):
         self._lock = threading.Lock()
         self._child: Child | None = None
         self._stopped = False
+        self._cut: Child | None = None  # the call `cut` ended
 
     def stop(self) -> None:
         with self._lock:
@@ -140,6 +161,21 @@ class ChildWorker(Worker):
             child = self._child
         if child is not None:
             child.stop("stopped")
+
+    def cut(self) -> None:
+        with self._lock:
+            child = self._child
+            self._cut = child
+        if child is not None:
+            child.stop("cut")
+
+    def was_cut(self, child: Child) -> bool:
+        """Whether `cut` ended `child` (the call that ran it reads this once)."""
+        with self._lock:
+            if self._cut is not child:
+                return False
+            self._cut = None
+            return True
 
 
 class Marks:
@@ -161,6 +197,11 @@ class Marks:
         self._last = 0  # the last marker's count
         self._sizes = list(sizes)
         self._begun = 0  # files the tool said it began
+
+    @property
+    def begun(self) -> int:
+        """The files the tool said it began (those before the last of them have landed)."""
+        return self._begun
 
     def next_file(self, now: float, report: Report) -> None:
         """The tool begins its next file at `now`: the files before it have landed."""
