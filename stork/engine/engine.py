@@ -31,10 +31,10 @@ stream met losses (on wan80 a call's rate varies fourfold, so a list sized for 4
 queued and a slot below `cc` is idle, such a call is *cut* (`Worker.cut`, for workers that
 say they can) when its files not yet told would take, at its own rate, `CUT_GAIN` times as
 long as a set-up and those bytes spread over the idle slots at a worker's recent rate
-(`_straggler`). The files it never began are queued again at once and the idle slots take
-them, an equal share each; those it may have begun go to the caller as unknown (looked at, and sent again only
-when not whole); those that landed are answered as usual. A cut is the one place where
-the engine ends a call it did not stop: at most the file in flight is sent again.
+(`_straggler`). The files it did not land are queued again at once and the idle slots take
+them, an equal share each; those that landed are answered as usual. A cut is the one place
+where the engine ends a call it did not stop: the file or two in flight are sent again
+whole (`stork.transfer.worker.cut_short`).
 
 What an answer means (done, retry alone, failed) is the caller's: `on_take` is called on the
 worker's thread before each call (to mark its files in flight), `on_results` after it with

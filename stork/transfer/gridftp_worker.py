@@ -18,8 +18,8 @@ Those lines also let a list call be cut short (`Worker.cut`: the engine cuts a s
 the end of the queue, `stork.engine.engine`): globus-url-copy sends a list's files one after
 the other (``-pp`` queues nothing ahead of a list's next file: measured, docs/BENCHMARKS.md
 12.3), and names each at its first marker, which a small file sends at its end. So when a
-call is cut, the files before the last it named have landed, that one and the next are in
-doubt (the caller looks at the destination), and the rest were never begun (`cut_short`).
+call is cut, the files before the last it named have landed, and the rest are sent again
+(`cut_short`: the one or two it may have begun, written over whole).
 """
 
 from __future__ import annotations

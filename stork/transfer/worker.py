@@ -78,7 +78,7 @@ class ItemResult:
     """A worker's word on one item: done (`ok` True), failed with the tool's `failure`
     (`ok` False), or unknown (`ok` None: a list call that failed without saying which
     file; the engine's caller looks at the destination). `unsent`: a call cut short
-    (`Worker.cut`) never began the item; the engine queues it again itself."""
+    (`Worker.cut`) did not land the item; the engine queues it again itself."""
 
     item: Item
     ok: bool | None
@@ -89,12 +89,12 @@ class ItemResult:
 def cut_short(items: Sequence[Item], begun: int) -> list[ItemResult]:
     """The answers of a list call cut after its tool named `begun` of its `items` as it
     began them, one at a time and in order, each at its first marker (which a small file
-    sends at its end): those before the last it named have landed; that one and the next
-    are unknown (they may be part written); the rest were never begun (`unsent`)."""
-    begun = min(begun, len(items))
-    landed = max(begun - 1, 0)
-    return [ItemResult(item, True) if n < landed else
-            ItemResult(item, None) if n <= begun else ItemResult(item, None, unsent=True)
+    sends at its end): those before the last it named have landed; the rest are `unsent`,
+    to be sent again whole. That one and the next may be part written: sending them again
+    writes the same bytes at the same offsets over what the cut call left (its servers
+    abort the file when its control connections close)."""
+    landed = max(min(begun, len(items)) - 1, 0)
+    return [ItemResult(item, True) if n < landed else ItemResult(item, None, unsent=True)
             for n, item in enumerate(items)]
 
 
@@ -138,8 +138,8 @@ class Worker(ABC):
 
     def cut(self) -> None:  # noqa: B027 - only workers that say they `cuts` are cut
         """End the list call in flight early, from another thread: its call answers the
-        files that landed as done, those it may have begun as unknown, and the rest as
-        `unsent`. The worker takes calls after it as before."""
+        files that landed as done and the rest as `unsent` (`cut_short`). The worker takes
+        calls after it as before."""
 
     def close(self) -> None:  # noqa: B027 - a hook: workers that keep nothing need none
         """The worker is retired: let go of what it kept (a session)."""
