@@ -276,9 +276,11 @@ class Engine:
                     with self._lock:
                         call = self._calls.pop(lane, None)
                         self._changed.notify_all()
-                if unsent := [r.item for r in results if r.unsent]:  # a cut call's rest
-                    with self._lock:
-                        self._rest.update(unsent)
+                with self._lock:  # a cut call's rest, queued again (unless stopped since:
+                    # then the caller has them, as any stopped call's, as not answered)
+                    unsent = [] if self._stopped else [r.item for r in results if r.unsent]
+                    self._rest.update(unsent)
+                if unsent:
                     self.add(unsent)
                     results = [r for r in results if not r.unsent]
                 if call is not None and log.isEnabledFor(logging.DEBUG):
