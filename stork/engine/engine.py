@@ -117,11 +117,13 @@ class _Call:
         ends = itertools.accumulate(i.size_bytes for i in self.taken.items)
         return sum(1 for end in ends if end > self.told_bytes)
 
-    def rate(self) -> float | None:
-        """Bytes per second since its first report (None before its second)."""
+    def rate(self, now: float | None = None) -> float | None:
+        """Bytes per second since its first report, up to its last (or to `now`: a call
+        silent since counts as slower); None before its second report."""
         if self.first_s is None or self.told_s <= self.first_s:
             return None
-        return (self.told_bytes - self.first_bytes) / (self.told_s - self.first_s)
+        end = self.told_s if now is None else max(now, self.told_s)
+        return (self.told_bytes - self.first_bytes) / (end - self.first_s)
 
 
 class Engine:
@@ -351,8 +353,8 @@ class Engine:
         """The worker of a call to cut now, or None (in the lock; see the module): nothing
         is queued, a slot below cc has no call, and of the calls whose worker `cuts`, the
         one whose files not yet told (CUT_MIN_FILES or more) would take longest at its own
-        rate, when that is CUT_GAIN times what a set-up and those bytes over the idle slots
-        (at a worker's recent rate) would take."""
+        rate (up to now: a silent call slows), when that is CUT_GAIN times what a set-up
+        and those bytes over the idle slots (at a worker's recent rate) would take."""
         if not self._cut_stragglers or self._stopped or self._queue:
             return None
         idle = self._setting.cc - len({slot for slot, _ in self._calls})
@@ -360,8 +362,9 @@ class Engine:
         if idle < 1 or not per_worker:
             return None
         worst: tuple[float, float, Lane, _Call, Worker] | None = None
+        now = self.clock()
         for lane, call in self._calls.items():
-            worker, rate, files = self._lanes.get(lane), call.rate(), call.files_left()
+            worker, rate, files = self._lanes.get(lane), call.rate(now), call.files_left()
             if call.cut or worker is None or not worker.cuts or not rate \
                     or files < CUT_MIN_FILES:
                 continue
@@ -376,7 +379,7 @@ class Engine:
         self.cuts += 1
         log.info("engine: call %d.%d cut with %d files and %.0f bytes not told: about %.1f s "
                  "at its %.2f Mbit/s, about %.1f s on %d idle slots", *lane,
-                 call.files_left(), call.left_bytes, keep_s, (call.rate() or 0) * 8e-6, cut_s,
+                 call.files_left(), call.left_bytes, keep_s, (call.rate(now) or 0) * 8e-6, cut_s,
                  idle)
         return worker
 
