@@ -17,7 +17,7 @@ final within a file's time, not a call's.
 Those lines also let a list call be cut short (`Worker.cut`: the engine cuts a straggler at
 the end of the queue, `stork.engine.engine`): globus-url-copy sends a list's files one after
 the other (``-pp`` queues nothing ahead of a list's next file: measured, docs/BENCHMARKS.md
-12.3), and names each at its first marker, which a small file sends at its end. So when a
+12.4), and names each at its first marker, which a small file sends at its end. So when a
 call is cut, the files before the last it named have landed, and the rest are sent again
 (`cut_short`: the one or two it may have begun, written over whole).
 """

@@ -126,7 +126,7 @@ class Worker(ABC):
     # each call sets its session up again (a process, its connections): the engine starts a
     # slot's next call while the last one's final bytes move, so the set-up is not a gap
     sets_up_per_call: bool = False
-    cuts: bool = False  # a list call can be cut short and say which files it never began
+    cuts: bool = False  # a list call can be cut short and say which of its files landed
 
     @abstractmethod
     def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
