@@ -546,6 +546,54 @@ def test_a_list_call_of_globus_url_copy_cut_short_says_what_landed_and_what_neve
     assert all(r.failure is None for r in answers)
 
 
+def test_files_a_cut_call_left_are_sent_again_whole_by_the_engine(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """A real list call cut once the queue is empty (as `_straggler` does): the engine
+    sends what it did not land again, over the part-written file it may have left, and
+    every file ends byte-identical, answered done once."""
+    src = gridftp_root / "recut-src"
+    src.mkdir()
+    paths = [make_file(src / f"r{i:02d}.dat", 2 * MB, seed=400 + i) for i in range(12)]
+    out = tmp_path / "recut"
+    out.mkdir()
+    files = [FileWork(i, gridftp.url(p), f"file://{out}/{p.name}", 2 * MB)
+             for i, p in enumerate(paths)]
+    answered: Counter[int] = Counter()
+    calls: list[tuple[int, int]] = []  # (items taken, items answered) a call
+    workers: list[Worker] = []
+    module = GridFtpModule()
+
+    def on_results(taken: Taken, results: list[ItemResult]) -> None:
+        calls.append((len(taken.items), len(results)))
+        answered.update(r.item.file.index for r in results if r.ok)
+
+    def new_worker() -> Worker:
+        # one stream with a tiny TCP buffer: slow enough on loopback to be cut in flight
+        worker = module.worker(WorkerContext(fast=True, tcp_buffer_bytes=4096))
+        assert worker is not None
+        workers.append(worker)
+        return worker
+
+    now = time.monotonic()  # a worker's rate known (1 MiB/s): its first call takes all 12
+    flow = Flow(now - 5, Setting(1, 1, 2), lag_s=math.inf)
+    flow.add(now - 5, now, 5 * MB)
+    flow.tick(now)
+    flow.settle(now)
+    engine = Engine([Item(f) for f in files], new_worker, Setting(1, 1, 2), on_results,
+                    flow=flow, cut_stragglers=False, call_s=60.0)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    wait_for(lambda: not engine.left() and engine.flow.total_bytes >= (5 + 3 * 2) * MB, 60,
+             what="the queue empty and three files told")
+    workers[0].cut()
+    runner.join(120)
+    assert not runner.is_alive()
+    assert answered == Counter(range(12))  # every file done, once
+    assert calls[0][0] == 12 and 2 <= calls[0][1] < 12, calls  # cut: the rest sent again
+    for path in paths:
+        assert md5(out / path.name) == md5(path)
+
+
 def test_a_stopped_engine_answers_the_calls_in_flight_as_not_done(
         gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
     big = make_file(gridftp_root / "engine-stop.dat", 64 * MB, seed=98)
