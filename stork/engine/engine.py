@@ -357,9 +357,11 @@ class Engine:
         and those bytes over the idle slots (at a worker's recent rate) would take."""
         if not self._cut_stragglers or self._stopped or self._queue:
             return None
-        idle = self._setting.cc - len({slot for slot, _ in self._calls})
-        per_worker = self._worker_rate()
-        if idle < 1 or not per_worker:
+        idle = self._idle_slots()
+        if idle < 1:
+            return None
+        per_worker = self._worker_rate()  # the flow's windows read only once a slot idles
+        if not per_worker:
             return None
         worst: tuple[float, float, Lane, _Call, Worker] | None = None
         now = self.clock()
@@ -382,6 +384,11 @@ class Engine:
                  call.files_left(), call.left_bytes, keep_s, (call.rate(now) or 0) * 8e-6, cut_s,
                  idle)
         return worker
+
+    def _idle_slots(self, taking: int | None = None) -> int:
+        """Slots below cc with no call in flight, the slot `taking` a call counted idle (in
+        the lock)."""
+        return self._setting.cc - len({s for s, _ in self._calls if s != taking})
 
     def _worker_rate(self) -> float | None:
         """One worker's recent share of the flow, bytes per second: its bytes over the cc of
@@ -410,8 +417,7 @@ class Engine:
         first = self._queue.popleft()
         items = [first]
         if first in self._rest:  # a cut call's rest: an equal share for each idle slot
-            idle = setting.cc - len({s for s, _ in self._calls if s != slot})
-            share = math.ceil((len(self._queue) + 1) / max(idle, 1))
+            share = math.ceil((len(self._queue) + 1) / max(self._idle_slots(slot), 1))
             while self._queue and len(items) < share and self._queue[0] in self._rest:
                 items.append(self._queue.popleft())
             self._rest.difference_update(items)
