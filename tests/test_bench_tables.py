@@ -370,3 +370,48 @@ def test_layout_without_a_large_dataset_names_the_table(tmp_path: Path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     [message] = done.stderr.strip().splitlines()
     assert "small.csv" in message and "1000 MB or more" in message
+
+
+# -- bench_presets ----------------------------------------------------------------------------
+
+def concurrency_lines(size: float, peak_cc: int, src: str = "alpha") -> list[str]:
+    """A grid of one dataset at p 1 and 4, pp 1 and 2, whose rate at p 1 rises with cc up to
+    `peak_cc` and falls past it (pp 2 a little faster), two repeats."""
+    cells = [(cc, p, pp) for cc in (1, 2, 4, 8, 16, 32) for p in (1, 4) for pp in (1, 2)]
+
+    def mbps(cell: Cell, _size: float, repeat: int) -> float:
+        cc, p, pp = cell
+        return 100.0 * min(cc, peak_cc) * (peak_cc / max(cc, peak_cc)) ** 0.5 * p * pp \
+            + repeat
+
+    return grid_lines(cells, size=size, count=100, repeats=2, src=src, mbps_of=mbps)
+
+
+def test_presets_reads_small_files_concurrency_at_one_stream(tmp_path: Path) -> None:
+    from stork.dataset.chunks import DEFAULT_CC, SizeClass
+
+    table = write_grid(tmp_path / "grid.csv",
+                       concurrency_lines(1e7, peak_cc=32)  # small at 40 ms, 10 Gbit/s
+                       + concurrency_lines(2e7, peak_cc=8, src="gamma")
+                       + concurrency_lines(3e9, peak_cc=4))  # large: not counted
+    done = run_bench("bench_presets.py", str(table))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines()
+            if line.startswith("| ") and " x 100 " in line]
+    assert len(rows) == 2 and not [line for line in rows if "3 GB" in line], rows
+    top, peaked = rows  # ordered by file size
+    preset = DEFAULT_CC[SizeClass.SMALL]
+    # each cell at its best pipelining depth (pp 2) and p 1: 200 x cc, the mean of repeats
+    # 0 and 1 as the median
+    assert "| 3200 | 6400 | cc 32 (largest measured)" in top, top
+    assert f"| {(200 * preset + 0.5) / 6400.5:.2f} | cc 32 |" in top, top
+    assert "| cc 8 |" in peaked and "largest measured" not in peaked  # past its peak it falls
+    assert peaked.endswith("| cc 8 |"), peaked
+
+
+def test_presets_without_a_small_dataset_names_the_table(tmp_path: Path) -> None:
+    table = write_grid(tmp_path / "large.csv", concurrency_lines(3e9, peak_cc=4))
+    done = run_bench("bench_presets.py", str(table))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [message] = done.stderr.strip().splitlines()
+    assert "large.csv" in message and "one bandwidth-delay product" in message

@@ -41,6 +41,8 @@ def test_chunks_have_their_own_defaults_and_arguments_override_them() -> None:
     assert small.params.pp > 1 and small.params.p == 1 and small.params.pipelining
     assert large.params.p > 1 and large.params.pp == 1 and not large.params.pipelining
     assert small.params.cc > large.params.cc
+    # a small file takes its streams as concurrency alone: as many as a large file's chunk
+    assert small.params.cc * small.params.p == large.params.cc * large.params.p == 32
     fixed = plan_chunks(sizes, BDP, cc=3, p=2, pp=1)
     assert {(c.params.cc, c.params.p, c.params.pp) for c in fixed} == {(3, 2, 1)}
     assert "pp=1 (off)" in fixed[0].label()

@@ -8,12 +8,18 @@ size is not known yet (a gsiftp listing, a url_list) counts as medium.
 
 Defaults per class, when `arguments` gives none (`-cc`, `-p`, `-pp` given there win for
 every chunk). They start from the heuristics HARP starts its sample transfers from (its
-reference [4]): pipelining depth = ceil(BDP / mean size), streams = ceil(mean size / BDP);
-the concurrencies and the bounds come from the best cells of our own (cc, p, pp) sweeps on
-the emulated wan40 and lan10 paths (docs/BENCHMARKS.md, section 5), where pipelining helped
-medium files too and 4 streams per file were enough:
+reference [4]): pipelining depth = ceil(BDP / mean size), streams = ceil(mean size / BDP).
+The medium and large concurrencies and the bounds come from the best cells of our own
+(cc, p, pp) sweeps on the emulated wan40 and lan10 paths (docs/BENCHMARKS.md, section 5),
+where pipelining helped medium files too and 4 streams per file were enough: at most
+8 x 4 = 32 streams, the EOS's default for one file. Small files take their streams as
+concurrency alone (a file under one BDP gains nothing from streams of its own), so their
+chunk gets the same 32 as 32 files in flight: in every dataset of small files in the
+(cc, p, pp) grids of real paths we did not measure (`bench/bench_presets.py`,
+docs/BENCHMARKS.md 5.1), the rate at one stream per file rose up to cc 32, the largest
+level measured, and cc 16 made 0.72-0.89 of it. Section 5's sweep had stopped at cc 16.
 
-    small   cc 16   p 1                           pp ceil(BDP/mean), at least 2 (on)
+    small   cc 32   p 1                           pp ceil(BDP/mean), at least 2 (on)
     medium  cc 8    p ceil(mean/BDP), 1 to 4      pp ceil(BDP/mean), at least 2 (on)
     large   cc 8    p ceil(mean/BDP), 1 to 4      pp 1 (off)
 
@@ -49,7 +55,7 @@ class SizeClass(enum.Enum):
     LARGE = "large"
 
 
-DEFAULT_CC = {SizeClass.SMALL: 16, SizeClass.MEDIUM: 8, SizeClass.LARGE: 8}
+DEFAULT_CC = {SizeClass.SMALL: 32, SizeClass.MEDIUM: 8, SizeClass.LARGE: 8}
 
 
 @dataclass(frozen=True)
