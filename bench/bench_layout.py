@@ -18,6 +18,12 @@ as byte ranges keeps that many ranges in flight (each its own globus-url-copy, c
 channel and server process, as each of the grids' concurrent files was) and splits the job's
 streams between them. The grids measured files, not ranges of one file; this is the nearest
 measurement there is that the project did not make itself.
+
+A last table, over every dataset whatever its size, answers one for the online climb
+(`stork.tuning.online.Climb`'s `alike_axes`): from each (cc, p) whose two halvings, (cc/2, p)
+and (cc, p/2), were both measured, when one of them lost more than 5%, how often the other
+lost more than 5% too; by the datasets' size class (`chunks.size_class`, the file size
+against the table's bandwidth-delay product).
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from itertools import combinations
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_grid import EXIT_TABLE, GRIDS, TestSet, load, test_sets
+from bench_grid import EXIT_TABLE, GRIDS, WITHIN, TestSet, load, test_sets
 
+from stork.dataset.chunks import SizeClass, size_class
 from stork.errors import StorkError, TransferLogError
 
 Layout = dict[int, dict[int, float]]  # total streams -> concurrency -> Mbit/s
@@ -64,6 +71,30 @@ def wins(tables: Sequence[Layout]) -> dict[tuple[int, int], tuple[int, int]]:
     return out
 
 
+def halvings(sets: Sequence[TestSet]) -> dict[SizeClass, tuple[int, int]]:
+    """Size class -> (halvings along one axis that lost more than 5%, of which the halving
+    along the other axis lost more than 5% too), over every (cc, p) both of whose halvings
+    were measured (each cell the median of every repeat of every pipelining depth)."""
+    out: dict[SizeClass, tuple[int, int]] = {}
+    for t in sets:
+        r = t.rows[0]
+        if not r.rtt_s or not r.bandwidth_bps:
+            continue
+        cls = size_class(round(r.file_size_bytes), r.bandwidth_bps / 8 * r.rtt_s)
+        pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
+        for (cc, p, _pp), values in t.cells.items():
+            pooled[(cc, p)] += values
+        rate = {cell: statistics.median(values) for cell, values in pooled.items()}
+        for (cc, p), ref in rate.items():
+            fewer_cc, fewer_p = rate.get((cc // 2, p)), rate.get((cc, p // 2))
+            if cc < 2 or p < 2 or fewer_cc is None or fewer_p is None or ref <= 0:
+                continue
+            lost = [fewer_cc / ref - 1 < -WITHIN, fewer_p / ref - 1 < -WITHIN]
+            n, both = out.get(cls, (0, 0))
+            out[cls] = (n + sum(lost), both + 2 * all(lost))
+    return out
+
+
 def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str:
     large = [(t, layouts(t, totals)) for t in sets if t.key[2] >= min_mb * 1e6]
     large = [(t, table) for t, table in large if table]
@@ -89,6 +120,14 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
               "| cc a | cc b | a beat b | of |", "| ---: | ---: | ---: | ---: |"]
     for (a, b), (won, of) in sorted(wins([table for _, table in large]).items()):
         lines.append(f"| {a} | {b} | {won} | {of} |")
+    title = "### A halving along one axis that lost more than 5%: the other axis (every dataset)"
+    lines += ["", title, "",
+              "| size class | halvings that lost | the other axis lost too | share |",
+              "| --- | ---: | ---: | ---: |"]
+    order = list(SizeClass)
+    for cls, (n, both) in sorted(halvings(sets).items(), key=lambda e: order.index(e[0])):
+        if n:
+            lines.append(f"| {cls.value} | {n} | {both} | {both / n:.2f} |")
     return "\n".join(lines)
 
 

@@ -364,6 +364,23 @@ def test_layout_counts_which_concurrency_wins_at_the_same_streams(tmp_path: Path
     assert not [line for line in rows if "10 MB" in line]  # below --min-mb
 
 
+def test_layout_counts_how_often_both_halvings_lose(tmp_path: Path) -> None:
+    """Large files whose rate follows the streams (cc x p): each halving loses half, along
+    either axis. Small files whose rate follows cc alone: halving cc loses, halving p not."""
+    cells = full((1, 2, 4))
+    large = grid_lines(cells, size=3e9, count=8, repeats=2,
+                       mbps_of=lambda c, _s, r: 100.0 * c[0] * c[1] + r)
+    small = grid_lines(cells, size=1e6, count=8, repeats=2, src="gamma",
+                       mbps_of=lambda c, _s, r: 100.0 * c[0] + r)
+    done = run_bench("bench_layout.py", str(write_grid(tmp_path / "g.csv", large + small)),
+                     "--totals", "4")
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.split("the other axis (every dataset)")[1].splitlines()
+    # (cc, p) with both halvings measured: (2, 2), (2, 4), (4, 2), (4, 4): two halvings each
+    assert "| large | 8 | 8 | 1.00 |" in rows, rows
+    assert "| small | 4 | 0 | 0.00 |" in rows, rows  # only cc's halvings lost
+
+
 def test_layout_without_a_large_dataset_names_the_table(tmp_path: Path) -> None:
     table = write_grid(tmp_path / "small.csv", layout_lines(1e7, best_cc=4))
     done = run_bench("bench_layout.py", str(table))

@@ -423,6 +423,19 @@ def test_the_daemon_gives_the_climb_the_link_as_its_ceiling_only_when_told_it_is
     assert ceiling({"_STORK_LINK_MBPS": "200", "_STORK_EOS_LINK_IS_TRUE": "true"}) == 200.0
 
 
+def test_only_large_files_climb_with_their_axes_alike() -> None:
+    from stork.config import load
+    from stork.server.flow_tuning import climb_for
+
+    def alike(cls: SizeClass) -> bool:
+        climb, _ = climb_for([], Setting(8, 4, 1), src_url="gsiftp://a/x/f",
+                             dest_url="gsiftp://b/x/f", cls=cls, bdp_bytes=1e6, load=0,
+                             items=100, settings=load(None, {}))
+        return climb.alike_axes
+
+    assert [alike(c) for c in SizeClass] == [c is SizeClass.LARGE for c in SizeClass]
+
+
 def test_a_plain_climb_loads_no_probing_optimizer() -> None:
     """climb's prior is the path's history: starting it loads neither the probing
     optimizers nor scikit-learn (0.8 s here, which every first tuned job of a daemon paid
@@ -473,3 +486,28 @@ def test_yes_is_eos_optimizer_for_a_dataset_and_the_eos_for_a_single_file() -> N
     assert optimizer_of(spec(dataset), harp) == "harp" and not tunes_online(spec(dataset), harp)
     batch = load(None, {"_STORK_ENGINE": "batch"})
     assert not tunes_online(spec(dataset), batch)
+
+
+def test_large_files_do_not_halve_to_a_stream_count_already_lost() -> None:
+    """20x64M on wan40 (docs/BENCHMARKS.md 15.15, yes 2): a job started at cc 2 p 4, half the
+    history's cc 4 p 4, lost 46% there and went back; it then tried cc 4 p 2, the same 8
+    streams along the other axis, and lost 32% again while its large files' calls turned
+    over. With `alike_axes` (large files) the count already lost is not tried again; medium
+    files, whose cc and p are not alike, still try it."""
+    s4, s8 = Setting(4, 4, 1), Setting(8, 4, 1)
+    known = {s4: Measured(s4, 185.0, 6.0, 8), s8: Measured(s8, 184.0, 6.0, 8)}
+
+    def stream_bound(s: Setting, t: float) -> float:
+        return min(186.0, 12.5 * streams(s))  # each stream loss-bound at 12.5 Mbit/s
+
+    def tried(alike: bool) -> tuple[list[Setting], Climb]:
+        climb = Climb(Setting(2, 4, 1), LIMITS, known=known, alike_axes=alike)
+        changes = run(climb, stream_bound, seconds=300, noise=0.02)
+        return [c.setting for _, c in changes], climb
+
+    large, climb = tried(True)
+    assert large[0] == s4, large  # back to cc 4 p 4 on the history's word
+    assert Setting(4, 2, 1) not in large and all(streams(s) >= 16 for s in large), large
+    assert climb.too_few == 8 and climb.holding and climb.current == s4
+    medium, _ = tried(False)
+    assert Setting(4, 2, 1) in medium, medium  # the rule off: the halving of p is tried

@@ -84,7 +84,8 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     kept in the state directory). STORK_LINK_MBPS is the climb's ceiling when the operator
     says it is the path's true rate (EOS_LINK_IS_TRUE; a guessed rate must not stop a
     climb). Small files climb on cc alone (more streams per small file
-    buy nothing); the others on cc, then p."""
+    buy nothing); the others on cc, then p, large files with the two axes alike (a stream
+    count lost along one is not tried along the other: `Climb`)."""
     from stork.dataset.chunks import SizeClass
     from stork.tuning.online import Climb, measured_from_history, prior_from_history
 
@@ -109,7 +110,8 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
     ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
         else None
-    return Climb(prior, limits, axes=axes, known=known, ceiling_mbps=ceiling, name=name), why
+    return Climb(prior, limits, axes=axes, known=known, ceiling_mbps=ceiling, name=name,
+                 alike_axes=cls is SizeClass.LARGE), why
 
 
 def blocks(windows: list[Window]) -> list[Window]:
