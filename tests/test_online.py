@@ -511,3 +511,22 @@ def test_large_files_do_not_halve_to_a_stream_count_already_lost() -> None:
     assert climb.too_few == 8 and climb.holding and climb.current == s4
     medium, _ = tried(False)
     assert Setting(4, 2, 1) in medium, medium  # the rule off: the halving of p is tried
+
+
+def test_a_large_files_job_does_not_start_at_a_stream_count_the_history_shows_lost() -> None:
+    """20x64M on wan40 (docs/BENCHMARKS.md 15.18): job 2 started at cc 2 p 4 (97.2 Mbit/s
+    against cc 4 p 4's 188.0) and went back; job 3 then started at cc 4 p 2, the same 8
+    streams along the other axis (104.9 Mbit/s), and ended at 0.81 of the best cell. For
+    large files the halving prior passes over a stream count the history shows lost."""
+    s4, s2, s8 = Setting(4, 4, 1), Setting(2, 4, 1), Setting(8, 4, 1)
+    known = {s4: Measured(s4, 188.0, 10.3, 10), s2: Measured(s2, 97.2, 14.1, 3),
+             s8: Measured(s8, 180.2, 15.2, 3)}
+    prior, why = prior_from_history(known, s8, limits=LIMITS, axes=("cc", "p"),
+                                    alike_axes=True)
+    assert prior == s4 and "8 streams already lost" in why, why
+    medium, _ = prior_from_history(known, s8, limits=LIMITS, axes=("cc", "p"))
+    assert medium == Setting(4, 2, 1)  # medium files: the halving of p is still measured
+    # a halving that lost within the noise is no evidence: the other axis is still measured
+    close = {**known, s2: Measured(s2, 172.0, 14.1, 3)}  # -8.5%, noise 9.3%
+    assert prior_from_history(close, s8, limits=LIMITS, axes=("cc", "p"),
+                              alike_axes=True)[0] == Setting(4, 2, 1)

@@ -106,7 +106,8 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
         prior, why = prior_from_optimizer(optimizer_named(by, settings)[0],
                                           list(reversed(history)), dataset, limits)
     else:
-        prior, why = prior_from_history(known, preset, limits=limits, axes=axes)
+        prior, why = prior_from_history(known, preset, limits=limits, axes=axes,
+                                        alike_axes=cls is SizeClass.LARGE)
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
     ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
         else None

@@ -44,7 +44,8 @@ settled. It answers a `Change` or nothing:
    For large files (`alike_axes`: transfers long enough that a file's own costs do not
    show, so cc and p both add whole streams) a stream count shown too few, by a halving
    refused or a doubling kept, flows or history, is not tried again along the other axis:
-   no halving to that count or fewer (`too_few`). On the (cc, p, pp) grids of
+   no halving to that count or fewer (`too_few`), and no later job on the path starts at
+   one (`prior_from_history`). On the (cc, p, pp) grids of
    ../shared/data a halving along one axis that lost more than 5% was followed by a loss
    of more than 5% along the other in 85% of the cases for large files, 92% for medium and
    38% for small ones (where cc is what counts); on the `short` testbed path a medium
@@ -498,8 +499,8 @@ def measured_from_history(history: Iterable[TransferRecord], *, src_host: str,
 
 def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                        limits: Limits | None = None, axes: Sequence[str] = (),
-                       windows: int = WINDOWS,
-                       min_gain: float = MIN_GAIN) -> tuple[Setting, str]:
+                       windows: int = WINDOWS, min_gain: float = MIN_GAIN,
+                       alike_axes: bool = False) -> tuple[Setting, str]:
     """Where to start: of the settings the path's history measured (`measured_from_history`)
     the fewest streams within `min_gain` of the best mean, else `preset`; with why.
 
@@ -508,7 +509,9 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     climb then measures it and judges the setting it came from on the history's word. A
     job too short to judge a halving in its middle (the tail rule) can still measure one at
     its start, so the path's next jobs know whether fewer streams would do; each job on the
-    path measures at most one setting it has not."""
+    path measures at most one setting it has not. With `alike_axes` (large files, see the
+    module) no halving is started at whose streams are no more than those of a setting the
+    history shows losing to the chosen one (`judge` refuses it)."""
     if not known:
         return preset, (f"no transfer of this size class on this path in the log: the "
                         f"preset {preset.label()}")
@@ -518,9 +521,16 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     why = (f"the path's history ({len(known)} settings measured): {chosen.label()} over "
            f"{chosen.count} windows, the fewest streams within {min_gain:.0%} of the best "
            f"{best:.1f} Mbit/s")
+    too_few = max((streams(m.setting) for m in known.values() if alike_axes
+                   and streams(m.setting) < streams(chosen.setting) and m.count >= windows
+                   and judge(chosen, m, min_gain=min_gain, z=Z)[0] is Verdict.REFUSED),
+                  default=0)
     for axis in axes:
         assert limits is not None, "a halving is bounded by the limits"
         fewer = _moved(chosen.setting, axis, False, limits)
+        if fewer is not None and streams(fewer) <= too_few:
+            why += f"; not starting at {fewer.label()}: {too_few} streams already lost"
+            continue
         if fewer is not None and (fewer not in known or known[fewer].count < windows):
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
