@@ -227,6 +227,26 @@ def load(paths: Sequence[Path]) -> tuple[list[TransferRecord], list[str]]:
     return records, notes
 
 
+def print_report(tables: Sequence[Path], report: Callable[[list[TestSet]], str]) -> int:
+    """Print `report` of the datasets of `tables` (every *.csv of GRIDS when none are
+    named), then a line per table that had rows skipped; the exit status: 0, or EXIT_TABLE
+    after a clear error (no table, or one the bench cannot use)."""
+    name = Path(sys.argv[0]).name
+    tables = list(tables) or sorted(GRIDS.glob("*.csv"))
+    if not tables:
+        print(f"{name}: no table ({GRIDS} has no *.csv; name some)", file=sys.stderr)
+        return EXIT_TABLE
+    try:
+        records, notes = load(tables)
+        print(report(test_sets(records)))
+    except StorkError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return EXIT_TABLE
+    for note in notes:
+        print(f"- {note}")
+    return 0
+
+
 def _reasons(skipped: Sequence[Skipped], most: int = 2) -> str:
     """The first rows' reasons, one per kind (the reason's first word: its column)."""
     seen: dict[str, str] = {}

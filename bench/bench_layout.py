@@ -37,10 +37,10 @@ from itertools import combinations
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_grid import EXIT_TABLE, GRIDS, WITHIN, TestSet, load, test_sets
+from bench_grid import GRIDS, WITHIN, TestSet, print_report
 
 from stork.dataset.chunks import SizeClass, size_class
-from stork.errors import StorkError, TransferLogError
+from stork.errors import TransferLogError
 
 Layout = dict[int, dict[int, float]]  # total streams -> concurrency -> Mbit/s
 
@@ -145,20 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         totals = [int(word) for word in args.totals.split(",")]
     except ValueError:
         p.error(f"--totals {args.totals!r}: expected whole numbers, comma-separated")
-    tables = args.tables or sorted(GRIDS.glob("*.csv"))
-    if not tables:
-        print(f"{Path(sys.argv[0]).name}: no table ({GRIDS} has no *.csv; name some)",
-              file=sys.stderr)
-        return EXIT_TABLE
-    try:
-        records, notes = load(tables)
-        print(report(test_sets(records), args.min_mb, totals))
-    except StorkError as exc:
-        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
-        return EXIT_TABLE
-    for note in notes:
-        print(f"- {note}")
-    return 0
+    return print_report(args.tables, lambda sets: report(sets, args.min_mb, totals))
 
 
 if __name__ == "__main__":

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_grid import EXIT_TABLE, GRIDS, WITHIN, TestSet, load, test_sets
+from bench_grid import GRIDS, WITHIN, TestSet, print_report
 
 from stork.dataset.chunks import DEFAULT_CC, SizeClass, size_class
-from stork.errors import StorkError, TransferLogError
+from stork.errors import TransferLogError
 
 
 def by_cc(t: TestSet) -> dict[int, float]:
@@ -80,20 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("tables", nargs="*", type=Path, metavar="FILE",
                    help=f"grid tables (default: every *.csv in {GRIDS})")
     args = p.parse_args(argv)
-    tables = args.tables or sorted(GRIDS.glob("*.csv"))
-    if not tables:
-        print(f"{Path(sys.argv[0]).name}: no table ({GRIDS} has no *.csv; name some)",
-              file=sys.stderr)
-        return EXIT_TABLE
-    try:
-        records, notes = load(tables)
-        print(report(test_sets(records)))
-    except StorkError as exc:
-        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
-        return EXIT_TABLE
-    for note in notes:
-        print(f"- {note}")
-    return 0
+    return print_report(args.tables, report)
 
 
 if __name__ == "__main__":
