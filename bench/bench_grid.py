@@ -227,6 +227,16 @@ def load(paths: Sequence[Path]) -> tuple[list[TransferRecord], list[str]]:
     return records, notes
 
 
+def tables_parser(description: str | None) -> argparse.ArgumentParser:
+    """A bench's parser with the grid tables it reads (`print_report`'s default: every
+    *.csv of GRIDS)."""
+    p = argparse.ArgumentParser(description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tables", nargs="*", type=Path, metavar="FILE",
+                   help=f"grid tables (default: every *.csv in {GRIDS})")
+    return p
+
+
 def print_report(tables: Sequence[Path], report: Callable[[list[TestSet]], str]) -> int:
     """Print `report` of the datasets of `tables` (every *.csv of GRIDS when none are
     named), then a line per table that had rows skipped; the exit status: 0, or EXIT_TABLE

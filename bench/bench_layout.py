@@ -28,7 +28,6 @@ against the table's bandwidth-delay product).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
@@ -37,7 +36,7 @@ from itertools import combinations
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_grid import GRIDS, WITHIN, TestSet, print_report
+from bench_grid import WITHIN, TestSet, print_report, tables_parser
 
 from stork.dataset.chunks import SizeClass, size_class
 from stork.errors import TransferLogError
@@ -132,10 +131,7 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tables", nargs="*", type=Path, metavar="FILE",
-                   help=f"grid tables (default: every *.csv in {GRIDS})")
+    p = tables_parser(__doc__)
     p.add_argument("--min-mb", type=float, default=1000.0,
                    help="the smallest file size, in MB, of a dataset that counts (1000)")
     p.add_argument("--totals", default="16,32,64",

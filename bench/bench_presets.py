@@ -19,13 +19,12 @@ largest measured level asked for at least that much: the grid did not find its t
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_grid import GRIDS, WITHIN, TestSet, print_report
+from bench_grid import WITHIN, TestSet, print_report, tables_parser
 
 from stork.dataset.chunks import DEFAULT_CC, SizeClass, size_class
 from stork.errors import TransferLogError
@@ -75,10 +74,7 @@ def report(sets: Sequence[TestSet]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tables", nargs="*", type=Path, metavar="FILE",
-                   help=f"grid tables (default: every *.csv in {GRIDS})")
+    p = tables_parser(__doc__)
     args = p.parse_args(argv)
     return print_report(args.tables, report)
 
