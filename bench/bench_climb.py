@@ -59,7 +59,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,7 @@ class Run:
     link_mbps: float
     tuning: dict[str, Any] | None = None
     streams: float | None = None  # cc x p, time-weighted for climb (see the module)
+    tunings: dict[str, dict[str, Any]] = field(default_factory=dict)  # per chunk
 
     @property
     def mbps(self) -> float:
@@ -111,6 +112,18 @@ def _streams_of(label: str) -> int | None:
     return int(match[1]) * int(match[2]) if match else None
 
 
+def _tuned(tunings: dict[str, dict[str, Any]]) -> str:
+    """The changes and the setting held, a chunk's named when there are several."""
+    def held(t: dict[str, Any]) -> str:
+        return str(t.get("setting", t.get("params", "")))
+
+    if len(tunings) <= 1:
+        t = next(iter(tunings.values()), {})
+        return f"{t.get('change_count', '')} | {held(t)}"
+    return (", ".join(f"{w} {t.get('change_count', '')}" for w, t in tunings.items()) + " | "
+            + "; ".join(f"{w} {held(t)}" for w, t in tunings.items()))
+
+
 def run_streams(case: str, summary: dict[str, Any], tuning: dict[str, Any] | None
                 ) -> float | None:
     """The streams (cc x p) a run used; see the module's text."""
@@ -122,7 +135,8 @@ def run_streams(case: str, summary: dict[str, Any], tuning: dict[str, Any] | Non
         changes = tuning.get("changes", [])
         end = max([(finished - started) if started and finished else 0.0]
                   + [c["t_s"] for c in changes])
-        points = [(0.0, tuning["prior"])] + [(c["t_s"], c["setting"]) for c in changes]
+        start = tuning.get("start", tuning["prior"])  # a chunk holds its preset while
+        points = [(0.0, start)] + [(c["t_s"], c["setting"]) for c in changes]  # not alone
         total = 0.0
         for (t, label), (t_next, _) in zip(points, [*points[1:], (end, "")], strict=True):
             total += (_streams_of(label) or 0) * max(t_next - t, 0.0)
@@ -151,11 +165,15 @@ def one(profile: str, workload: str, case: str, server: StorkServer, bed: Testbe
         shutil.rmtree(dest, ignore_errors=True)
     seconds = (summary["finished_at"] or time.time()) - summary["submitted_at"]
     result = summary.get("result") or {}
-    tuning = next((v for k, v in result.items() if k.startswith("optimizer_")), None)
-    for change in (tuning or {}).get("changes", []):
-        print(f"<!--   {change['t_s']:6.1f} s {change['setting']}: {change['reason']} -->")
+    tunings = {k.removeprefix("optimizer_"): v for k, v in result.items()
+               if k.startswith("optimizer_")}
+    for what, chunk in tunings.items():  # a dataset's chunks, a file's ranges
+        for change in chunk.get("changes", []):
+            print(f"<!--   {what} {change['t_s']:6.1f} s {change['setting']}: "
+                  f"{change['reason']} -->")
+    tuning = next(iter(tunings.values()), None)
     run = Run(profile, workload, case, seconds, summary["bytes_done"], summary["state"],
-              link_mbps, tuning, run_streams(case, summary, tuning))
+              link_mbps, tuning, run_streams(case, summary, tuning), tunings)
     print(f"<!-- {profile} {workload} {case}: {run.state}, {run.mbps:.1f} Mbit/s, "
           f"{seconds:.1f} s{'' if tuning is None else ', ' + str(tuning.get('setting'))} -->",
           flush=True)
@@ -280,12 +298,10 @@ def print_table(runs: list[Run]) -> None:
         order = {c.name: i for i, c in enumerate(group)}
         for r in sorted((r for r in runs if (r.profile, r.workload) == key),
                         key=lambda r: order.get(case_of(r), len(order))):
-            tuning = r.tuning or {}
             print(f"| {r.profile} | {r.workload} | {r.case} | {r.state} | {r.seconds:.1f} | "
                   f"{r.mbps:.1f} | {r.mbps / r.link_mbps:.3f} | "
                   f"{_ratios(r.mbps, r.streams, preset, best, fewest)} | "
-                  f"{tuning.get('change_count', '')} | "
-                  f"{tuning.get('setting', tuning.get('params', ''))} |")
+                  f"{_tuned(r.tunings)} |")
         for c in (c for c in group if c.count > 1):
             print(f"| {c.profile} | {c.workload} | {c.name}: mean of {c.count} | | | "
                   f"{c.mbps:.1f} | {c.mbps / link:.3f} | "

@@ -68,3 +68,22 @@ def test_a_dataset_spec_that_cannot_be_read_is_refused_by_name_before_any_testbe
     assert caught.value.code == 2
     assert "--dataset '2000x256K,10xZ': dataset part '10xZ': expected COUNTxSIZE" \
         in capsys.readouterr().err
+
+
+def test_a_mixs_chunks_each_show_their_changes_and_a_held_start_counts_its_streams(
+        capsys) -> None:  # type: ignore[no-untyped-def]
+    from bench_climb import run_streams
+
+    small = {"prior": "cc=32 p=1 pp=4", "start": "cc=32 p=1 pp=4", "change_count": 0,
+             "setting": "cc=32 p=1 pp=4", "changes": []}
+    large = {"prior": "cc=4 p=2 pp=1", "start": "cc=8 p=4 pp=1", "change_count": 1,
+             "setting": "cc=4 p=2 pp=1",
+             "changes": [{"t_s": 15.0, "setting": "cc=4 p=2 pp=1", "reason": "alone"}]}
+    summary = {"started_at": 100.0, "finished_at": 120.0}
+    # 15 s at the held 32 streams, then 5 s at the prior's 8 (not 20 s at the prior's 8)
+    assert run_streams("yes 1", summary, large) == (15 * 32 + 5 * 8) / 20
+    mix = Run("wan40", "dataset", "yes 1", 20.0, 10 * MB, "COMPLETED", 200.0, small, 32.0,
+              {"small": small, "large": large})
+    print_table([mix])
+    row = next(line for line in capsys.readouterr().out.splitlines() if "yes 1" in line)
+    assert "| small 0, large 1 | small cc=32 p=1 pp=4; large cc=4 p=2 pp=1 |" in row

@@ -530,3 +530,47 @@ def test_a_large_files_job_does_not_start_at_a_stream_count_the_history_shows_lo
     close = {**known, s2: Measured(s2, 172.0, 14.1, 3)}  # -8.5%, noise 9.3%
     assert prior_from_history(close, s8, limits=LIMITS, axes=("cc", "p"),
                               alike_axes=True)[0] == Setting(4, 2, 1)
+
+
+def test_a_chunk_holds_its_preset_while_the_jobs_other_chunks_move_and_climbs_alone() -> None:
+    """A real engine (not started: its flow fed by hand, on a clock of the test's) under a
+    `FlowTuner` told the job's other chunks share the path: it holds the preset and is not
+    stepped however many windows it sees; alone, it goes to the prior and climbs from it."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork, Item
+
+    now = [0.0]
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 64 << 20) for i in range(50)]
+    prior, hold = Setting(4, 4, 1), Setting(8, 4, 1)
+    engine = Engine([Item(f) for f in work], lambda: None, prior,  # type: ignore[arg-type,return-value]
+                    lambda *_: None, clock=lambda: now[0])
+    others = [True]
+    written: list[dict] = []
+    climb = Climb(prior, LIMITS)
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=written.append, shared=lambda: others[0], hold=hold,
+                      clock=lambda: now[0])
+    assert engine.setting == hold  # it starts at the hold, not the prior
+
+    def second(rate_mbps: float) -> Change | None:
+        engine.flow.add(now[0], now[0] + 1.0, rate_mbps * 1e6 / 8)
+        now[0] += 1.0
+        return tuner.tick()
+
+    for t in range(30):  # ten controller windows: the climb would have judged by now
+        assert second(150.0 + (t % 3)) is None
+    assert engine.setting == hold and climb.reference is None and tuner.count == 0
+    others[0] = False
+    second(150.0)
+    assert engine.setting == prior and tuner.count == 1
+    assert tuner.changes[0]["reason"].startswith("alone on the path"), tuner.changes
+    for t in range(20):
+        second(150.0 + (t % 3))
+    assert climb.reference is not None and climb.reference.setting == prior
+    assert "measured the start" in tuner.changes[1]["reason"], tuner.changes
+    info = written[-1]["optimizer_large"]
+    assert info["start"] == hold.label() and info["alone_at_s"] == 31.0, info
+    with pytest.raises(ValueError, match="needs a setting to hold"):
+        FlowTuner(engine, climb, what="large", prior_reason="test",
+                  write_result=written.append, shared=lambda: True)

@@ -396,11 +396,15 @@ class DatasetRun:
                                           rtt_key: round(rtt * 1000, 3), **facts})
         if ordered:  # the chunks one after another: the sink takes its bytes in order
             for chunk in chunks:
+                with self._lock:
+                    self._running_chunks += 1
                 self._chunk_guarded(chunk, rows)
             return outcome
         threads = [threading.Thread(target=self._chunk_guarded, args=(c, rows),
                                     name=f"chunk-{self.job.id}-{c.size_class.value}",
                                     daemon=True) for c in chunks]
+        with self._lock:
+            self._running_chunks += len(threads)
         for t in threads:
             t.start()
         for t in threads:
@@ -425,8 +429,8 @@ class DatasetRun:
         return (src, self.sink.url) if self.sink is not None else (src, dest)
 
     def _chunk_guarded(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
-        with self._lock:
-            self._running_chunks += 1
+        """The chunk, counted among the running ones from before the call (by `_pass`,
+        before any chunk starts, so that none sees itself alone at its start)."""
         try:
             self._chunk(chunk, rows)
         except Exception:
@@ -478,9 +482,10 @@ class DatasetRun:
 
     def _climb(self, chunk: Chunk, files: list[FileWork],
                params: Params) -> tuple[Climb, str]:
-        """The chunk's controller, its prior from the path's history."""
+        """The chunk's controller, its prior from the path's history at the load of other
+        jobs alone (it is stepped only once this pass's other chunks have ended)."""
         src, dest = files[0].src_url, files[0].dest_url
-        load = self.known_load(src, dest)
+        load = self._sharing(src, dest)
         known = [f.size_bytes for f in files if f.size_bytes is not None]
         dataset = DatasetDescription.of(
             sum(known) / len(known) if known else 0.0, len(files), rtt_s=self.rtt_s,
@@ -530,7 +535,10 @@ class DatasetRun:
             self._engines.add(engine)
         tuner = None if climb is None else FlowTuner(
             engine, climb[0], what=label.split(maxsplit=1)[0], prior_reason=climb[1],
-            write_result=lambda d: self.store.update_result(self.job.id, d)).start()
+            write_result=lambda d: self.store.update_result(self.job.id, d),
+            shared=self._chunks_share_path, hold=Setting(params.cc, params.p, params.pp))
+        if tuner is not None:
+            tuner.start()
         try:
             engine.run()
         finally:
@@ -707,6 +715,12 @@ class DatasetRun:
     def _ordered(self) -> bool:
         """A sink that takes its bytes in order (a FIFO): one file, one stream at a time."""
         return self.sink is not None and self.sink.ordered
+
+    def _chunks_share_path(self) -> bool:
+        """Whether another chunk of this pass is still moving (a tuned chunk holds its
+        preset meanwhile: `FlowTuner`)."""
+        with self._lock:
+            return self._running_chunks > 1
 
     def known_load(self, src_url: str, dest_url: str) -> int:
         """Other transfers the daemon runs now on this link (other attempts on either host,

@@ -8,6 +8,13 @@ call; a lower `cc` retires workers as their calls end) and `RAMP_S` after that (
 connections start slow). Once a worker finds nothing left to take, the tail of the flow
 says nothing of a setting and the tuner stops stepping.
 
+A flow that shares the path with other flows of its own job (a dataset's chunks of other
+size classes, `shared`) holds a setting given for it (`hold`: its class's preset) and is not
+stepped until it runs alone: each window it would judge moves with what the other chunks do
+and when they end (in 15.15 and 15.18 of docs/BENCHMARKS.md three controllers at once on
+the mix made 0.67-1.01 of the preset, and the end of the small files' chunk read as a change
+of load). Once alone, the flow goes to the controller's prior and the climb starts there.
+
 Each change is kept on the job's ad (`optimizer_<what>`: the prior and why, every change
 with its reason and figures, the setting held at the end) as it is made, so `stork_q -l`
 shows a running job's tuning. The transfer log gets what the controller measured at each
@@ -148,7 +155,13 @@ def span(windows: list[Window]) -> Stretch | None:
 class FlowTuner:
     def __init__(self, engine: Engine, climb: Climb, *, what: str, prior_reason: str,
                  write_result: Callable[[dict[str, Any]], None],
+                 shared: Callable[[], bool] | None = None, hold: Setting | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """`shared`: whether other flows of the job share the path now; while they do the
+        engine runs at `hold` (see the module). The engine is set to where the flow starts
+        (`start_setting`)."""
+        if shared is not None and hold is None:
+            raise ValueError("a flow that may share its path needs a setting to hold")
         self.engine = engine
         self.climb = climb
         self.key = f"optimizer_{what}"
@@ -163,9 +176,23 @@ class FlowTuner:
         self._thread: threading.Thread | None = None
         self.changes: list[dict[str, Any]] = []
         self.count = 0
+        self._shared = shared
+        self._hold = hold
+        self._waiting = shared is not None and shared()
         self._info: dict[str, Any] = {"optimizer": climb.name,
                                       "prior": climb.prior.label(),
-                                      "prior_reason": prior_reason}
+                                      "prior_reason": prior_reason,
+                                      "start": self.start_setting().label()}
+        if engine.setting != self.start_setting():  # (an engine not started yet)
+            engine.set(self.start_setting())
+
+    def start_setting(self) -> Setting:
+        """The setting the engine starts at: the hold while the path is shared, else the
+        controller's prior."""
+        if self._waiting:
+            assert self._hold is not None
+            return self._hold
+        return self.climb.prior
 
     def start(self) -> FlowTuner:
         self._write()
@@ -209,6 +236,8 @@ class FlowTuner:
         self.engine.tick(now)
         if not self.engine.left() and self.engine.workers() < self.engine.setting.cc:
             return None  # the tail (a worker found nothing to take): nothing more to tune
+        if self._waiting and not self._alone(now):
+            return None
         current = self.climb.current
         if self._measure_from is None:
             if not self._settled():
@@ -225,14 +254,36 @@ class FlowTuner:
         self.engine.set(change.setting)
         self._measure_from = None
         self._set_at = now
+        self._record(now, change.setting, change.reason, change.figures)
+        self._write()
+        return change
+
+    def _alone(self, now: float) -> bool:
+        """Whether the flow runs alone on its job's path; the moment it first does, it goes
+        from the hold to the controller's setting, and its windows count from then."""
+        assert self._shared is not None and self._hold is not None
+        if self._shared():
+            if self.engine.setting != self._hold:
+                self.engine.set(self._hold)
+            return False
+        self._waiting = False
+        self._set_at, self._measure_from = now, None
+        self._info["alone_at_s"] = round(now - self._started, 1)
+        current = self.climb.current
+        if self.engine.setting != current:
+            self.engine.set(current)
+            self._record(now, current, f"alone on the path (the job's other chunks ended): "
+                                       f"from {self._hold.label()} to {current.label()}", {})
+        self._write()
+        return True
+
+    def _record(self, now: float, setting: Setting, reason: str,
+                figures: dict[str, float]) -> None:
         self.count += 1
         if len(self.changes) < CHANGES_KEPT:
             self.changes.append({"t_s": round(now - self._started, 1),
-                                 "setting": change.setting.label(), "reason": change.reason,
-                                 **change.figures})
-        log.info("%s: %s (%s)", self.key, change.setting.label(), change.reason)
-        self._write()
-        return change
+                                 "setting": setting.label(), "reason": reason, **figures})
+        log.info("%s: %s (%s)", self.key, setting.label(), reason)
 
     def _left_s(self, rates: list[float]) -> float | None:
         """Seconds of data left at the recent rate: the queue, and half of what is in
@@ -254,7 +305,7 @@ class FlowTuner:
 
     def _write(self) -> None:
         info = {**self._info, "changes": list(self.changes), "change_count": self.count,
-                "setting": self.climb.current.label(), "holding": self.climb.holding}
+                "setting": self.engine.setting.label(), "holding": self.climb.holding}
         try:
             self._write_result({self.key: info})
         except Exception:  # the record is not worth the transfer
