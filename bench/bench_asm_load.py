@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_asm_load.py [--profile wan40] [--dataset 800x2M]
         [--schedule 0:0,30:25,60:50] [--methods asm,harp,default] [--out /tmp]
-        [--history FILE.csv]
+        [--history FILE.csv|none] [--best-cells CC/P/PP,... [--best-files 200]]
 
 Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 Mbit/s):
 
@@ -27,6 +27,13 @@ Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 
    destination's files: data as it arrives, between the batches' commits) and the job's
    `bytes_done` from the API; iperf3's own one-second reports for the background. The
    batches (parameters and start times) come from the daemon's transfer log afterwards.
+
+With --best-cells, issue 28's load target: before the methods, each of those fixed settings
+runs as a job (`-cc -p -pp`, the first --best-files files, one daemon) under each load of the
+schedule held constant, and its rate over the middle 80% of its bytes is that cell's rate at
+the load; per phase, the table then gives the method's rate from 20 s after the switch (to
+the phase's end, or to 90% of the job's bytes) over the best cell's at the phase's load
+(the target: >= 0.9). `--history none` gives the methods no history (a path never seen).
 
 Printed: per method and phase, the job's mean throughput, the background measured, the share
 of the link the background left over that the job took (throughput / (link rate - measured
@@ -61,10 +68,12 @@ from tests.testbed.netns import Testbed, TestbedUnavailable, terminate
 from tests.testbed.topology import Link
 
 METHODS = {"asm": "asm", "harp": "harp", "climb": "climb", "harp-climb": "harp-climb",
-           "asm-climb": "asm-climb", "default": ""}  # -> `optimization`
+           "asm-climb": "asm-climb", "yes": "YES", "default": ""}  # -> `optimization`
 DONE_STATES = ("COMPLETED", "FAILED", "REMOVED")
 SETTLE = 0.10  # "settled": within 10% of the phase's level
 WINDOW_S = 4.0  # the window a level is judged over (a batch or more)
+AFTER_S = 20.0  # issue 28: "within 20 s of the change ... >= 0.9 of the best cell"
+AFTER_SHARE = 0.9
 SMOOTH_S = 2.0  # the timeline's throughput: bytes over the last 2 s
 # History: 24 cells without background (HARP takes a sweep of 20 cells or more as one group
 # of its own), and under each load the 8 cells that fill the link (a cell that does not is
@@ -80,6 +89,17 @@ SUM_LINE = re.compile(r"^\[SUM\]\s+([\d.]+)-([\d.]+)\s+sec\s+\S+\s+\S+\s+([\d.]+
 class Phase:
     start_s: float
     percent: float
+
+
+def parse_cells(text: str, parser: argparse.ArgumentParser) -> list[tuple[int, int, int]]:
+    cells = []
+    for word in filter(None, (w.strip() for w in text.split(","))):
+        parts = word.split("/")
+        if len(parts) != 3 or not all(x.isdigit() and int(x) >= 1 for x in parts):
+            parser.error(f"--best-cells: {word!r} is not CC/P/PP (whole numbers from 1)")
+        cc, p, pp = (int(x) for x in parts)
+        cells.append((cc, p, pp))
+    return cells
 
 
 def parse_schedule(text: str) -> tuple[Phase, ...]:
@@ -263,22 +283,41 @@ def dest_bytes(directory: Path) -> int:
     return total
 
 
-def run_method(bed: Testbed, args: argparse.Namespace, method: str, source: Path,
-               dataset: Dataset, history: Path) -> Run:
+def start_server(bed: Testbed, args: argparse.Namespace, tag: str) -> StorkServer:
     link = bed.topology.links[0]
-    work = args.workdir / f"run-{method}-{time.monotonic_ns()}"
+    work = args.workdir / f"run-{tag}-{time.monotonic_ns()}"
     knobs = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}", "EOS_LINK_IS_TRUE": "true"}
-    server = StorkServer(work, knobs, prefix=bed.argv(link.b, [])).start()
-    background = Background(bed, link, args.bg_streams, work)
+    return StorkServer(work, knobs, prefix=bed.argv(link.b, [])).start()
+
+
+def run_method(bed: Testbed, args: argparse.Namespace, method: str, source: Path,
+               dataset: Dataset, history: Path | None) -> Run:
+    server = start_server(bed, args, method)
+    try:
+        analysis = "(no history given)"
+        if history is not None:
+            imported = server.cli("stork_history", "import", str(history), check=True)
+            analysed = server.cli("stork_history", "analyze", "--report",
+                                  str(server.workdir / "report"), check=True, timeout=300)
+            analysis = imported.stdout.strip() + "\n" + analysed.stdout.strip()
+        optimization = METHODS[method]
+        extra = f'optimization = "{optimization}"; ' if optimization else ""
+        return run_job(bed, args, server, method, extra, args.schedule, source, dataset,
+                       analysis)
+    finally:
+        server.stop()
+
+
+def run_job(bed: Testbed, args: argparse.Namespace, server: StorkServer, method: str,
+            extra: str, phases: tuple[Phase, ...], source: Path, dataset: Dataset,
+            analysis: str = "") -> Run:
+    """One dataset job of `server` (`extra`: more of its ad), site a -> site b, under the
+    background of `phases`, sampled until it ends."""
+    link = bed.topology.links[0]
+    background = Background(bed, link, args.bg_streams, server.workdir)
     dest = bed.site_dir(link.b) / "in"
     shutil.rmtree(dest, ignore_errors=True)
     try:
-        imported = server.cli("stork_history", "import", str(history), check=True)
-        analysed = server.cli("stork_history", "analyze", "--report", str(work / "report"),
-                              check=True, timeout=300)
-        analysis = imported.stdout.strip() + "\n" + analysed.stdout.strip()
-        optimization = METHODS[method]
-        extra = f'optimization = "{optimization}"; ' if optimization else ""
         ad = (f'[ dap_type = transfer; src_url = "{bed.url(link.a, source)}/"; '
               f'dest_url = "{bed.url(link.b, dest)}/"; {extra}]\n')
         run = Run(method, time.monotonic(), time.time(), analysis=analysis)
@@ -287,7 +326,7 @@ def run_method(bed: Testbed, args: argparse.Namespace, method: str, source: Path
 
         def schedule() -> None:
             flow: Flow | None = None
-            for phase in args.schedule:
+            for phase in phases:
                 if done.wait(max(0.0, run.t0 + phase.start_s - time.monotonic())):
                     break
                 background.stop(flow)
@@ -328,9 +367,58 @@ def run_method(bed: Testbed, args: argparse.Namespace, method: str, source: Path
             run.job["_not_whole"] = len(broken)
     finally:
         background.stop_all()
-        server.stop()
         shutil.rmtree(dest, ignore_errors=True)
     return run
+
+
+def middle_mbps(run: Run, total_bytes: int) -> float:
+    """The job's rate while it moved its middle 80% (from 10% of its bytes landed to 90%):
+    no start, no tail."""
+    t10 = crossing(run, 0.1 * total_bytes)
+    t90 = crossing(run, 0.9 * total_bytes)
+    if t10 is None or t90 is None or t90 <= t10:
+        return 0.0
+    return 0.8 * total_bytes * 8 / 1e6 / (t90 - t10)
+
+
+def crossing(run: Run, nbytes: float) -> float | None:
+    """When the destination first held `nbytes` (seconds after submission)."""
+    for (ta, ba, _), (tb, bb, _) in itertools.pairwise(run.samples):
+        if ba < nbytes <= bb:
+            return ta + (tb - ta) * (nbytes - ba) / (bb - ba)
+    return None
+
+
+def sweep_cells(bed: Testbed, args: argparse.Namespace, dataset: Dataset,
+                source: Path) -> dict[float, dict[str, float]]:
+    """The best cells under each load of the schedule: a job of each --best-cells setting
+    (`-cc -p -pp`) over the first --best-files files, through one daemon, the background
+    held at the load from 3 s before the job until it ends; each job's rate over its middle
+    (`middle_mbps`). {load percent: {cell: Mbit/s}}."""
+    link = bed.topology.links[0]
+    part, src = view(source, dataset, args.best_files)
+    server = start_server(bed, args, "cells")
+    background = Background(bed, link, args.bg_streams, server.workdir)
+    out: dict[float, dict[str, float]] = {}
+    try:
+        for percent in sorted({p.percent for p in args.schedule}):
+            flow = background.start(percent, f"cells{percent:g}")
+            time.sleep(3 if flow else 0)  # the background's slow start
+            rates = out.setdefault(percent, {})
+            for cc, p, pp in args.best_cells:
+                cell = f"{cc}/{p}/{pp}"
+                run = run_job(bed, args, server, cell, f'arguments = "-cc {cc} -p {p} -pp {pp}";',
+                              (Phase(0.0, 0.0),), src, part)
+                ok = run.job.get("state") == "COMPLETED" and not run.job.get("_not_whole")
+                rates[cell] = middle_mbps(run, part.total_bytes) if ok else 0.0
+                print(f"<!-- cells: load {percent:g}%: {cell} {run.job.get('state')}, "
+                      f"{rates[cell]:.1f} Mbit/s in its middle, {run.end_s:.1f} s -->",
+                      flush=True)
+            background.stop(flow)
+    finally:
+        background.stop_all()
+        server.stop()
+    return out
 
 
 # --- figures -------------------------------------------------------------------------------
@@ -346,9 +434,11 @@ class PhaseFigure:
     level: float  # mean over the phase's second half
     reaction: str  # after the switch that began the phase
     change: str  # first change of parameters after the switch
+    after: float | None = None  # the rate from AFTER_S after the switch (see `after_mbps`)
 
 
-def phase_figures(run: Run, args: argparse.Namespace, rate_mbps: float) -> list[PhaseFigure]:
+def phase_figures(run: Run, args: argparse.Namespace, rate_mbps: float,
+                  total_bytes: int) -> list[PhaseFigure]:
     bounds = [0.0, *run.switches]
     out: list[PhaseFigure] = []
     for k, start in enumerate(bounds):
@@ -364,8 +454,19 @@ def phase_figures(run: Run, args: argparse.Namespace, rate_mbps: float) -> list[
             reaction = reaction_time(run, out[-1], start, end, level)
             change = first_change(run, start, end)
         out.append(PhaseFigure(start, end, percent, bg, mbps,
-                               mbps / max(rate_mbps - bg, 1e-9), level, reaction, change))
+                               mbps / max(rate_mbps - bg, 1e-9), level, reaction, change,
+                               after_mbps(run, start, end, total_bytes)))
     return out
+
+
+def after_mbps(run: Run, start: float, end: float, total_bytes: int) -> float | None:
+    """The job's rate from AFTER_S after the phase began to its end, or to when 90% of the
+    job's bytes had landed when that comes first (the tail is not a setting's rate, as
+    `middle_mbps` leaves it out of the cells'); None when nothing is left of that."""
+    t90 = crossing(run, 0.9 * total_bytes)
+    stop = min(end, t90) if t90 is not None else end
+    a = start + AFTER_S
+    return run.mbps(a, stop) if stop - a >= 2.0 else None
 
 
 def reaction_time(run: Run, before: PhaseFigure, start: float, end: float,
@@ -411,26 +512,55 @@ def optimizer_record(job: dict[str, Any]) -> list[str]:
     return lines
 
 
+def best_cell(cells: dict[float, dict[str, float]], percent: float
+              ) -> tuple[str, float] | None:
+    rates = cells.get(percent) or {}
+    return max(rates.items(), key=lambda kv: kv[1]) if rates else None
+
+
+def print_cells(cells: dict[float, dict[str, float]], args: argparse.Namespace) -> None:
+    if not cells:
+        return
+    names = [f"{cc}/{p}/{pp}" for cc, p, pp in args.best_cells]
+    print(f"\n## Fixed cells (cc/p/pp) under each load: the first {args.best_files} files, "
+          f"Mbit/s over each job's middle 80% of bytes")
+    print("\n| load | " + " | ".join(names) + " | best |")
+    print("| ---: | " + " | ".join("---:" for _ in names) + " | --- |")
+    for percent, rates in sorted(cells.items()):
+        best = best_cell(cells, percent)
+        print(f"| {percent:g}% | " + " | ".join(f"{rates.get(n, 0.0):.1f}" for n in names)
+              + f" | {best[0] if best else '-'} |")
+
+
 def print_tables(runs: list[Run], args: argparse.Namespace, link: Link,
-                 dataset: Dataset) -> None:
+                 dataset: Dataset, cells: dict[float, dict[str, float]] | None = None
+                 ) -> None:
+    cells = cells or {}
     print(f"\n## Under changing load: {link.label}, dataset {dataset.spec} "
           f"({dataset.total_bytes / 2**20:.0f} MiB), background {args.bg_streams} iperf3 "
           f"streams -C cubic, schedule "
           + ", ".join(f"{p.percent:g}% from {p.start_s:g} s" for p in args.schedule))
     print("\n| method | state | seconds | Mbit/s | phase | background nominal / measured | "
           "job Mbit/s | share of the link left over | level (second half) | reaction | "
-          "first change of cc/p/pp |")
-    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |")
+          f"first change of cc/p/pp | after {AFTER_S:g} s | / best cell at the load |")
+    print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | ---: "
+          "| ---: |")
     for run in runs:
         total = run.job.get("bytes_done", 0) * 8 / 1e6 / max(run.end_s, 1e-9)
         note = f", {run.job['_not_whole']} files not whole" if run.job.get("_not_whole") else ""
-        for i, ph in enumerate(phase_figures(run, args, link.rate_mbps)):
+        for i, ph in enumerate(phase_figures(run, args, link.rate_mbps,
+                                             dataset.total_bytes)):
             head = (f"| {run.method} | {run.job.get('state')}{note} | {run.end_s:.1f} | "
                     f"{total:.1f}" if i == 0 else "| | | |")
             nominal = ph.percent / 100 * link.rate_mbps
             print(f"{head} | {ph.start:.0f}-{ph.end:.0f} s | {nominal:.0f} / {ph.bg_mbps:.1f}"
                   f" | {ph.mbps:.1f} | {ph.share:.2f} | {ph.level:.1f} | "
-                  f"{ph.reaction} | {ph.change} |")
+                  f"{ph.reaction} | {ph.change} | {_after(ph, cells)} |")
+    if cells:
+        print(f"\nafter {AFTER_S:g} s = the job's rate from {AFTER_S:g} s after the phase "
+              f"began to its end (or to 90% of the job's bytes); / best cell = that over the "
+              f"best fixed cell's rate under the phase's load (the table above): issue 28's "
+              f"target is >= {AFTER_SHARE:g}.")
     print(f"\nshare of the link left over = the job's bytes in the phase x 8 / its seconds / "
           f"({link.rate_mbps:g} Mbit/s - the background iperf3 measured in the phase)."
           f"\nreaction = seconds from the switch until the mean throughput over a "
@@ -446,6 +576,15 @@ def print_tables(runs: list[Run], args: argparse.Namespace, link: Link,
             print(f"{run.method}: {line}")
 
 
+def _after(ph: PhaseFigure, cells: dict[float, dict[str, float]]) -> str:
+    best = best_cell(cells, ph.percent)
+    if ph.after is None:
+        return f"- (phase under {AFTER_S:g} s) | -"
+    if best is None or best[1] <= 0:
+        return f"{ph.after:.1f} | -"
+    return f"{ph.after:.1f} | {ph.after / best[1]:.2f} ({best[0]}, {best[1]:.1f})"
+
+
 def plot(runs: list[Run], args: argparse.Namespace, link: Link, path: Path) -> None:
     import matplotlib
 
@@ -453,7 +592,8 @@ def plot(runs: list[Run], args: argparse.Namespace, link: Link, path: Path) -> N
     import matplotlib.pyplot as plt
 
     colours = {"asm": "tab:red", "harp": "tab:blue", "default": "tab:green",
-               "climb": "tab:purple", "harp-climb": "tab:cyan", "asm-climb": "tab:orange"}
+               "climb": "tab:purple", "harp-climb": "tab:cyan", "asm-climb": "tab:orange",
+               "yes": "tab:brown"}
     assert set(METHODS) <= set(colours), "every method has its colour"
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 1]})
@@ -507,7 +647,13 @@ def main() -> int:
     parser.add_argument("--bg-streams", type=int, default=16,
                         help="iperf3 streams of the background (16: one cubic stream gets "
                              "about 24 Mbit/s at 40 ms, 0.1%% loss)")
-    parser.add_argument("--history", type=Path, help="reuse this history table (no sweep)")
+    parser.add_argument("--history", help="reuse this history table (no sweep); 'none': "
+                                           "no history at all (a path the daemon never saw)")
+    parser.add_argument("--best-cells", default="",
+                        help="CC/P/PP,...: fixed settings run as jobs under each load of the "
+                             "schedule, the best cell per load (none)")
+    parser.add_argument("--best-files", type=int, default=200,
+                        help="files of each --best-cells job (200)")
     parser.add_argument("--history-files", type=int, default=40)
     parser.add_argument("--history-loads", default="0,25,50")
     parser.add_argument("--grid", default=UNLOADED_GRID,
@@ -523,6 +669,7 @@ def main() -> int:
         args.workdir = Path("/tmp/stork-asmload")
     args.schedule = parse_schedule(args.schedule)
     args.history_loads = [float(x) for x in args.history_loads.split(",")]
+    args.best_cells = parse_cells(args.best_cells, parser)
     methods = [m.strip() for m in args.methods.split(",")]
     if any(m not in METHODS for m in methods):
         parser.error(f"--methods: from {', '.join(METHODS)}")
@@ -537,13 +684,17 @@ def main() -> int:
     _, source = view(written, dataset, dataset.count)
     runs: list[Run] = []
     history_lines: list[str] = []
+    cells: dict[float, dict[str, float]] = {}
     try:
         with Testbed(topology, args.workdir / f"bed-{name}", congestion=args.cc) as bed:
             link = bed.topology.links[0]
-            history = args.history
-            if history is None:
-                history = args.out / "asm-load-history.csv"
+            history = None if args.history == "none" else \
+                Path(args.history) if args.history else args.out / "asm-load-history.csv"
+            if args.history is None:
+                assert history is not None
                 history_lines = build_history(bed, args, dataset, source, history)
+            if args.best_cells:
+                cells = sweep_cells(bed, args, dataset, source)
             for method in methods:
                 began = time.strftime("%H:%M:%S")
                 run = run_method(bed, args, method, source, dataset, history)
@@ -554,9 +705,10 @@ def main() -> int:
         print(f"bench_asm_load: cannot build the testbed here: {exc}", file=sys.stderr)
         return 2
     finally:
+        print_cells(cells, args)
         if runs:
             link = topology.links[0]
-            print_tables(runs, args, link, dataset)
+            print_tables(runs, args, link, dataset, cells)
             png = args.out / "asm_under_load.png"
             plot(runs, args, link, png)
             print(f"\ntimeline: {png}")

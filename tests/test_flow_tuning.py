@@ -101,3 +101,25 @@ def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,
     tuning = job["result"]["optimizer_file"]
     assert tuning["optimizer"] == "climb" and tuning["change_count"] >= 1, tuning
     assert "eos_error" not in job["result"] and "optimized_streams" not in job["result"]
+
+
+def test_a_mixed_datasets_chunks_hold_their_presets_while_they_share_the_path(
+        bed: Testbed, daemon: StorkServer) -> None:
+    """Small files beside large ones: each chunk starts at its class's preset, and a chunk
+    is stepped only once the other has ended (the small files' chunk, which ends first,
+    never; the large files' chunk from the moment it runs alone)."""
+    src, dest = dataset(bed, "mixed", 300, 64 * KIB)
+    for i in range(2):
+        make_file(src / f"large{i}.dat", 64 << 20, seed=100 + i)
+    job = submit(daemon, bed, src, dest)
+    for path in sorted(src.iterdir()):
+        assert md5(dest / path.name) == md5(path), path.name
+    result = job["result"]
+    small, large = result["optimizer_small"], result["optimizer_large"]
+    # "small cc=32 p=1 pp=3 (on): 300 files" -> {"small": "cc=32 p=1 pp=3"}
+    presets = dict(c.split(": ")[0].rsplit(" (", 1)[0].split(" ", 1)
+                   for c in result["dataset_chunks"])
+    assert small["start"] == presets["small"] and large["start"] == presets["large"], result
+    assert small["change_count"] == 0 and "alone_at_s" not in small, small
+    assert large["alone_at_s"] > 0, large
+    assert all(c["t_s"] >= large["alone_at_s"] for c in large["changes"]), large
