@@ -165,6 +165,30 @@ def test_a_load_step_reopens_the_search_from_the_prior() -> None:
     assert reopened.figures["now_mbps"] < reopened.figures["hold_mbps"] * 0.7
 
 
+def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_reference(
+) -> None:
+    """15.20's run: unloaded, 24 streams fill the link (no doubling can pay, the halving is
+    refused); a load of 16 streams comes while the reference is measured again. Pooled, the
+    reference would sit between the two loads; instead the search starts again from the
+    prior and, under the load, keeps the doublings that win the link back."""
+    def surface(s: Setting, t: float) -> float:
+        if t < 9:
+            return 190.0 * min(streams(s), 24) / 24
+        return 200.0 * streams(s) / (streams(s) + 16)  # sharing with 16 other streams
+
+    prior = Setting(8, 3, 2)
+    climb = Climb(prior, LIMITS, ceiling_mbps=200.0)
+    changes = run(climb, surface, seconds=60)
+    reopened = [(t, c) for t, c in changes if "measured again at" in c.reason]
+    assert reopened, [c.reason for _, c in changes]
+    t, change = reopened[0]
+    assert change.setting == prior and "the load moved" in change.reason and t <= 13
+    assert change.figures["now_mbps"] < 0.75 * change.figures["hold_mbps"]
+    later = [c for u, c in changes if u > t]
+    assert any(c.setting.cc >= 16 for c in later), [c.reason for c in later]
+    assert climb.current.cc >= 16
+
+
 def test_a_steady_hold_stays_put() -> None:
     climb = Climb(Setting(8, 1, 1), LIMITS)
     changes = run(climb, saturating(8), seconds=400, noise=0.1)

@@ -54,7 +54,12 @@ settled. It answers a `Change` or nothing:
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
-   and the search starts again from the prior.
+   and the search starts again from the prior. The same test runs while it searches, each
+   time the reference is measured again after a refusal: a reference that moved that far
+   is a load that came or went (pooled with its earlier windows it would judge the next
+   tries against a rate of neither load; on the testbed a 50% load that came during a
+   search left the reference at 154.5 ± 35.9 Mbit/s, between 182.4 before and 126.5
+   after, and no doubling was tried under the load: docs/BENCHMARKS.md 15.20).
 
 Each change carries its reason and its figures, which the job's ad records. The caller
 (`stork.server.flow_tuning`) resets the rates after a change it applies, and counts a
@@ -257,6 +262,8 @@ class Climb:
         if self._again:  # back at the reference after a refusal: its windows join it
             self._again = False
             again = Measured.of(self.current, rates)
+            if self._load_moved(self.reference, again.mean):  # unless the load moved
+                return self._reopen(self.reference.mean, again.mean, "measured again at")
             self.reference = pooled(self.current, [self.reference, again]) or again
             return self._next(f"measured {again.label()} again ({again.count} windows), "
                               f"{self.reference.mean:.1f} Mbit/s over "
@@ -441,16 +448,28 @@ class Climb:
         before, recent = rates[:-self.windows], rates[-self.windows:]
         hold = Measured.of(self.current, before)
         now = statistics.fmean(recent)
-        moved = abs(now - hold.mean)
-        if moved <= max(self.drift_z * hold.stdev, self.drift_share * hold.mean):
+        if not self._load_moved(hold, now):
             self._drifts = 0
             return None
         self._drifts += 1
         if self._drifts < 2:
             return None
-        figures = {"hold_mbps": round(hold.mean, 3), "now_mbps": round(now, 3)}
-        why = (f"the rate at {self.current.label()} went from {hold.mean:.1f} to {now:.1f} "
-               f"Mbit/s with nothing changed (the load moved): searching again from the prior")
+        return self._reopen(hold.mean, now, "the rate at")
+
+    def _load_moved(self, before: Measured, now_mbps: float) -> bool:
+        """Whether `now_mbps` at `before`'s setting left its mean by more than `drift_z`
+        of its spread and `drift_share` of it: the load moved, not the noise."""
+        moved = abs(now_mbps - before.mean)
+        return moved > max(self.drift_z * before.stdev, self.drift_share * before.mean)
+
+    def _reopen(self, before_mbps: float, now_mbps: float, what: str) -> Change:
+        """The search from the prior again, without the history's figures (they were of
+        the load before); the change is said even where the flow is at the prior already,
+        so the windows of the old load are not counted for the new."""
+        figures = {"hold_mbps": round(before_mbps, 3), "now_mbps": round(now_mbps, 3)}
+        why = (f"{what} {self.current.label()} went from {before_mbps:.1f} to "
+               f"{now_mbps:.1f} Mbit/s with nothing changed (the load moved): searching "
+               f"again from the prior")
         self.known.clear()
         self._restart()
         return Change(self.prior, why, figures)
