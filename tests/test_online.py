@@ -189,6 +189,28 @@ def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_r
     assert climb.current.cc >= 16
 
 
+def test_when_a_load_goes_the_tries_refused_before_it_came_are_not_made_again() -> None:
+    """The same path with the load from 9 s to 60 s: back at the prior after the load went,
+    the job measures it where it was at the start, and the halving it refused then is
+    refused on that word, without moving the flow."""
+    def surface(s: Setting, t: float) -> float:
+        if 9 <= t < 60:  # a heavier load: 48 other streams
+            return 200.0 * streams(s) / (streams(s) + 48)
+        return 190.0 * min(streams(s), 24) / 24
+
+    prior = Setting(8, 3, 2)
+    climb = Climb(prior, LIMITS, ceiling_mbps=200.0)
+    changes = run(climb, surface, seconds=120)
+    reopened = [t for t, c in changes if "the load moved" in c.reason]
+    assert len(reopened) >= 2 and reopened[-1] >= 60, [c.reason for _, c in changes]
+    after = [c for t, c in changes if t > reopened[-1]]
+    assert after and "as at an earlier load of this job" in after[0].reason, after
+    assert "cc=4 p=3 pp=2 refused from the history" in after[0].reason
+    tried_before = [c.setting for t, c in changes if t < 9]
+    assert Setting(4, 3, 2) in tried_before  # it was tried on the flow once, at the start
+    assert Setting(4, 3, 2) not in [c.setting for c in after]
+
+
 def test_a_steady_hold_stays_put() -> None:
     climb = Climb(Setting(8, 1, 1), LIMITS)
     changes = run(climb, saturating(8), seconds=400, noise=0.1)

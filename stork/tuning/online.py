@@ -54,12 +54,19 @@ settled. It answers a `Change` or nothing:
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
-   and the search starts again from the prior. The same test runs while it searches, each
+   and the search starts again from the prior. The hold's windows stop growing at the
+   first look that saw such a drift (windows of a new load taken into the hold would widen
+   its spread until a drift of 15-20% never showed). The same test runs while it searches, each
    time the reference is measured again after a refusal: a reference that moved that far
    is a load that came or went (pooled with its earlier windows it would judge the next
    tries against a rate of neither load; on the testbed a 50% load that came during a
    search left the reference at 154.5 ± 35.9 Mbit/s, between 182.4 before and 126.5
-   after, and no doubling was tried under the load: docs/BENCHMARKS.md 15.20).
+   after, and no doubling was tried under the load: docs/BENCHMARKS.md 15.20). What the
+   flow measured at each load is kept for the job: when the prior, measured again after
+   a reopening, is where it was at an earlier load (within the drift rule), that load's
+   measurements serve as the path's history (`known`), so the tries it refused then are
+   passed over instead of made again (in 15.20's run A the halving of cc lost 25% at the
+   start and 29% once more when the load had gone).
 
 Each change carries its reason and its figures, which the job's ad records. The caller
 (`stork.server.flow_tuning`) resets the rates after a change it applies, and counts a
@@ -216,6 +223,8 @@ class Climb:
         self._drifts = 0
         self._again = False
         self._time: tuple[float | None, float | None] = (None, None)  # left_s, try_s
+        self._regime: dict[Setting, Measured] = {}  # what the flow measured at this load
+        self._regimes: list[dict[Setting, Measured]] = []  # and at the loads before
         self._restart()
 
     def _restart(self) -> None:
@@ -225,6 +234,7 @@ class Climb:
         if (axis := self._halved()) is not None:
             self._turn(axis, True)  # see `_halved`
         self._trying, self._drifts, self._again = None, 0, False
+        self._drift_base = 0  # the hold's windows a drift is judged against (`_watch`)
 
     def _halved(self) -> str | None:
         """The axis along which the prior is a halving of a setting the history measured
@@ -258,12 +268,19 @@ class Climb:
             return None
         if self.reference is None:
             self.reference = Measured.of(self.current, rates)
-            return self._next(f"measured the start, {self.reference.label()}")
+            why = f"measured the start, {self.reference.label()}"
+            if (earlier := self._same_load(self.reference)) is not None:
+                self.known = dict(earlier)
+                why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
+                        f"): what the flow measured then counts as the path's history")
+            self._saw(self.reference)
+            return self._next(why)
         if self._again:  # back at the reference after a refusal: its windows join it
             self._again = False
             again = Measured.of(self.current, rates)
             if self._load_moved(self.reference, again.mean):  # unless the load moved
                 return self._reopen(self.reference.mean, again.mean, "measured again at")
+            self._saw(again)
             self.reference = pooled(self.current, [self.reference, again]) or again
             return self._next(f"measured {again.label()} again ({again.count} windows), "
                               f"{self.reference.mean:.1f} Mbit/s over "
@@ -288,6 +305,7 @@ class Climb:
                figures: dict[str, float]) -> Change | None:
         assert self._trying is not None and self.reference is not None
         axis, up, first = self._trying
+        self._saw(tried)
         self._learn(verdict, self.reference.setting, tried.setting)
         if verdict is Verdict.KEPT:
             self.reference, self._ref_known = tried, False
@@ -445,12 +463,16 @@ class Climb:
         (without the history's figures: they were of the load before)."""
         if len(rates) < 2 * self.windows:
             return None
-        before, recent = rates[:-self.windows], rates[-self.windows:]
+        # the hold's windows up to the first look that saw a drift: windows of a new load
+        # taken into the hold would widen its spread until the drift no longer showed
+        base = self._drift_base or len(rates) - self.windows
+        before, recent = rates[:base], rates[-self.windows:]
         hold = Measured.of(self.current, before)
         now = statistics.fmean(recent)
         if not self._load_moved(hold, now):
             self._drifts = 0
             return None
+        self._drift_base = base
         self._drifts += 1
         if self._drifts < 2:
             return None
@@ -471,8 +493,29 @@ class Climb:
                f"{now_mbps:.1f} Mbit/s with nothing changed (the load moved): searching "
                f"again from the prior")
         self.known.clear()
+        if self._regime:
+            self._regimes.append(self._regime)
+            self._regime = {}
         self._restart()
         return Change(self.prior, why, figures)
+
+    def _saw(self, measured: Measured) -> None:
+        """The flow measured `measured` at the load of now."""
+        before = self._regime.get(measured.setting)
+        self._regime[measured.setting] = \
+            measured if before is None else pooled(measured.setting, [before, measured]) \
+            or measured
+
+    def _same_load(self, start: Measured) -> dict[Setting, Measured] | None:
+        """The newest earlier load of this job at which the flow measured `start`'s setting
+        within the drift rule of `start` (the load came back: what was measured then holds
+        again), or None."""
+        for regime in reversed(self._regimes):
+            then = regime.get(start.setting)
+            if then is not None and then.count >= self.windows \
+                    and not self._load_moved(then, start.mean):
+                return regime
+        return None
 
 
 def pooled(setting: Setting, parts: Iterable[Measured]) -> Measured | None:
