@@ -189,6 +189,25 @@ def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_r
     assert climb.current.cc >= 16
 
 
+def test_a_reference_pooled_over_a_load_that_came_does_not_hide_the_next_measurement(
+) -> None:
+    """15.20's run B, window by window: the load came while the reference was measured
+    again (143.5 ± 33.9 against 171.8 ± 16.4: within the noise, pooled); at the next
+    measurement again (112.9 ± 3.9) the pooled reference's spread, the two loads' gap, must
+    not hide that the rate moved."""
+    climb = Climb(Setting(8, 2, 2), LIMITS, ceiling_mbps=200.0)
+    first = climb.step([155.0, 172.0, 188.5])
+    assert first is not None and first.setting == Setting(4, 2, 2)  # no doubling can pay
+    assert climb.step([105.0, 106.0, 103.0]) is not None  # refused: back to cc 8
+    again = climb.step([181.0, 120.0, 129.5])
+    assert again is not None and "the load moved" not in again.reason  # within the noise
+    tried = again.setting
+    back = climb.step([121.0, 121.5, 120.5] * 3)  # the try, under the load now
+    assert back is not None and back.setting == Setting(8, 2, 2), (tried, back)
+    reopened = climb.step([110.0, 113.0, 115.7])
+    assert reopened is not None and "the load moved" in reopened.reason, reopened
+
+
 def test_when_a_load_goes_the_tries_refused_before_it_came_are_not_made_again() -> None:
     """The same path with the load from 9 s to 60 s: back at the prior after the load went,
     the job measures it where it was at the start, and the halving it refused then is

@@ -278,7 +278,7 @@ class Climb:
         if self._again:  # back at the reference after a refusal: its windows join it
             self._again = False
             again = Measured.of(self.current, rates)
-            if self._load_moved(self.reference, again.mean):  # unless the load moved
+            if self._apart(self.reference, again):  # unless the load moved
                 return self._reopen(self.reference.mean, again.mean, "measured again at")
             self._saw(again)
             self.reference = pooled(self.current, [self.reference, again]) or again
@@ -483,6 +483,15 @@ class Climb:
         of its spread and `drift_share` of it: the load moved, not the noise."""
         moved = abs(now_mbps - before.mean)
         return moved > max(self.drift_z * before.stdev, self.drift_share * before.mean)
+
+    def _apart(self, before: Measured, now: Measured) -> bool:
+        """Whether two measurements of one setting differ by more than `z` standard errors
+        of their difference and `drift_share` of the first: the load moved between them.
+        (Against the windows' own spread, as a hold is watched, a reference pooled over a
+        load that came would hide the next change: its spread is the two loads' gap.)"""
+        moved = abs(now.mean - before.mean)
+        error = math.sqrt(before.stdev ** 2 / before.count + now.stdev ** 2 / now.count)
+        return moved > max(self.z * error, self.drift_share * before.mean)
 
     def _reopen(self, before_mbps: float, now_mbps: float, what: str) -> Change:
         """The search from the prior again, without the history's figures (they were of
