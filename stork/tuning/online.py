@@ -56,10 +56,12 @@ settled. It answers a `Change` or nothing:
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
    and the search starts again from the prior. The hold's windows stop growing at the
    first look that saw such a drift (windows of a new load taken into the hold would widen
-   its spread until a drift of 15-20% never showed). The same test runs while it searches, each
-   time the reference is measured again after a refusal: a reference that moved that far
-   is a load that came or went (pooled with its earlier windows it would judge the next
-   tries against a rate of neither load; on the testbed a 50% load that came during a
+   its spread until a drift of 15-20% never showed). While it searches, each time the
+   reference is measured again after a refusal, the two measurements are compared
+   (`_apart`: more than `z` standard errors of their difference and `drift_share` apart):
+   a reference that moved that far is a load that came or went (pooled with its earlier
+   windows it would judge the next tries against a rate of neither load, and its spread,
+   the two loads' gap, would hide the next change; on the testbed a 50% load that came during a
    search left the reference at 154.5 ± 35.9 Mbit/s, between 182.4 before and 126.5
    after, and no doubling was tried under the load: docs/BENCHMARKS.md 15.20). What the
    flow measured at each load is kept for the job: when the prior, measured again after
