@@ -54,21 +54,30 @@ settled. It answers a `Change` or nothing:
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
-   and the search starts again from the prior. The hold's windows stop growing at the
-   first look that saw such a drift (windows of a new load taken into the hold would widen
-   its spread until a drift of 15-20% never showed). While it searches, each time the
-   reference is measured again after a refusal, the two measurements are compared
-   (`_apart`: more than `z` standard errors of their difference and `drift_share` apart):
-   a reference that moved that far is a load that came or went (pooled with its earlier
-   windows it would judge the next tries against a rate of neither load, and its spread,
-   the two loads' gap, would hide the next change; on the testbed a 50% load that came during a
-   search left the reference at 154.5 ± 35.9 Mbit/s, between 182.4 before and 126.5
-   after, and no doubling was tried under the load: docs/BENCHMARKS.md 15.20). What the
-   flow measured at each load is kept for the job: when the prior, measured again after
-   a reopening, is where it was at an earlier load (within the drift rule), that load's
-   measurements serve as the path's history (`known`), so the tries it refused then are
-   passed over instead of made again (in 15.20's run A the halving of cc lost 25% at the
-   start and 29% once more when the load had gone).
+   and the search starts again from the prior. Once the hold has `3 x windows` windows,
+   they stop growing at the first look that saw such a drift (windows of a new load taken
+   into the hold would widen its spread until a drift of 15-20% never showed; a hold of
+   fewer windows is itself too noisy to keep).
+   While it searches, two measurements of one setting are compared (`_apart`: more than
+   `drift_z` standard errors of their difference and `drift_share` apart, the error from
+   the path's noise, `noise`: the windows' spread at one setting pooled over every
+   measurement of the job, not the two measurements' own three windows): the reference
+   measured again after a refusal against the reference, and a try's first and last
+   windows when its verdict stays open long enough to have both. Apart that far, the load
+   came or went, and the search reopens. Pooled with its earlier windows, a reference
+   measured across a load's arrival would judge the next tries against a rate of neither
+   load, and its spread, the two loads' gap, would hide the next change (on the testbed a
+   50% load that came during a search left the reference at 154.5 ± 35.9 Mbit/s, between
+   182.4 before and 126.5 after, and no doubling was tried under the load:
+   docs/BENCHMARKS.md 15.20); a try that ran across a load's end would buy streams (15.20's
+   run D kept cc 64 at +17%). On synthetic flows with no load and windows spread 10% (15%)
+   about the rate, these tests reopen 6 (12) of 200 jobs of 120 s; judged by the two
+   measurements' own spreads they reopened 38 (89).
+   What the flow measured at each load is kept for the job: when the prior, measured again
+   after a reopening, is where it was at an earlier load (within the drift rule), that
+   load's measurements serve as the path's history (`known`), so the tries it refused then
+   are passed over instead of made again (in 15.20's run A the halving of cc lost 25% at
+   the start and 29% once more when the load had gone).
 
 Each change carries its reason and its figures, which the job's ad records. The caller
 (`stork.server.flow_tuning`) resets the rates after a change it applies, and counts a
@@ -97,6 +106,10 @@ MIN_GAIN = 0.05  # a gain smaller than this is no gain (and fewer streams win)
 Z = 2.0  # standard errors of the difference a gain must clear
 DRIFT_Z = 3.0  # a hold's drift: this many spreads of its windows,
 DRIFT_SHARE = 0.15  # and this share of its mean, twice in a row
+NOISE_PRIOR = 0.10  # a window's relative spread until a job has measured its own (the
+# testbed's windows at one setting spread 2.7-9.5% of their mean in BENCHMARKS 15.18-15.20:
+# the noisy end), over this many degrees of freedom (three measurements of 3 windows)
+NOISE_MIN_DF = 6
 HISTORY_MIN_S = 3.0  # a transfer log row shorter than this says little of its setting
 AXES = ("cc", "p")
 
@@ -227,6 +240,7 @@ class Climb:
         self._time: tuple[float | None, float | None] = (None, None)  # left_s, try_s
         self._regime: dict[Setting, Measured] = {}  # what the flow measured at this load
         self._regimes: list[dict[Setting, Measured]] = []  # and at the loads before
+        self._noise_ss, self._noise_df = 0.0, 0  # the windows' relative spread (`noise`)
         self._restart()
 
     def _restart(self) -> None:
@@ -280,14 +294,20 @@ class Climb:
         if self._again:  # back at the reference after a refusal: its windows join it
             self._again = False
             again = Measured.of(self.current, rates)
-            if self._apart(self.reference, again):  # unless the load moved
+            if self._apart(self.reference, again, (again,)):  # unless the load moved
                 return self._reopen(self.reference.mean, again.mean, "measured again at")
             self._saw(again)
             self.reference = pooled(self.current, [self.reference, again]) or again
             return self._next(f"measured {again.label()} again ({again.count} windows), "
                               f"{self.reference.mean:.1f} Mbit/s over "
                               f"{self.reference.count}")
-        return self._judge(Measured.of(self.current, rates[-self.max_windows:]))
+        tried = rates[-self.max_windows:]
+        if len(tried) >= 2 * self.windows:  # a try left open long: did the load move?
+            early = Measured.of(self.current, tried[:self.windows])
+            late = Measured.of(self.current, tried[-self.windows:])
+            if self._apart(early, late, (early, late)):
+                return self._reopen(early.mean, late.mean, "the rate while trying")
+        return self._judge(Measured.of(self.current, tried))
 
     def _judge(self, tried: Measured) -> Change | None:
         assert self.reference is not None and self._trying is not None
@@ -474,7 +494,8 @@ class Climb:
         if not self._load_moved(hold, now):
             self._drifts = 0
             return None
-        self._drift_base = base
+        if base >= 3 * self.windows:  # a base of a few windows is itself noise
+            self._drift_base = base
         self._drifts += 1
         if self._drifts < 2:
             return None
@@ -486,14 +507,27 @@ class Climb:
         moved = abs(now_mbps - before.mean)
         return moved > max(self.drift_z * before.stdev, self.drift_share * before.mean)
 
-    def _apart(self, before: Measured, now: Measured) -> bool:
-        """Whether two measurements of one setting differ by more than `z` standard errors
-        of their difference and `drift_share` of the first: the load moved between them.
-        (Against the windows' own spread, as a hold is watched, a reference pooled over a
-        load that came would hide the next change: its spread is the two loads' gap.)"""
-        moved = abs(now.mean - before.mean)
-        error = math.sqrt(before.stdev ** 2 / before.count + now.stdev ** 2 / now.count)
-        return moved > max(self.z * error, self.drift_share * before.mean)
+    def _apart(self, before: Measured, now: Measured, new: Sequence[Measured]) -> bool:
+        """Whether two measurements of one setting differ by more than `drift_z` standard
+        errors of their difference and `drift_share` of the first: the load moved between
+        them. The error is from the path's noise (`noise`), not from the two measurements'
+        own spreads: three windows say little of a spread, and a reference pooled over a
+        load that came has the two loads' gap as its spread, which would hide the next
+        change. `new`: measurements whose spread the noise has not counted yet."""
+        if before.mean <= 0:
+            return False
+        moved = abs(now.mean - before.mean) / before.mean
+        error = self.noise(new) * math.sqrt(1 / before.count + 1 / now.count)
+        return moved > max(self.drift_z * error, self.drift_share)
+
+    def noise(self, new: Sequence[Measured] = ()) -> float:
+        """The spread of one window at an unchanged setting, as a share of its mean: pooled
+        over every setting this job measured and `new` (each measurement's windows about
+        their own mean); until it has `NOISE_MIN_DF` degrees of freedom, `NOISE_PRIOR`."""
+        ss, df = self._noise_ss, self._noise_df
+        for m in new:
+            ss, df = ss + _spread(m), df + max(m.count - 1, 0)
+        return math.sqrt(ss / df) if df >= NOISE_MIN_DF else NOISE_PRIOR
 
     def _reopen(self, before_mbps: float, now_mbps: float, what: str) -> Change:
         """The search from the prior again, without the history's figures (they were of
@@ -511,7 +545,10 @@ class Climb:
         return Change(self.prior, why, figures)
 
     def _saw(self, measured: Measured) -> None:
-        """The flow measured `measured` at the load of now."""
+        """The flow measured `measured` at the load of now (and its spread is the path's
+        noise: `noise`)."""
+        self._noise_ss += _spread(measured)
+        self._noise_df += max(measured.count - 1, 0)
         before = self._regime.get(measured.setting)
         self._regime[measured.setting] = \
             measured if before is None else pooled(measured.setting, [before, measured]) \
@@ -527,6 +564,11 @@ class Climb:
                     and not self._load_moved(then, start.mean):
                 return regime
         return None
+
+
+def _spread(m: Measured) -> float:
+    """The sum of squares of `m`'s windows about their mean, as shares of it."""
+    return (m.count - 1) * (m.stdev / m.mean) ** 2 if m.count > 1 and m.mean > 0 else 0.0
 
 
 def pooled(setting: Setting, parts: Iterable[Measured]) -> Measured | None:
