@@ -192,20 +192,35 @@ def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_r
 def test_a_reference_pooled_over_a_load_that_came_does_not_hide_the_next_measurement(
 ) -> None:
     """15.20's run B, window by window: the load came while the reference was measured
-    again (143.5 ± 33.9 against 171.8 ± 16.4: within the noise, pooled); at the next
-    measurement again (112.9 ± 3.9) the pooled reference's spread, the two loads' gap, must
-    not hide that the rate moved."""
+    again (143.5 ± 33.9 against 171.8 ± 16.4). Pooled, the reference's spread (the two
+    loads' gap) hid the next measurement again (112.9 ± 3.9) from a test by its own spread;
+    judged by the path's noise, the last window of the first measurement again already
+    shows the load (129.5 against 171.8), and the next measurement would too."""
     climb = Climb(Setting(8, 2, 2), LIMITS, ceiling_mbps=200.0)
     first = climb.step([155.0, 172.0, 188.5])
     assert first is not None and first.setting == Setting(4, 2, 2)  # no doubling can pay
     assert climb.step([105.0, 106.0, 103.0]) is not None  # refused: back to cc 8
-    again = climb.step([181.0, 120.0, 129.5])
-    assert again is not None and "the load moved" not in again.reason  # within the noise
-    tried = again.setting
-    back = climb.step([121.0, 121.5, 120.5] * 3)  # the try, under the load now
-    assert back is not None and back.setting == Setting(8, 2, 2), (tried, back)
-    reopened = climb.step([110.0, 113.0, 115.7])
-    assert reopened is not None and "the load moved" in reopened.reason, reopened
+    reopened = climb.step([181.0, 120.0, 129.5])
+    assert reopened is not None and reopened.setting == Setting(8, 2, 2), reopened
+    assert reopened.reason.startswith("the last window at cc=8 p=2 pp=2 went from 171.8 to "
+                                      "129.5 Mbit/s"), reopened.reason
+    pooled_ref = Measured(Setting(8, 2, 2), 157.7, 28.4, 6)  # what run B judged against
+    assert climb._apart(pooled_ref, Measured(Setting(8, 2, 2), 112.9, 3.9, 3), ())
+
+
+def test_a_load_that_comes_in_the_middle_of_a_measurement_again_reopens_the_search() -> None:
+    """15.20's run E: the measurement again straddled the load's arrival (161.0 ± 31.8
+    against 183.7: -12%, within the test); its last window alone (-28%) is not."""
+    climb = Climb(Setting(8, 3, 2), LIMITS, ceiling_mbps=200.0)
+    first = climb.step([170.0, 184.0, 197.0])
+    assert first is not None and first.setting == Setting(4, 3, 2), first
+    back = climb.step([131.0, 125.0, 137.0])
+    assert back is not None and back.setting == Setting(8, 3, 2), back
+    reopened = climb.step([190.0, 160.0, 133.0])
+    assert reopened is not None and reopened.reason.startswith(
+        "the last window at cc=8 p=3 pp=2 went from 183.7 to 133.0 Mbit/s"), reopened
+    start = climb.step([118.0, 110.0, 127.0])  # the prior under the new load
+    assert start is not None and "as at an earlier load" not in start.reason, start
 
 
 def test_a_try_the_load_moved_under_is_not_judged_but_reopens_the_search() -> None:
@@ -247,15 +262,15 @@ def test_when_a_load_goes_the_tries_refused_before_it_came_are_not_made_again() 
 
 def test_noise_alone_seldom_reopens_the_search() -> None:
     """No load moves, the windows spread 10% about the path's rate: over 200 seeds the
-    search reopens in at most 5% of 120-second jobs (the load tests judge by the path's
-    noise pooled over the job, not by three windows' own spread: by those the share was
-    19%, 38 of 200)."""
+    search reopens in at most 6% of 120-second jobs (9 when this was written; the load
+    tests judge by the path's noise pooled over the job, not by three windows' own spread:
+    by those it was 38 of 200)."""
     reopened = 0
     for seed in range(200):
         climb = Climb(Setting(8, 1, 1), LIMITS)
         changes = run(climb, saturating(12), seconds=120, noise=0.10, seed=seed)
         reopened += any("the load moved" in c.reason for _, c in changes)
-    assert reopened <= 10, reopened
+    assert reopened <= 12, reopened
 
 
 def test_a_steady_hold_stays_put() -> None:
