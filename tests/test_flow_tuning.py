@@ -106,8 +106,9 @@ def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,
 def test_a_mixed_datasets_chunks_hold_their_presets_while_they_share_the_path(
         bed: Testbed, daemon: StorkServer) -> None:
     """Small files beside large ones: each chunk starts at its class's preset, and a chunk
-    is stepped only once the other has ended (the small files' chunk, which ends first,
-    never; the large files' chunk from the moment it runs alone)."""
+    is stepped only once the other has ended: no change before its `alone_at_s`, none at
+    all without one. (Which chunk ends first, and whether the other is still past its tail
+    then, depends on the machine's load.)"""
     src, dest = dataset(bed, "mixed", 300, 64 * KIB)
     for i in range(2):
         make_file(src / f"large{i}.dat", 64 << 20, seed=100 + i)
@@ -120,6 +121,10 @@ def test_a_mixed_datasets_chunks_hold_their_presets_while_they_share_the_path(
     presets = dict(c.split(": ")[0].rsplit(" (", 1)[0].split(" ", 1)
                    for c in result["dataset_chunks"])
     assert small["start"] == presets["small"] and large["start"] == presets["large"], result
-    assert small["change_count"] == 0 and "alone_at_s" not in small, small
-    assert large["alone_at_s"] > 0, large
-    assert all(c["t_s"] >= large["alone_at_s"] for c in large["changes"]), large
+    for chunk in (small, large):
+        alone = chunk.get("alone_at_s")
+        if alone is None:
+            assert chunk["change_count"] == 0, chunk
+        else:
+            assert all(c["t_s"] >= alone for c in chunk["changes"]), chunk
+    assert "alone_at_s" not in small or "alone_at_s" not in large, result  # one ended first

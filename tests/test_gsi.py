@@ -216,6 +216,11 @@ def test_a_proxy_expiring_before_the_estimated_end_is_flagged(
             [ dap_type = transfer; x509proxy = "{path}"; src_url = "{site_a.url(src)}";
               dest_url = "file://{tmp_path}/{path.name}.dat" ]""" for path in (short, long)))
         flagged, fine = (server.wait_state(i) for i in ids)
+        # the check runs beside the transfer (it asks the source for its size): on a busy
+        # machine a fast transfer may end before the flag is written
+        wait_for(lambda: "x509proxy_expires_before_end" in server.job(ids[0])["job"]["result"],
+                 30, what="the short proxy's flag")
+        flagged, fine = (server.job(i)["job"] for i in ids)
         status = server.cli("stork_status", str(ids[0])).stdout
         other = server.cli("stork_status", str(ids[1])).stdout
     assert flagged["state"] == fine["state"] == "COMPLETED"
