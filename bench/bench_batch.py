@@ -32,8 +32,8 @@ SIZES_MB = (10, 25, 50, 100, 250)
 POLICIES = {
     "non-optimized": 'optimization = "NO";',
     "fixed 4 streams": 'arguments = "-p 4";',
-    "optimized": 'optimization = "YES"; use_history = "NO";',
-    "optimized + history": 'optimization = "YES"; use_history = "YES";',
+    "optimized": 'optimization = "eos"; use_history = "NO";',
+    "optimized + history": 'optimization = "eos"; use_history = "YES";',
 }
 
 

@@ -738,7 +738,7 @@ def sampling_overhead() -> None:
                 ids = []
                 for policy, extra in (("default (1 stream)", 'optimization = "NO"'),
                                       ("fixed 4 streams", 'arguments = "-p 4"'),
-                                      ("optimized (sampling)", 'optimization = "YES"')):
+                                      ("optimized (sampling)", 'optimization = "eos"')):
                     dest = work / f"dest-{len(ids)}.dat"
                     [job_id] = server.submit(f"""[ dap_type = transfer; {extra};
                         src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")

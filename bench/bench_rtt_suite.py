@@ -24,7 +24,7 @@ site a; then, with a stork_server running inside site a:
    EOS_SAMPLER (iperf3 by default, to the iperf3 server of site b), EOS_SAMPLE_TIME (and
    EOS_SAMPLE_SIZE for gridftp) as given and EOS_SAMPLING_BUDGET = 0 (the default budget,
    10% of the transfer's predicted time, would stop the search after a sample or two on
-   these files), and one transfer job of the same file with `optimization = "YES"`. Its
+   these files), and one transfer job of the same file with `optimization = "eos"`. Its
    choice is judged on the sweep's medians. Why iperf3: at 366 ms a GridFTP sample spends
    6.5 s in set-up before its first byte, and its steady rate, read from SIZE polls one
    round trip apart, was not usable in a minute-long sample either (docs/BENCHMARKS.md 9.2).
@@ -122,7 +122,7 @@ def dw_live(bed: Testbed, args: argparse.Namespace, source: Path, rtt: float
              "EOS_SAMPLE_TIME": f"{args.sample_time:g}"}
     server = site_daemon(bed, "a", knobs, workdir=args.out / f"dw-daemon-{rtt:g}").start()
     try:
-        job = run_job(server, bed, source, 'optimization = "YES"; ', args.job_timeout)
+        job = run_job(server, bed, source, 'optimization = "eos"; ', args.job_timeout)
         dest = bed.site_dir("b") / "suite-in.dat"
         history = server.api("GET", "/v1/history", params={
             "src": bed.url("a", source), "dest": bed.url("b", dest), "limit": 5}).json()

@@ -225,7 +225,7 @@ def e2e_profile(name: str, bed: Testbed, sizes: list[tuple[str, int]],
     print(f"<!-- {name}: sweep of {args.sweep_size} (Mbit/s) {{{swept}}}: best fixed P {fixed} "
           f"-->", flush=True)
     extra = {"default": "", "best": f'arguments = "-p {fixed}"; ',
-             "optimized": 'optimization = "YES"; '}
+             "optimized": 'optimization = "eos"; '}
     times = {(label, case): JobTime(case, cap_s=args.cap, skipped=f"{case}:{label}" in args.skip)
              for label, _ in sizes for case in E2E_CASES}
     for label, size in sizes:

@@ -288,12 +288,13 @@ KNOBS: tuple[Knob, ...] = (
          "XRootD or WebDAV) or iperf3."),
     Knob("EOS_OPTIMIZER", "eos_optimizer", "climb", _parse_choice(*OPTIMIZER_NAMES), LIVE,
          "The optimizer of (cc, p, pp) a dataset job with optimization = \"YES\" gets (a job "
-         "may name one instead: optimization = \"harp\"; a single file's YES is the EOS). "
-         "climb tunes the running flow instead of probing before it (STORK_ENGINE flow; with "
-         "batch a dataset's YES runs its preset; a single file may name it, its ranges then "
-         "tuned as they move); harp-climb and asm-climb start it at HARP's or ASM's choice "
-         "from the transfer log. Chosen on the testbed's end-to-end runs "
-         "(docs/BENCHMARKS.md 15)."),
+         "may name one instead: optimization = \"harp\"), and a single file's YES when it "
+         "tunes a running flow (climb, harp-climb, asm-climb) and the file goes as ranges; "
+         "else a single file's YES is the EOS's (optimization = \"eos\" asks for it by "
+         "name). climb tunes the running flow instead of probing before it (STORK_ENGINE "
+         "flow; with batch a dataset's YES runs its preset); harp-climb and asm-climb start "
+         "it at HARP's or ASM's choice from the transfer log. Chosen on the testbed's "
+         "end-to-end runs (docs/BENCHMARKS.md 15, 15.21)."),
     Knob("EOS_SAMPLING", "eos_sampling", "guided", _parse_choice(*SAMPLING_NAMES),
          LIVE,
          "Where samples go: guided (1, 4, 16, then the fitted optimum when it promises more "

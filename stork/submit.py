@@ -494,11 +494,12 @@ def _validate(ad: classad2.ClassAd, iwd: str, registry: Registry) -> JobSpec:
 
     dataset = dap_type is DapType.TRANSFER and is_dataset(urls["src_url"], fields.get("url_list"))
     optimizer = fields.get("optimizer")
-    if optimizer and not dataset and optimizer not in ONLINE_OPTIMIZERS:
+    if optimizer and not dataset and optimizer not in (*ONLINE_OPTIMIZERS, "eos"):
         raise _Invalid("optimization", f"{optimizer} tunes datasets (cc, p, pp); a single "
-                                       "file takes optimization = \"YES\" (the EOS chooses "
-                                       f"its streams) or {' or '.join(ONLINE_OPTIMIZERS)} "
-                                       "(its ranges tuned while they move)")
+                                       "file takes optimization = \"YES\" (EOS_OPTIMIZER), "
+                                       f"{' or '.join(ONLINE_OPTIMIZERS)} (its ranges tuned "
+                                       "while they move) or eos (the EOS's samples, then its "
+                                       "streams)")
     if dataset and "checksum" in fields:
         raise _Invalid("checksum", "is one file's expected checksum; a dataset takes "
                                    "verify_checksum = true")

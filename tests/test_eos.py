@@ -217,7 +217,7 @@ def test_equal_requests_in_flight_share_one_sampling_run(tmp_path: Path) -> None
 def test_optimized_transfer_records_its_parameters(eos_stork: StorkServer, gridftp: GridFtpServer,
                                                    big: Path, tmp_path: Path) -> None:
     dest = tmp_path / "opt.dat"
-    [job_id] = eos_stork.submit(f"""[ dap_type = transfer; optimization = "YES";
+    [job_id] = eos_stork.submit(f"""[ dap_type = transfer; optimization = "eos";
         src_url = "{gridftp.url(big)}"; dest_url = "file://{dest}" ]""")
     job = eos_stork.wait_state(job_id)
     assert job["state"] == "COMPLETED" and md5(dest) == md5(big)
@@ -260,7 +260,7 @@ def test_a_job_being_optimized_waits_for_it_and_can_be_removed(
     log = tmp_path / "opt.log"
     try:
         optimized, plain = server.submit(f"""
-            [ dap_type = transfer; optimization = "YES"; log = "{log}";
+            [ dap_type = transfer; optimization = "eos"; log = "{log}";
               src_url = "{gridftp.url(big)}"; dest_url = "file://{dest}" ]
             [ dap_type = transfer; src_url = "file://{plain_src}";
               dest_url = "file://{tmp_path}/plain.out" ]""")
@@ -297,7 +297,7 @@ def test_queued_equal_jobs_take_the_run_that_ended_after_they_were_queued(
         tmp_path: Path, gridftp: GridFtpServer, big: Path) -> None:
     server = StorkServer(tmp_path, {**EOS_KNOBS, "STORK_MAX_NUM_JOBS": "1"}).start()
     try:
-        ads = "".join(f'''[ dap_type = transfer; optimization = "YES";
+        ads = "".join(f'''[ dap_type = transfer; optimization = "eos";
             src_url = "{gridftp.url(big)}"; dest_url = "file://{tmp_path}/q{i}.dat" ]'''
                       for i in range(3))
         ids = server.submit(ads)  # one at a time: the first samples, the others wait queued

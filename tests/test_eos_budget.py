@@ -36,7 +36,7 @@ def test_a_small_transfer_is_not_sampled_and_says_why(tmp_path: Path, gridftp: G
     src = make_file(gridftp_root / "budget-src-2M.dat", 2 * MB, seed=41)
     server = StorkServer(tmp_path, {"EOS_DEFAULT_STREAMS": "2"}).start()
     try:
-        [first] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [first] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
             src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/b1.dat" ]""")
         job = server.wait_state(first)
         assert job["state"] == "COMPLETED" and md5(tmp_path / "b1.dat") == md5(src)
@@ -56,7 +56,7 @@ def test_a_small_transfer_is_not_sampled_and_says_why(tmp_path: Path, gridftp: G
                              check=True).stdout
         assert "optimization" not in history  # nothing was sampled
 
-        [second] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [second] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
             src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/b2.dat" ]""")
         result = server.wait_state(second)["result"]
         assert result["optimization_source"] == "history" and result["eos_from_history"]

@@ -60,7 +60,7 @@ def test_samples_land_in_the_destination_and_the_rest_is_sent_as_ranges(
     dest = (gridftp_root if third_party else tmp_path) / f"partial-out-{third_party}.dat"
     dest_url = gridftp.url(dest) if third_party else f"file://{dest}"
     try:
-        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
             verify_checksum = true; src_url = "{gridftp.url(src)}"; dest_url = "{dest_url}" ]""")
         job = server.wait_state(job_id, timeout_s=120)
         assert job["state"] == "COMPLETED", job
@@ -164,7 +164,7 @@ def test_a_destination_that_ignores_offsets_falls_back_to_scratch_samples(
     server = StorkServer(tmp_path, {**KNOBS, "STORK_GLOBUS_URL_COPY": str(wrapper),
                                     "EOS_SAMPLING": "doubling"}).start()
     try:
-        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
             src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")
         job = server.wait_state(job_id, timeout_s=120)
         assert job["state"] == "COMPLETED", job
@@ -203,7 +203,7 @@ def test_a_crash_between_the_samples_and_the_rest_never_completes_a_file_with_ho
     knobs = {**KNOBS, "STORK_GLOBUS_URL_COPY": str(recording_guc(tmp_path, calls, 1.0))}
     server = StorkServer(tmp_path, knobs).start()
     try:
-        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
             src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")
 
         def sampled_in_place() -> bool:
@@ -220,7 +220,7 @@ def test_a_crash_between_the_samples_and_the_rest_never_completes_a_file_with_ho
         assert filecmp.cmp(src, dest, shallow=False)
         assert job["attempts"] == 1  # the crash came before any attempt started
 
-        [again] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [again] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
             src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}.2" ]""")
         wait_for(lambda: server.job(again)["job"]["state"] == "RUNNING", 60,
                  what="the rest to be sent")

@@ -94,13 +94,28 @@ def test_a_dataset_is_tuned_while_it_moves_and_the_next_starts_from_what_it_lear
 
 def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,
                                                         daemon: StorkServer) -> None:
+    """A single file's "YES" is EOS_OPTIMIZER's (climb) on its ranges, not the EOS's samples;
+    one too small for two ranges is sent whole with the large-file preset's streams."""
     src_dir, dest_dir = bed.site_dir("a"), bed.site_dir("b")
-    big = make_file(src_dir / "big.dat", 192 << 20, seed=7)
-    job = submit(daemon, bed, big, dest_dir / "big.dat", slash="")
+    # 320 MiB: about 30 s at 100 Mbit/s, where the start's measurement takes 13 s
+    big = make_file(src_dir / "big.dat", 320 << 20, seed=7)
+    job = submit(daemon, bed, big, dest_dir / "big.dat", slash="", optimizer="YES")
     assert md5(dest_dir / "big.dat") == md5(big)
     tuning = job["result"]["optimizer_file"]
-    assert tuning["optimizer"] == "climb" and tuning["change_count"] >= 1, tuning
+    assert tuning["optimizer"] == "climb" and tuning["change_count"] >= 1, (tuning, job)
     assert "eos_error" not in job["result"] and "optimized_streams" not in job["result"]
+    assert "eos_sampling_time_s" not in job["result"]
+
+    small = make_file(src_dir / "small.dat", 6 << 20, seed=8)  # < two 8 MiB ranges
+    job = submit(daemon, bed, small, dest_dir / "small.dat", slash="", optimizer="YES")
+    assert md5(dest_dir / "small.dat") == md5(small)
+    whole = job["result"]["optimizer_file"]
+    assert whole["setting"] == "cc=1 p=32 pp=1" and "sent whole" in whole["prior_reason"], whole
+    assert "eos_sampling_time_s" not in job["result"]
+    log = daemon.stderr_path.read_text()
+    assert f"job {job['id']}: smaller than two ranges, sent whole: " in log
+    [line] = [x for x in log.splitlines() if f"job {job['id']}: smaller than two" in x]
+    assert " -p 32 " in line, line
 
 
 def test_a_mixed_datasets_chunks_hold_their_presets_while_they_share_the_path(

@@ -241,7 +241,7 @@ def test_eos_samples_over_gsiftp_delete_their_scratch_files(
                                     "EOS_SAMPLING_BUDGET": "0"},
                          env={"X509_CERT_DIR": str(test_ca.trust)})
     with server:
-        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [job_id] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
             x509proxy = "{proxy}"; verify_checksum = true;
             src_url = "{site_a.url(src)}"; dest_url = "{site_b.url(out / 'eos.dat')}" ]""")
         job = server.wait_state(job_id, timeout_s=180)

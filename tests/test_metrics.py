@@ -34,7 +34,7 @@ def test_metrics_of_real_transfers_and_the_token_rule(
         "STORK_LINK_MBPS": "1", "EOS_SAMPLE_TIME": "1"})
     with server:
         # first, before any transfer of the pair teaches the EOS its real (fast) rate
-        [tuned] = server.submit(f"""[ dap_type = transfer; optimization = "YES";
+        [tuned] = server.submit(f"""[ dap_type = transfer; optimization = "eos";
           src_url = "{gridftp.url(src)}"; dest_url = "file://{tmp_path}/c" ]""")
         server.wait_state(tuned)
         # samples ran (the budget, rebased on the fast rate they measure, may stop them early)

@@ -31,6 +31,13 @@ def problem(text: str) -> str:
     return str(info.value)
 
 
+def test_a_single_file_names_the_eos_or_an_online_optimizer() -> None:
+    for name in ("eos", "climb", "harp-climb"):
+        [spec] = parse(f'[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+                       f'optimization = "{name}" ]')
+        assert spec.optimization is True and spec.optimizer == name
+
+
 def test_paper_example_is_accepted_as_printed() -> None:
     text = (REPO / "submit_examples" / "paper" / "paper_example.dap").read_text()
     [spec] = parse(text, "paper_example.dap")
@@ -84,6 +91,9 @@ def test_unknown_attributes_are_kept() -> None:
      "no transfer module handles file -> s3"),
     (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
       'optimization = 3 ]'), "optimization", '"YES" or "NO"'),
+    (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
+      'optimization = "harp" ]'), "optimization",
+     "harp tunes datasets (cc, p, pp); a single file takes"),
     (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '
       'max_retries = "x" ]'), "max_retries", "non-negative integer"),
     (('[ dap_type = transfer; src_url = "file:///a"; dest_url = "file:///b"; '

@@ -135,7 +135,7 @@ def test_daemon_in_a_site_moves_files_and_estimates(bed: Testbed) -> None:
     with server:
         ads = "".join(f'[ dap_type = transfer; src_url = "{bed.url("a", f)}"; '
                       f'dest_url = "{bed.url("b", dst_dir / f.name)}"; '
-                      f'optimization = "{"YES" if i == 0 else "NO"}"; ]\n'
+                      f'optimization = "{"eos" if i == 0 else "NO"}"; ]\n'
                       for i, f in enumerate(files))
         ids = server.submit(ads)
         est = work / "est.dap"

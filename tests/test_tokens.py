@@ -790,7 +790,7 @@ def test_an_estimation_samples_token_protected_ends_with_the_callers_tokens(
 def test_an_optimized_transfer_samples_its_token_protected_source(
         stork_t: StorkServer, test_ca: TestCa, tx: TokenXrootdServer, export: Path,
         tokens: dict[str, Path], tmp_path: Path) -> None:
-    """optimization = "YES" on a root:// source with a token: the EOS asks the source's size
+    """optimization = "eos" on a root:// source with a token: the EOS asks the source's size
     with the job's token (the server tells nobody without one), so the sampling budget is the
     file's; without a budget it samples with gfal2 and the token into scratch copies beside
     the destination (gone afterwards), and the transfer runs with what it chose."""
@@ -798,7 +798,7 @@ def test_an_optimized_transfer_samples_its_token_protected_source(
     out = tmp_path / "opt"
     out.mkdir()
     [budgeted] = stork_t.submit(f"""
-    [ dap_type = transfer; optimization = "YES"; arguments = "-s 8M";
+    [ dap_type = transfer; optimization = "eos"; arguments = "-s 8M";
       bearer_token_file = "{tokens['all']}"; src_url = "{tx.url('root', src)}";
       dest_url = "file://{out}/budgeted.dat" ]""")
     job = stork_t.wait_state(budgeted, timeout_s=300)
@@ -809,7 +809,7 @@ def test_an_optimized_transfer_samples_its_token_protected_source(
             tmp_path / "s", {"EOS_SAMPLING_BUDGET": "0"},
             env={"X509_CERT_DIR": str(test_ca.trust)}) as server:
         [job_id] = server.submit(f"""
-        [ dap_type = transfer; optimization = "YES"; arguments = "-s 8M";
+        [ dap_type = transfer; optimization = "eos"; arguments = "-s 8M";
           bearer_token_file = "{tokens['all']}"; src_url = "{tx.url('root', src)}";
           dest_url = "file://{out}/opt.dat" ]""")
         job = server.wait_state(job_id, timeout_s=300)

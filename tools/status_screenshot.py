@@ -65,9 +65,9 @@ def take(work: Path, gridftp: GridFtpServer, out: str) -> None:
         assert server.proc is not None
         ids = server.submit(f"""
           [ dap_type = transfer; src_url = "{gridftp.url(big)}";
-            dest_url = "file://{work}/calib.h5"; optimization = "YES" ]
+            dest_url = "file://{work}/calib.h5"; optimization = "eos" ]
           [ dap_type = transfer; src_url = "file://{local}";
-            dest_url = "{gridftp.url(data / 'reco.root')}"; optimization = "YES" ]
+            dest_url = "{gridftp.url(data / 'reco.root')}"; optimization = "eos" ]
           [ dap_type = transfer; src_url = "{gridftp.url(data / 'missing.h5')}";
             dest_url = "file://{work}/missing.h5" ]""")
         for i in range(4):

@@ -24,11 +24,12 @@ from stork.errors import HostLimitReached, JobNotFound, PermissionDenied, StoreU
 from stork.job import DapType, Job, JobState
 from stork.server import events, kept_tokens
 from stork.server.admission import Admission
-from stork.server.attempts import Attempts, NotLaunchable, Plan, plan_attempt
+from stork.server.attempts import Attempts, NotLaunchable, Plan, as_ranges, plan_attempt
 from stork.server.flow_tuning import tunes_online
 from stork.server.optimization import EstimatorFor, Optimizations
 from stork.server.runner import StopReason
 from stork.store.base import JobStore
+from stork.transfer import destination
 from stork.transfer.registry import Registry
 from stork.userlog import aborted
 
@@ -181,10 +182,22 @@ class Dispatcher:
             self.admission.release(job_id)
             return
         # a job tuned online is tuned while it runs (`flow_tuning`), not before
-        if self.optimizations.wants(plan) and not tunes_online(job.spec, self.settings):
+        if self.optimizations.wants(plan) and not self._tuned_on_flow(plan):
             self.optimizations.begin(plan, self._optimized)
         elif not self._launch(plan):
             self.admission.release(job_id)
+
+    def _tuned_on_flow(self, plan: Plan) -> bool:
+        """Whether a job's optimizer tunes its flow while it runs: a dataset's, and a single
+        file's when it goes through the engine as ranges (`as_ranges`: not into a device or
+        a FIFO, which takes no ranges; its "YES" stays the EOS's there)."""
+        spec = plan.job.spec
+        if not tunes_online(spec, self.settings):
+            return False
+        if spec.is_dataset:
+            return True
+        return as_ranges(plan.claimed(destination.look(plan.dest_url, plan.run_as)),
+                         self.settings)
 
     def _launch(self, plan: Plan) -> bool:
         """Start the attempt; a start the cluster-wide host limit refused (a shared store:

@@ -30,6 +30,7 @@ The interface is `AttemptProcess`'s (`start`, `kill`, `pid`, `start_time`, `on_p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -171,7 +172,7 @@ class FileRun:
             range_bytes(self._bdp(), self.settings.range_min_mb << 20)
         items = plan_items([FileWork(0, src, dest, size)], range_size, {0: self.landed})
         if size is None or (not any(i.is_range for i in items) and not self.landed):
-            self._run_whole()
+            self._run_whole(size)
             return None
         self._write_result({RANGE_KEY: range_size})
         with ExitStack() as files:
@@ -181,11 +182,14 @@ class FileRun:
                 return AttemptResult(1, str(exc), 0, 0.0)
             return self._ranges(items, size, range_size, context)
 
-    def _run_whole(self) -> None:
-        argv = self.module.command(self.request)
+    def _run_whole(self, size: int | None) -> None:
+        request = self.request
+        if self._history is not None and request.options.streams is None:
+            request = self._whole_tuned(size)
+        argv = self.module.command(request)
         log.info("job %d: smaller than two ranges, sent whole: %s", self.job_id, " ".join(argv))
         whole = AttemptProcess(argv, output=self.output,
-                               err=self.err, env=self.module.environment(self.request),
+                               err=self.err, env=self.module.environment(request),
                                run_as=self.run_as, on_progress=self._on_progress,
                                on_exit=self._on_exit, on_pid=self._on_pid)
         with self._lock:
@@ -194,6 +198,21 @@ class FileRun:
         if stop is not None:
             whole.kill(stop)  # stopped before it started: it never runs
         whole.start()
+
+    def _whole_tuned(self, size: int | None) -> TransferRequest:
+        """A tuned file too small for two ranges has no flow to tune: it is sent whole with
+        the large-file preset's streams (cc x p: what its ranges would have started with;
+        the EOS's answer for a file too short to sample was its default of as many), and the
+        job's ad says so."""
+        p = default_params(SizeClass.LARGE, float(size or 0), self._bdp())
+        streams = p.cc * p.p
+        label = Setting(1, streams, 1).label()
+        self._write_result({"optimizer_file": {
+            "optimizer": self.controller, "start": label, "setting": label,
+            "changes": [], "change_count": 0, "holding": True,
+            "prior_reason": f"smaller than two ranges ({size} bytes): sent whole, with the "
+                            f"large-file preset's {streams} streams (cc x p)"}})
+        return dataclasses.replace(self.request, default_streams=streams)
 
     def _context(self, files: ExitStack) -> WorkerContext:
         options = self.request.options

@@ -66,11 +66,16 @@ def tuning_limits() -> Limits:
 
 def optimizer_of(spec: JobSpec, settings: Settings) -> str | None:
     """The optimizer a job asks for: the one its `optimization` names, else, for
-    `optimization = "YES"`, EOS_OPTIMIZER for a dataset (a single file's YES is the EOS:
-    its samples, then its streams); None when it asks for none."""
+    `optimization = "YES"`, EOS_OPTIMIZER: for a dataset always; for a single file without a
+    stream count of its own when EOS_OPTIMIZER tunes a running flow and STORK_ENGINE is flow
+    (its ranges are tuned while they move). None: a single file's YES is the EOS's (its
+    samples, then its streams), or the job asks for no optimizer."""
     if not spec.optimization:
         return None
-    return spec.optimizer or (settings.eos_optimizer if spec.is_dataset else None)
+    if spec.optimizer or spec.is_dataset:
+        return spec.optimizer or settings.eos_optimizer
+    online = settings.eos_optimizer in ONLINE_OPTIMIZERS and settings.engine == "flow"
+    return settings.eos_optimizer if online and spec.options.streams is None else None
 
 
 def tunes_online(spec: JobSpec, settings: Settings) -> bool:
