@@ -1,7 +1,8 @@
 """Optimizers of (cc, p, pp) replayed on measured grids (issue 14, point 4). Not a test.
 
     .venv/bin/python bench/bench_grid.py [--history FILE...] [--test FILE...]
-        [--optimizer NAME] [--median] [--seeds N] [--scale-rows N] [--json] [--curve]
+        [--optimizer NAME (harp, asm, ..., climb, harp-climb)] [--median] [--seeds N]
+        [--scale-rows N] [--json] [--curve]
     .venv/bin/python bench/bench_grid.py --choose-among NAME NAME... [--median] [--seeds N]
 
 Both lists default to every table in ../shared/data/transfer-logs/harp-grids/ (read where they
@@ -33,6 +34,16 @@ them in hindsight, over all datasets, is printed; `--json` has each); the best s
 setting learned from the other datasets (the cell whose share of each history dataset's best
 cell is highest on average: leave one out); Stork's static per-size-class preset
 (`stork.dataset.chunks.default_params`); the oracle.
+
+The online controllers (`--optimizer climb`, `harp-climb`: issue 28's default optimizer and
+its HARP-prior variant) make no probes: each is replayed as the held-out dataset moving
+as one flow (`replay_climb`), window by window at the settings it chooses, the windows it
+sees drawn from the probed repeats with a relative spread of WINDOW_NOISE (5%, from the
+testbed's windows, not from these tables), the bytes moving at the judged rates; its share
+is the dataset's bytes over the flow's time against the best judged cell, tries and ramps
+included, "probes" the settings the flow ran at. The probing optimizers' probes take no
+time here, so the two kinds are not judged alike: a controller pays for every setting it
+tries.
 
 Tables are read by `stork.translog.read_grid_csv` (units, line endings, BufferSize 0 as
 unknown, rows above the link skipped with a note). A file with no usable row, or without
@@ -76,6 +87,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stork import config
 from stork.dataset.chunks import Params, default_params
 from stork.errors import StorkError, TransferLogError
 from stork.translog import Skipped, TransferRecord, read_grid_csv
@@ -409,6 +421,74 @@ def replay(optimizer: Optimizer, history: Sequence[TransferRecord], t: TestSet,
                stand_ins + (judged != cell))
 
 
+# the online controllers (`stork.tuning.CONTROLLERS`): replayed as a flow (`replay_climb`)
+CONTROLLER_NAMES = ("climb", "harp-climb")
+SETTINGS = config.load(None, env={"HOME": "/nonexistent"})  # the knobs' defaults (HARP's)
+WINDOW_NOISE = 0.05  # a climb window's relative spread about its cell's value (the testbed's
+# windows at one setting spread 2.7-9.5% of their mean, docs/BENCHMARKS.md 15.18-15.20)
+
+
+def replay_climb(history: Sequence[TransferRecord], t: TestSet, view: View, limits: Limits,
+                 rng: random.Random, noise: float = WINDOW_NOISE, name: str = "climb") -> Run:
+    """The controller `name` as the daemon runs it (`flow_tuning.climb_for`: for climb the
+    prior from the path's history, `history` being the other datasets' rows, else the
+    preset; for harp-climb HARP's choice from those rows of every path, no probe; the same
+    `Climb`) on the held-out dataset moved as one flow: every WINDOW_S window at a cell moves the
+    cell's judged rate and shows the climb the probed one times 1 + N(0, `noise`); a change
+    moves RAMP_S seconds the climb does not see, then its windows count. The flow ends when
+    the dataset's bytes have moved; its share is the dataset's bytes over that time against
+    the best judged cell's rate (tries and ramps included). `probes`: the settings the flow
+    ran at; `params`: the one it ended at."""
+    from stork.dataset.chunks import size_class
+    from stork.server.flow_tuning import RAMP_S, climb_for
+    from stork.transfer.worker import Setting
+    from stork.tuning.online import WINDOW_S
+
+    r = t.rows[0]
+    d = t.description()
+    bdp = d.bdp_bytes or d.avg_file_bytes
+    first = preset(t, limits)
+    started = time.perf_counter()
+    climb, why = climb_for(list(reversed(history)), Setting(*first),
+                           src_url=f"gsiftp://{r.src_host}/in", dest_url=f"gsiftp://{r.dest_host}/out",
+                           cls=size_class(round(r.file_size_bytes), bdp), bdp_bytes=bdp, load=0,
+                           items=r.file_count, limits=limits, name=name, dataset=d,
+                           settings=SETTINGS)
+    seconds = time.perf_counter() - started
+    total_mbit = r.file_size_bytes * r.file_count * 8 / 1e6
+    moved = elapsed = since = 0.0
+    setting, seen, path = climb.prior, [], [climb.prior]
+    stand_ins = 0
+    while moved < total_mbit:
+        cell = view.at((setting.cc, setting.p, setting.pp))
+        stand_ins += len(seen) == 0 and cell != (setting.cc, setting.p, setting.pp)
+        rate = view.judged[cell]
+        step = min(WINDOW_S, (total_mbit - moved) / rate)
+        moved, elapsed, since = moved + rate * step, elapsed + step, since + step
+        if step < WINDOW_S:
+            break  # the last, partial window: the data ran out
+        seen.append(view.probe(cell) * max(0.0, 1 + rng.gauss(0.0, noise)))
+        recent = statistics.fmean(seen[-3:])
+        left_s = (total_mbit - moved) / recent if recent > 0 else None
+        started = time.perf_counter()
+        change = climb.step(seen, left_s=left_s, try_s=since)
+        seconds += time.perf_counter() - started
+        if change is None:
+            continue
+        if change.setting != setting:
+            path.append(change.setting)
+        setting, seen, since = change.setting, [], 0.0
+        rate = view.judged[view.at((setting.cc, setting.p, setting.pp))]
+        ramp = min(RAMP_S, (total_mbit - moved) / rate)
+        moved, elapsed = moved + rate * ramp, elapsed + ramp
+    best = max(view.judged.values())
+    final = view.at((setting.cc, setting.p, setting.pp))
+    share = total_mbit / elapsed / best if elapsed > 0 else 0.0
+    return Run((setting.cc, setting.p, setting.pp), share, len(path), (), None,
+               view.judged[final], seconds, why, stand_ins + (final != (setting.cc,
+                                                                         setting.p, setting.pp)))
+
+
 def asm_model(history: Sequence[TransferRecord]) -> tuple[Model, float]:
     """ASM's offline analysis of `history` and the seconds it took."""
     started = time.perf_counter()
@@ -502,7 +582,11 @@ def evaluate(history: Sequence[TransferRecord], tests: Sequence[TestSet], name: 
             view = draw(t, judge, None if median else random.Random(f"{seed}:{t.name}"))
             if view is None:
                 continue
-            runs.append(replay(make_optimizer(name, model), held_out, t, view, limits))
+            if name in CONTROLLER_NAMES:
+                rng = random.Random(f"climb:{seed}:{t.name}")
+                runs.append(replay_climb(held_out, t, view, limits, rng, name=name))
+            else:
+                runs.append(replay(make_optimizer(name, model), held_out, t, view, limits))
             shares = {k: view.share(c) for k, c in cells.items() if c is not None}
             shares["oracle"] = 1.0  # the best cell of this view's judging values
             per_view.append(shares | {_cell(c): view.share(c) for c in every_cell})
@@ -781,7 +865,7 @@ def main() -> int:
     p.add_argument("--history", nargs="+", type=Path, default=every, metavar="FILE")
     p.add_argument("--test", nargs="+", type=Path, default=every, metavar="FILE")
     p.add_argument("--optimizer", default="harp",
-                   choices=sorted({*OPTIMIZERS, *VARIANTS, *ASM_VARIANTS}))
+                   choices=sorted({*OPTIMIZERS, *VARIANTS, *ASM_VARIANTS, *CONTROLLER_NAMES}))
     p.add_argument("--judge", choices=JUDGES, default=None,
                    help="cross-repeat (the default), same-curve, or median (judged on the "
                         "median of every repeat, as in sections 6 and 7 of BENCHMARKS.md)")
@@ -833,7 +917,8 @@ def run(args: argparse.Namespace, judge: str, p: argparse.ArgumentParser) -> int
                             for n in args.choose_among}))
         return 0
     results = evaluate(history, tests, args.optimizer, seeds, args.median, judge)
-    timed = timing(history, tests, args.optimizer, args.scale_rows) if args.scale_rows else None
+    timed = timing(history, tests, args.optimizer, args.scale_rows) \
+        if args.scale_rows and args.optimizer not in CONTROLLER_NAMES else None
     summary = summarize(results, args.optimizer, timed)
     beside = ""
     if args.optimizer.startswith("asm") and args.against:

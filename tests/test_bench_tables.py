@@ -206,6 +206,34 @@ def test_grid_unmeasured_cell_is_answered_by_the_nearest() -> None:
     assert bench_grid.nearest_cell((8, 2, 2), measured) == (8, 2, 2)
 
 
+def test_climb_replayed_as_a_flow_counts_its_tries(tmp_path: Path) -> None:
+    """The online controller replayed on a grid: the dataset moves window by window at the
+    settings the climb chose, so its share counts the time of its tries and ramps."""
+    def replayed(mbps_of: Callable[[Cell, float, int], float], size: float, count: int
+                 ) -> tuple[bench_grid.Run, bench_grid.View]:
+        name = f"g{size:.0f}x{count}.csv"
+        table = write_grid(tmp_path / name, grid_lines(full((1, 2, 4, 8, 16)), size=size,
+                                                        count=count, mbps_of=mbps_of))
+        records, _ = bench_grid.load([table])
+        [t] = bench_grid.test_sets(records)
+        view = bench_grid.draw(t, "cross-repeat", random.Random(1))
+        assert view is not None
+        return bench_grid.replay_climb([], t, view, t.limits(), random.Random(2)), view
+
+    # every cell alike: nothing to win, nothing lost to the tries
+    flat, _ = replayed(lambda cell, size, repeat: 1000.0, 1e7, 2000)
+    assert flat.share == pytest.approx(1.0)
+    # streams pay (medium files from the preset, cc 8 p 2): the climb moves up and beats the
+    # preset it started at, but not the best cell (its tries and ramps are counted)
+    rising, view = replayed(rate, 6e7, 400)
+    assert rising.probes >= 2 and rising.streams > 16
+    assert view.share((8, 2, 1)) < rising.share < view.share(rising.params) <= 1.0
+    # a dataset gone before the first judgement: where it started, no change
+    short, view = replayed(rate, 6e7, 4)
+    assert short.probes == 1 and short.params == (4, 2, 1)  # cc at most the 4 files
+    assert short.share == pytest.approx(view.share((4, 2, 1)), rel=0.02)
+
+
 # -- bench_eos --------------------------------------------------------------------------------
 
 def sweep_lines(files: dict[int, dict[int, list[float]]], note: str = "sweep",

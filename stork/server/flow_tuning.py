@@ -87,7 +87,8 @@ def tunes_online(spec: JobSpec, settings: Settings) -> bool:
 def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: str,
               dest_url: str, cls: SizeClass, bdp_bytes: float, load: int,
               items: int, name: str = "climb", dataset: DatasetDescription | None = None,
-              settings: Settings | None = None) -> tuple[Climb, str]:
+              settings: Settings | None = None, limits: Limits | None = None
+              ) -> tuple[Climb, str]:
     """The controller `name` (`stork.tuning.CONTROLLERS`) of a flow of `items` items of
     size class `cls` on the path between the hosts of `src_url` and `dest_url`, and why its
     prior: "climb" starts from the path's history in the transfer log (`history`, newest
@@ -97,11 +98,13 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     says it is the path's true rate (EOS_LINK_IS_TRUE; a guessed rate must not stop a
     climb). Small files climb on cc alone (more streams per small file
     buy nothing); the others on cc, then p, large files with the two axes alike (a stream
-    count lost along one is not tried along the other: `Climb`)."""
+    count lost along one is not tried along the other: `Climb`). `limits`: what it may
+    choose (default `tuning_limits`; a replay passes the levels its table measured), cc at
+    most `items` either way."""
     from stork.dataset.chunks import SizeClass
     from stork.tuning.online import Climb, measured_from_history, prior_from_history
 
-    limits = tuning_limits().at_most_cc(items)
+    limits = (limits or tuning_limits()).at_most_cc(items)
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
