@@ -204,14 +204,17 @@ class FileRun:
         the large-file preset's streams (cc x p: what its ranges would have started with;
         the EOS's answer for a file too short to sample was its default of as many), and the
         job's ad says so."""
-        p = default_params(SizeClass.LARGE, float(size or 0), self._bdp())
+        bdp = self._bdp()
+        p = default_params(SizeClass.LARGE, float(size) if size else 4 * bdp, bdp)
         streams = p.cc * p.p
         label = Setting(1, streams, 1).label()
+        what = f"smaller than two ranges ({size} bytes)" if size is not None else \
+            "its size not told by the source"
         self._write_result({"optimizer_file": {
             "optimizer": self.controller, "start": label, "setting": label,
             "changes": [], "change_count": 0, "holding": True,
-            "prior_reason": f"smaller than two ranges ({size} bytes): sent whole, with the "
-                            f"large-file preset's {streams} streams (cc x p)"}})
+            "prior_reason": f"{what}: sent whole, with the large-file preset's {streams} "
+                            f"streams (cc x p)"}})
         return dataclasses.replace(self.request, default_streams=streams)
 
     def _context(self, files: ExitStack) -> WorkerContext:
