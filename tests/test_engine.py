@@ -17,7 +17,7 @@ import pytest
 
 from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes, split
 from stork.engine.engine import LIST_MIN_BYTES, STAGGER
-from stork.engine.flow import Stretch
+from stork.engine.flow import SERIES_LAG_S, Stretch, series_flow
 from stork.engine.items import RANGE_FLOOR_BYTES, merged
 from stork.engine.series import series
 from stork.server.flow_report import stretch_records
@@ -135,6 +135,27 @@ def test_a_late_report_lands_in_the_windows_it_moved_in_until_they_are_final() -
     assert told.windows() == []
     told.settle(2.0)
     assert [w.rate_mbps for w in told.windows()] == [8.0, 8.0]
+
+
+def test_a_jobs_series_spreads_third_party_markers_over_the_windows_they_moved_in() -> None:
+    """Calls that tell their bytes every 5 s (a GridFTP third-party transfer's performance
+    markers), each at 100 Mbit/s: the job's series reads 300 Mbit/s in every window, where
+    a series with no lag read bursts and empty seconds."""
+    def fed(flow: Flow) -> list[float]:
+        reports = []  # (told at, since): each call's markers, 5 s apart from its own phase
+        for phase in (0.7, 2.4, 4.1):
+            marks = [0.0, *(phase + 5.0 * k for k in range(8))]
+            reports += list(zip(marks[1:], marks[:-1], strict=True))
+        for t, since in sorted(reports):
+            flow.add(since, t, 100e6 / 8 * (t - since))
+        flow.tick(60.0)
+        return [w.rate_mbps for w in flow.windows() if 5.0 <= w.start_s < 35.0]
+
+    spread = fed(series_flow(0.0))
+    assert len(spread) == 30 and all(w == pytest.approx(300.0) for w in spread), spread
+    lumpy = fed(Flow(0.0))
+    assert max(lumpy) > 400.0 and min(lumpy) <= 100.0  # what a job showed before
+    assert SERIES_LAG_S > 5.0
 
 
 def test_the_flow_keeps_a_bounded_series() -> None:

@@ -67,7 +67,7 @@ from stork.config import ONLINE_OPTIMIZERS, Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
-from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes
+from stork.engine import Assembly, Engine, Taken, plan_items, range_bytes, series_flow
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -283,7 +283,7 @@ class DatasetRun:
         self._shared_cc: SharedConcurrency | None = None  # tuned chunks share concurrency
         self._children: set[Child] = set()
         self._engines: set[Engine] = set()
-        self.meter = Flow(time.monotonic())  # the pass's flow over all its engines and runs
+        self.meter = series_flow(time.monotonic())  # the pass's flow over all its engines and runs
         self._stop: StopReason | None = None
         self._abandoned: list[tuple[str, float]] = []  # stork_rm: (destination, call began)
         self._moved = 0

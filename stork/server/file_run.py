@@ -41,7 +41,7 @@ from typing import Any
 
 from stork.config import Settings
 from stork.dataset.chunks import SizeClass, default_params
-from stork.engine import Assembly, Engine, Flow, plan_items, range_bytes
+from stork.engine import Assembly, Engine, plan_items, range_bytes, series_flow
 from stork.engine.items import Span, covered, merged
 from stork.errors import IdentityError, RetryableTransferError, TransferError
 from stork.identity import RunAs
@@ -122,7 +122,7 @@ class FileRun:
         self._whole: AttemptProcess | None = None  # a file too small for ranges
         self._failure: TransferError | None = None
         self._retried: dict[int, int] = {}  # range offset -> times sent again
-        self.meter = Flow(time.monotonic())
+        self.meter = series_flow(time.monotonic())
         self.start_time = time.monotonic()
 
     # -- the interface of an attempt's process --------------------------------------------
