@@ -5,13 +5,14 @@ and the next job on the path starts from what the first one learned."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import StorkServer, make_file, md5
+from tests.support import StorkServer, make_file, md5, wait_for
 from tests.testbed import Testbed, pair
 from tests.testbed.netns import leftovers, unavailable_reason
 
@@ -31,8 +32,10 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 @pytest.fixture(scope="module")
 def daemon(bed: Testbed) -> Iterator[StorkServer]:
     """A daemon inside site b (third party from a), its store kept for the module."""
+    # EOS_SAMPLING_BUDGET 0: every file tuned, however short (the test's files take seconds)
     server = StorkServer(bed.workdir / "stork", {"STORK_LINK_MBPS": "100",
-                                                 "STORK_RANGE_MIN_MB": "8"},
+                                                 "STORK_RANGE_MIN_MB": "8",
+                                                 "EOS_SAMPLING_BUDGET": "0"},
                          prefix=bed.argv("b", []))
     with server:
         yield server
@@ -116,6 +119,31 @@ def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,
     assert f"job {job['id']}: smaller than two ranges, sent whole: " in log
     [line] = [x for x in log.splitlines() if f"job {job['id']}: smaller than two" in x]
     assert " -p 32 " in line, line
+
+    # with the default budget (a tenth of the file's time for one try), a file of a few
+    # seconds runs at the preset (cc 8 p 4 over its ranges), untouched
+    reconfigure(daemon, EOS_SAMPLING_BUDGET="0.1")
+    try:
+        short = make_file(src_dir / "short.dat", 48 << 20, seed=9)
+        job = submit(daemon, bed, short, dest_dir / "short.dat", slash="", optimizer="YES")
+    finally:
+        reconfigure(daemon, EOS_SAMPLING_BUDGET="0")
+    assert md5(dest_dir / "short.dat") == md5(short)
+    untuned = job["result"]["optimizer_file"]
+    assert untuned["prior_reason"].startswith("not tuned: "), untuned
+    assert untuned["change_count"] == 0 and untuned["setting"] == "cc=8 p=4 pp=1", untuned
+    rows = [r for r in daemon.api("GET", "/v1/transfers").json()["transfers"]
+            if r["job_id"] == job["id"]]
+    assert rows and {(r["cc"], r["p"]) for r in rows} == {(8, 4)}, rows
+
+
+def reconfigure(daemon: StorkServer, **knobs: str) -> None:
+    """Change live knobs in the daemon's file and have it read them (SIGHUP)."""
+    before = daemon.stderr_path.read_text().count("SIGHUP: configuration re-read")
+    daemon.write_config(**knobs)
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: daemon.stderr_path.read_text().count(
+        "SIGHUP: configuration re-read") > before, 15, what="the daemon to re-read its file")
 
 
 def test_a_mixed_datasets_chunks_hold_their_presets_while_they_share_the_path(

@@ -84,6 +84,16 @@ def tunes_online(spec: JobSpec, settings: Settings) -> bool:
     return optimizer_of(spec, settings) in ONLINE_OPTIMIZERS and settings.engine == "flow"
 
 
+def shortest_tuned_s(budget: float) -> float:
+    """The shortest predicted transfer of a single file worth tuning while it moves: one
+    judged try (RAMP_S, then WINDOWS windows) must fit in `budget` (EOS_SAMPLING_BUDGET) of
+    it, as two EOS samples must; a shorter file runs at its prior untouched, as the EOS
+    answers one without sampling. 0 with no budget (0: every file is tuned)."""
+    from stork.tuning.online import WINDOW_S, WINDOWS
+
+    return (RAMP_S + WINDOWS * WINDOW_S) / budget if budget > 0 else 0.0
+
+
 def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: str,
               dest_url: str, cls: SizeClass, bdp_bytes: float, load: int,
               items: int, name: str = "climb", dataset: DatasetDescription | None = None,
