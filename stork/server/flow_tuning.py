@@ -87,8 +87,8 @@ def tunes_online(spec: JobSpec, settings: Settings) -> bool:
 def shortest_tuned_s(budget: float) -> float:
     """The shortest predicted transfer of a single file worth tuning while it moves: one
     judged try (RAMP_S, then WINDOWS windows) must fit in `budget` (EOS_SAMPLING_BUDGET) of
-    it, as two EOS samples must; a shorter file runs at its prior untouched, as the EOS
-    answers one without sampling. 0 with no budget (0: every file is tuned)."""
+    it, as two EOS samples must; a shorter file runs at the preset untouched, as the EOS
+    answers one without sampling (`FileRun`). 0 with no budget: every file is tuned."""
     from stork.tuning.online import WINDOW_S, WINDOWS
 
     return (RAMP_S + WINDOWS * WINDOW_S) / budget if budget > 0 else 0.0
