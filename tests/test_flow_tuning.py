@@ -131,7 +131,8 @@ def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,
     assert md5(dest_dir / "short.dat") == md5(short)
     untuned = job["result"]["optimizer_file"]
     assert untuned["prior_reason"].startswith("not tuned: "), untuned
-    assert untuned["change_count"] == 0 and untuned["setting"] == "cc=8 p=4 pp=1", untuned
+    assert untuned["change_count"] == 0, untuned
+    assert untuned["prior"] == untuned["setting"] == "cc=8 p=4 pp=1", untuned
     rows = [r for r in daemon.api("GET", "/v1/transfers").json()["transfers"]
             if r["job_id"] == job["id"]]
     assert rows and {(r["cc"], r["p"]) for r in rows} == {(8, 4)}, rows

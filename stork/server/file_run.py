@@ -211,7 +211,7 @@ class FileRun:
         what = f"smaller than two ranges ({size} bytes)" if size is not None else \
             "its size not told by the source"
         self._write_result({"optimizer_file": {
-            "optimizer": self.controller, "start": label, "setting": label,
+            "optimizer": self.controller, "prior": label, "start": label, "setting": label,
             "changes": [], "change_count": 0, "holding": True,
             "prior_reason": f"{what}: sent whole, with the large-file preset's {streams} "
                             f"streams (cc x p)"}})
@@ -267,8 +267,9 @@ class FileRun:
             if predicted_s < shortest_s:
                 setting = preset
                 self._write_result({"optimizer_file": {
-                    "optimizer": self.controller, "start": preset.label(),
-                    "setting": preset.label(), "changes": [], "change_count": 0,
+                    "optimizer": self.controller, "prior": preset.label(),
+                    "start": preset.label(), "setting": preset.label(), "changes": [],
+                    "change_count": 0,
                     "holding": True,
                     "prior_reason": (
                         f"not tuned: {predicted_s:.0f} s at {rate:.0f} Mbit/s is shorter than "
