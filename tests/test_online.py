@@ -571,7 +571,9 @@ for name in ("climb", "harp-climb"):
     assert out.split("\n")[:2] == ["climb False", "harp-climb True"], out
 
 
-def test_yes_is_eos_optimizer_for_a_dataset_and_the_eos_for_a_single_file() -> None:
+def test_yes_is_eos_optimizer_online_and_the_eos_for_a_file_it_cannot_tune() -> None:
+    """YES is EOS_OPTIMIZER's for a dataset; for a single file too when that one tunes a
+    running flow on the flow engine and the file has no -p of its own, else the EOS's."""
     from stork.config import load
     from stork.job import DapType, JobSpec
     from stork.server.flow_tuning import optimizer_of, tunes_online
@@ -579,21 +581,26 @@ def test_yes_is_eos_optimizer_for_a_dataset_and_the_eos_for_a_single_file() -> N
     default = load(None, {})
     assert default.eos_optimizer == "climb"
 
-    def spec(src: str, optimizer: str | None = None, optimization: bool = True) -> JobSpec:
+    def spec(src: str, optimizer: str | None = None, optimization: bool = True,
+             arguments: str = "") -> JobSpec:
         return JobSpec(dap_type=DapType.TRANSFER, src_url=src, dest_url="file:///tmp/x/",
-                       optimization=optimization, optimizer=optimizer)
+                       optimization=optimization, optimizer=optimizer, arguments=arguments)
 
     dataset, single = "gsiftp://a/data/", "gsiftp://a/data/f"
     assert optimizer_of(spec(dataset), default) == "climb"
     assert tunes_online(spec(dataset), default)
-    assert optimizer_of(spec(single), default) is None  # the EOS: samples, then streams
-    assert not tunes_online(spec(single), default)
-    assert tunes_online(spec(single, "climb"), default)  # a file may name it
+    assert optimizer_of(spec(single), default) == "climb"  # its ranges, tuned as they move
+    assert tunes_online(spec(single), default)
+    assert optimizer_of(spec(single, arguments="-p 3"), default) is None  # its own -p wins
+    assert optimizer_of(spec(single, "eos"), default) == "eos"  # the EOS, by name
+    assert not tunes_online(spec(single, "eos"), default)
     assert optimizer_of(spec(dataset, optimization=False), default) is None
     harp = load(None, {"_STORK_EOS_OPTIMIZER": "harp"})
     assert optimizer_of(spec(dataset), harp) == "harp" and not tunes_online(spec(dataset), harp)
+    assert optimizer_of(spec(single), harp) is None  # not online: the EOS's samples
     batch = load(None, {"_STORK_ENGINE": "batch"})
     assert not tunes_online(spec(dataset), batch)
+    assert optimizer_of(spec(single), batch) is None
 
 
 def test_large_files_do_not_halve_to_a_stream_count_already_lost() -> None:

@@ -13,7 +13,6 @@ from stork.eos.types import EstimateResult
 from stork.errors import NoTransferModule
 from stork.job import DapType, Job, JobSpec, JobState
 from stork.server.attempts import NotLaunchable, Plan, plan_attempt
-from stork.server.flow_tuning import optimizer_of, tunes_online
 from stork.server.optimization import OPTIMIZING, Optimizations, job_attributes, request_for
 from stork.transfer.registry import Registry
 
@@ -87,26 +86,6 @@ def test_which_jobs_are_optimized() -> None:
     assert optimizations.phase(3) is None and OPTIMIZING == "optimizing: EOS sampling"
     assert len(OPTIMIZING) <= 26  # stork_q's progress column
 
-
-def test_which_optimizer_a_job_asks_for() -> None:
-    """A single file's "YES" is EOS_OPTIMIZER's when that one tunes a running flow on the
-    flow engine and the file has no stream count of its own; else the EOS's (None)."""
-    harp = dataclasses.replace(SETTINGS, eos_optimizer="harp")
-    batch = dataclasses.replace(SETTINGS, engine="batch")
-    dataset = JobSpec(DapType.TRANSFER, "gsiftp://a/in/", "gsiftp://b/out/", optimization=True)
-    cases = [
-        (JobSpec(DapType.TRANSFER, SRC, DEST, optimization=True), SETTINGS, "climb"),
-        (JobSpec(DapType.TRANSFER, SRC, DEST, optimization=True, arguments="-p 3"), SETTINGS,
-         None),
-        (JobSpec(DapType.TRANSFER, SRC, DEST, optimization=True), harp, None),
-        (JobSpec(DapType.TRANSFER, SRC, DEST, optimization=True), batch, None),
-        (JobSpec(DapType.TRANSFER, SRC, DEST, optimization=True, optimizer="eos"), SETTINGS,
-         "eos"),
-        (JobSpec(DapType.TRANSFER, SRC, DEST), SETTINGS, None),
-        (dataset, harp, "harp"), (dataset, SETTINGS, "climb")]
-    assert [optimizer_of(spec, s) for spec, s, _ in cases] == [want for _, _, want in cases]
-    assert [tunes_online(spec, s) for spec, s, _ in cases] == [
-        True, False, False, False, False, False, False, True]
 
 
 class FakeStore:
