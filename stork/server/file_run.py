@@ -207,15 +207,18 @@ class FileRun:
         bdp = self._bdp()
         p = default_params(SizeClass.LARGE, float(size) if size else 4 * bdp, bdp)
         streams = p.cc * p.p
-        label = Setting(1, streams, 1).label()
         what = f"smaller than two ranges ({size} bytes)" if size is not None else \
             "its size not told by the source"
+        self._untuned(Setting(1, streams, 1), f"{what}: sent whole, with the large-file "
+                                              f"preset's {streams} streams (cc x p)")
+        return dataclasses.replace(self.request, default_streams=streams)
+
+    def _untuned(self, setting: Setting, why: str) -> None:
+        """The record of a file its optimizer does not tune (as a tuned one's, no change)."""
+        label = setting.label()
         self._write_result({"optimizer_file": {
             "optimizer": self.controller, "prior": label, "start": label, "setting": label,
-            "changes": [], "change_count": 0, "holding": True,
-            "prior_reason": f"{what}: sent whole, with the large-file preset's {streams} "
-                            f"streams (cc x p)"}})
-        return dataclasses.replace(self.request, default_streams=streams)
+            "changes": [], "change_count": 0, "holding": True, "prior_reason": why}})
 
     def _context(self, files: ExitStack) -> WorkerContext:
         options = self.request.options
@@ -266,16 +269,11 @@ class FileRun:
             shortest_s = shortest_tuned_s(self.settings.eos_sampling_budget)
             if predicted_s < shortest_s:
                 setting = preset
-                self._write_result({"optimizer_file": {
-                    "optimizer": self.controller, "prior": preset.label(),
-                    "start": preset.label(), "setting": preset.label(), "changes": [],
-                    "change_count": 0,
-                    "holding": True,
-                    "prior_reason": (
-                        f"not tuned: {predicted_s:.0f} s at {rate:.0f} Mbit/s is shorter than "
-                        f"{shortest_s:.0f} s, where one try would pass EOS_SAMPLING_BUDGET "
-                        f"({self.settings.eos_sampling_budget:g}) of it; the preset "
-                        f"{preset.label()}")}})
+                self._untuned(preset, (
+                    f"not tuned: {predicted_s:.0f} s at {rate:.0f} Mbit/s is shorter than "
+                    f"{shortest_s:.0f} s, where one try would pass EOS_SAMPLING_BUDGET "
+                    f"({self.settings.eos_sampling_budget:g}) of it; the preset "
+                    f"{preset.label()}"))
                 climb = None
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._landed(engine, assembly, results),
