@@ -428,6 +428,11 @@ WINDOW_NOISE = 0.05  # a climb window's relative spread about its cell's value (
 # windows at one setting spread 2.7-9.5% of their mean, docs/BENCHMARKS.md 15.18-15.20)
 
 
+def url_host(name: str) -> str:
+    """A table's host name as a URL's host, as the daemon records it."""
+    return name.lower().replace("/", "-")
+
+
 def replay_climb(history: Sequence[TransferRecord], t: TestSet, view: View, limits: Limits,
                  rng: random.Random, noise: float = WINDOW_NOISE, name: str = "climb") -> Run:
     """The controller `name` as the daemon runs it (`flow_tuning.climb_for`: for climb the
@@ -448,9 +453,14 @@ def replay_climb(history: Sequence[TransferRecord], t: TestSet, view: View, limi
     d = t.description()
     bdp = d.bdp_bytes or d.avg_file_bytes
     first = preset(t, limits)
+    # the daemon's log names a host as its URL does (`parse_url`: lower case, no path):
+    # the tables' "Gordon/Oasis" is a host of its own, "gordon-oasis"
+    history = [dataclasses.replace(h, src_host=url_host(h.src_host),
+                                   dest_host=url_host(h.dest_host)) for h in history]
     started = time.perf_counter()
     climb, why = climb_for(list(reversed(history)), Setting(*first),
-                           src_url=f"gsiftp://{r.src_host}/in", dest_url=f"gsiftp://{r.dest_host}/out",
+                           src_url=f"gsiftp://{url_host(r.src_host)}/in",
+                           dest_url=f"gsiftp://{url_host(r.dest_host)}/out",
                            cls=size_class(round(r.file_size_bytes), bdp), bdp_bytes=bdp, load=0,
                            items=r.file_count, limits=limits, name=name, dataset=d,
                            settings=SETTINGS)

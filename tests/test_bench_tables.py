@@ -232,6 +232,19 @@ def test_climb_replayed_as_a_flow_counts_its_tries(tmp_path: Path) -> None:
     short, view = replayed(rate, 6e7, 4)
     assert short.probes == 1 and short.params == (4, 2, 1)  # cc at most the 4 files
     assert short.share == pytest.approx(view.share((4, 2, 1)), rel=0.02)
+    # another dataset of the class on the path is the climb's history, with the tables' host
+    # names ("Gordon/Oasis") read as the daemon's log names them
+    hosts = {"src": "Stampede", "dest": "Gordon/Oasis"}
+    seen = write_grid(tmp_path / "seen.csv", grid_lines(full((1, 2, 4, 8, 16)), size=6e7,
+                                                        count=400, **hosts))
+    new = write_grid(tmp_path / "new.csv", grid_lines(full((1, 2, 4, 8, 16)), size=6.2e7,
+                                                       count=400, **hosts))
+    history, _ = bench_grid.load([seen])
+    [t] = bench_grid.test_sets(bench_grid.load([new])[0])
+    view = bench_grid.draw(t, "cross-repeat", random.Random(1))
+    assert view is not None
+    known = bench_grid.replay_climb(history, t, view, t.limits(), random.Random(2))
+    assert "the path's history (25 settings measured)" in known.reason, known.reason
 
 
 # -- bench_eos --------------------------------------------------------------------------------
