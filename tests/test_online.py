@@ -327,6 +327,23 @@ def test_prior_is_the_fewest_streams_within_five_percent_of_the_best() -> None:
     assert "history" in why
 
 
+def test_prior_ranks_settings_by_what_they_surely_make_not_by_a_lucky_row() -> None:
+    # windows spread 20% on this path: one whole transfer (one window) at 200 Mbit/s says
+    # less than 30 windows at 150
+    history = [row(16, 1, 150.0, spread=30.0, seconds=20.0),
+               row(16, 1, 150.0, spread=30.0, seconds=20.0),
+               row(16, 1, 150.0, spread=30.0, seconds=20.0),
+               row(8, 1, 200.0, spread=None)]
+    measured = known(history)
+    assert measured[Setting(8, 1, 1)].count == 1
+    prior, why = prior_from_history(measured, Setting(4, 1, 4))
+    assert prior == Setting(16, 1, 1), why
+    assert "at least 139.4 Mbit/s" in why  # 150 less 2 x 28.9 (pooled) / sqrt(30)
+    # the same row on a quiet path (windows spread 2%) is a rate: it wins
+    quiet = [row(16, 1, 150.0, spread=3.0, seconds=20.0), row(8, 1, 200.0, spread=None)]
+    assert prior_from_history(known(quiet), Setting(4, 1, 4))[0] == Setting(8, 1, 1)
+
+
 def test_prior_prefers_rows_at_the_same_load_and_falls_back_to_the_preset() -> None:
     history = [row(16, 1, 150.0), row(4, 1, 90.0, sharing=2)]
     loaded, _ = prior_from_history(known(history, load=2), Setting(8, 1, 4))

@@ -623,7 +623,12 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                        windows: int = WINDOWS, min_gain: float = MIN_GAIN,
                        alike_axes: bool = False) -> tuple[Setting, str]:
     """Where to start: of the settings the path's history measured (`measured_from_history`)
-    the fewest streams within `min_gain` of the best mean, else `preset`; with why.
+    the fewest streams within `min_gain` of the best, else `preset`; with why. Each setting
+    is ranked by what it surely makes (`_lower`: its mean less `Z` standard errors), not by
+    its mean: of many settings each seen a few times, the highest mean is the luckiest as
+    often as the best (on the grids of ../shared/data, where a table's datasets are each
+    other's history, the prior by the mean chose cc 8 p 32 pp 32 for the 1 GiB files from
+    12 windows at 4538 ± 2212 Mbit/s, 0.44 of the best cell; docs/BENCHMARKS.md 13.4).
 
     With `axes` (and `limits`), a halving of that setting along the first of them that the
     history has not measured over `windows` windows is where the job starts instead: the
@@ -636,12 +641,14 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     if not known:
         return preset, (f"no transfer of this size class on this path in the log: the "
                         f"preset {preset.label()}")
-    best = max(m.mean for m in known.values())
-    near = [m for m in known.values() if m.mean >= best * (1 - min_gain)]
-    chosen = min(near, key=lambda m: (streams(m.setting), -m.mean))
+    share = _history_noise(known.values())
+    bound = {s: _lower(m, share) for s, m in known.items()}
+    best = max(bound.values())
+    near = [m for m in known.values() if bound[m.setting] >= best * (1 - min_gain)]
+    chosen = min(near, key=lambda m: (streams(m.setting), -bound[m.setting]))
     why = (f"the path's history ({len(known)} settings measured): {chosen.label()} over "
-           f"{chosen.count} windows, the fewest streams within {min_gain:.0%} of the best "
-           f"{best:.1f} Mbit/s")
+           f"{chosen.count} windows, at least {bound[chosen.setting]:.1f} Mbit/s: the fewest "
+           f"streams within {min_gain:.0%} of the best such bound, {best:.1f} Mbit/s")
     too_few = max((streams(m.setting) for m in known.values() if alike_axes
                    and streams(m.setting) < streams(chosen.setting) and m.count >= windows
                    and judge(chosen, m, min_gain=min_gain, z=Z)[0] is Verdict.REFUSED),
@@ -656,6 +663,21 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
     return chosen.setting, why
+
+
+def _history_noise(known: Iterable[Measured]) -> float:
+    """The spread of one window as a share of its mean, pooled over the history's settings
+    (NOISE_PRIOR when it has too few degrees of freedom)."""
+    known = list(known)
+    df = sum(max(m.count - 1, 0) for m in known)
+    return math.sqrt(sum(_spread(m) for m in known) / df) if df >= NOISE_MIN_DF \
+        else NOISE_PRIOR
+
+
+def _lower(m: Measured, share: float) -> float:
+    """What `m`'s setting surely makes: its mean less Z standard errors (its own spread, or
+    the history's `share` of its mean when that is wider: one lucky row is not a rate)."""
+    return m.mean - Z * max(m.stdev, share * m.mean) / math.sqrt(m.count)
 
 
 def prior_from_optimizer(optimizer: Optimizer, history: Sequence[TransferRecord],
