@@ -351,6 +351,64 @@ def test_a_slot_sets_its_next_call_up_while_its_last_one_ends(per_call: bool) ->
         assert early == 0 and most == 1
 
 
+class MarkerWorker(Worker):
+    """A third-party transfer's worker: a set-up, then its range at a steady rate, told at
+    its server's markers (every `every_s` from its start) and at its end."""
+
+    sets_up_per_call = True
+
+    def __init__(self, setup_s: float, every_s: float, bytes_per_s: float) -> None:
+        self.setup_s, self.every_s, self.bytes_per_s = setup_s, every_s, bytes_per_s
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        [item] = items
+        start = time.monotonic()
+        end = start + self.setup_s + item.size_bytes / self.bytes_per_s
+        told, last, mark = 0, start, start
+        while told < item.size_bytes:
+            mark = min(mark + self.every_s, end)
+            time.sleep(max(0.0, mark - time.monotonic()))
+            done = min(item.size_bytes,
+                       round(self.bytes_per_s * max(0.0, mark - start - self.setup_s)))
+            now = time.monotonic()
+            if done > told:
+                report(last, now, done - told)
+                told, last = done, now
+        return [ItemResult(item, True)]
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_third_party_calls_set_up_is_not_its_first_marker_and_its_hand_over_is_timed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Markers 0.4 s apart, a set-up of 0.02 s: the set-up measured is the set-up (taken as
+    the time to the first report it read 0.4 s), and a slot's next call starts about a
+    set-up before the last one ends, on a timer, not at the last marker before its end
+    (0.22 s early, its streams beside the last one's meanwhile)."""
+    monkeypatch.setattr("stork.engine.engine.SETUP_S_FIRST", 0.02)
+    mb = 1 << 20
+    file = FileWork(0, "x://s/big", "x://d/big", 8 * 20 * mb)
+    started: dict[int, float] = {}
+    calls: list[tuple[int, float, float]] = []
+
+    def on_results(taken: Taken, results: list[ItemResult]) -> None:
+        calls.append((taken.slot, started[id(taken)], time.monotonic()))
+
+    engine = Engine(split(file, 20 * mb), lambda: MarkerWorker(0.02, 0.4, 20 * mb),
+                    Setting(2, 1, 1), on_results,
+                    on_take=lambda taken: started.__setitem__(id(taken), time.monotonic()))
+    engine.run()
+    assert len(calls) == 8
+    assert engine.setup_s < 0.1, engine.setup_s
+    early = []
+    for slot in (0, 1):
+        mine = sorted(c[1:] for c in calls if c[0] == slot)
+        early += [a[1] - b[0] for a, b in itertools.pairwise(mine)]
+    assert len(early) == 6 and max(early) < 0.15, early  # 0.22 s each, handed over at 0.8 s
+    assert sum(1 for e in early if e > 0) >= 3, early  # and the next call set up before
+
+
 def test_each_call_is_logged_at_debug_with_its_set_up_and_length(
         caplog: pytest.LogCaptureFixture) -> None:
     files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 256 << 10) for i in range(20)]

@@ -10,10 +10,17 @@ barrier where the flow drains to the slowest file and starts again.
 A worker whose calls each set a session up again (`Worker.sets_up_per_call`: a
 globus-url-copy a call, whose control and data connections took 0.7-0.9 s at 40 ms) would
 leave its slot idle for that long every call. So a slot has two lanes: when its call's
-bytes left would take about as long as a call's set-up (measured: the mean time from a
-call's start to its first report), the slot's other lane takes the next call and sets it
-up while the last bytes of this one move (`_handoff`). For that moment the slot has two
-calls; only one of them moves data most of the time.
+bytes left would take about as long as a call's set-up at its rate, the slot's other lane
+takes the next call and sets it up while the last bytes of this one move (`_handoff`;
+checked at each report, and timed when that moment comes before the next report:
+`_plan_hand_over`). For that moment the slot has two calls; only one of them moves data
+most of the time. The set-up is measured (`_learn_setup`: the running mean, per call, of
+the time from its start to its first report less what its first bytes took at its rate),
+and a call's first report is spread over its time after a set-up. Taken as the time to the
+first report, a third-party range's set-up read about 5 s (its server's first marker): the
+next call started up to 5 s early, the slot ran two calls' streams meanwhile, and the
+flow's windows at a steady 200 Mbit/s link spread 6-12% about their mean
+(docs/BENCHMARKS.md 15.22).
 
 `set(Setting)` applies at once and stops nothing: a higher `cc` starts workers now; a lower
 one lets the workers above it finish their call and take no more; `p` and `pp` apply to the
@@ -104,8 +111,10 @@ class _Call:
     told_s: float  # up to when it told its bytes
     total_bytes: int
     told_bytes: float = 0.0
-    first_s: float | None = None  # its first report (the end of its set-up)
+    first_s: float | None = None  # its first report
     first_bytes: float = 0.0  # what that report told
+    setup_s: float | None = None  # its set-up, known at its second report (`Engine._report`)
+    handing_over: threading.Timer | None = None  # the hand-over planned before its end
     cut: bool = False  # the engine cut it (`Engine._straggler`)
 
     @property
@@ -230,7 +239,7 @@ class Engine:
 
     @property
     def setup_s(self) -> float:
-        """A call's set-up as measured (the running mean from start to first report)."""
+        """A call's set-up as measured (the running mean: `_learn_setup`)."""
         return self._setup_s
 
     # -- the workers -----------------------------------------------------------------------
@@ -277,6 +286,8 @@ class Engine:
                 finally:
                     with self._lock:
                         call = self._calls.pop(lane, None)
+                        if call is not None and call.handing_over is not None:
+                            call.handing_over.cancel()
                         self._changed.notify_all()
                 with self._lock:  # a cut call's rest, queued again (unless stopped since:
                     # then the caller has them, as any stopped call's, as not answered)
@@ -313,14 +324,15 @@ class Engine:
         with self._lock:
             call = self._calls.get(lane)
             if call is not None:
+                last_s = call.told_s
                 call.told_s = max(call.told_s, t1)
                 call.told_bytes += nbytes
-                if call.first_s is None:
+                if call.first_s is None:  # its first bytes moved after its set-up
+                    t0 = max(t0, min(t1, call.taken.started_s + self._setup_s))
                     call.first_s, call.first_bytes = t1, call.told_bytes
-                    setup = t1 - call.taken.started_s
-                    self._setup_s += SETUP_WEIGHT * (setup - self._setup_s)
-                elif self._ends_soon(call):
-                    self._hand_over(lane)
+                else:
+                    self._learn_setup(call)
+                    self._plan_hand_over(lane, call, t1 - last_s)
             straggler = self._straggler()
         if straggler is not None:
             straggler.cut()
@@ -329,10 +341,38 @@ class Engine:
             self.meter.add(t0, t1, nbytes)
         self.tick(t1)
 
-    def _ends_soon(self, call: _Call) -> bool:
-        """The call's bytes left take about a set-up at its own rate (in the lock)."""
+    def _learn_setup(self, call: _Call) -> None:
+        """At a call's second report, its set-up: the time from its start to its first
+        report less what its first bytes took at its rate since (a third-party transfer's
+        first report is its server's first marker, 5 s in: most of that moved data), into
+        the running mean (in the lock)."""
         rate = call.rate()
-        return rate is not None and rate > 0 and call.left_bytes <= rate * self._setup_s
+        if call.setup_s is not None or call.first_s is None or not rate:
+            return
+        call.setup_s = max(0.0, call.first_s - call.taken.started_s - call.first_bytes / rate)
+        self._setup_s += SETUP_WEIGHT * (call.setup_s - self._setup_s)
+
+    def _plan_hand_over(self, lane: Lane, call: _Call, every_s: float) -> None:
+        """The slot's next call to start a set-up before this one ends, at its own rate:
+        now, or at that moment when it comes before the call's next report would (its
+        reports come `every_s` apart: a third-party transfer's every 5 s, more than a
+        set-up), so the two calls of a slot overlap by a set-up, not by up to 5 s (in the
+        lock)."""
+        rate = call.rate()
+        if not rate or call.handing_over is not None:
+            return
+        wait_s = call.left_bytes / rate - self._setup_s
+        if wait_s <= 0:
+            self._hand_over(lane)
+        elif wait_s < every_s:
+            call.handing_over = threading.Timer(wait_s, self._hand_over_timed, (lane, call))
+            call.handing_over.daemon = True
+            call.handing_over.start()
+
+    def _hand_over_timed(self, lane: Lane, call: _Call) -> None:
+        with self._lock:
+            if self._calls.get(lane) is call:
+                self._hand_over(lane)
 
     def _hand_over(self, lane: Lane) -> None:
         """Let the slot's other lane take the next call now, when the lane's worker sets
