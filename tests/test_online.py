@@ -706,3 +706,18 @@ def test_a_chunk_holds_its_preset_while_the_jobs_other_chunks_move_and_climbs_al
     with pytest.raises(ValueError, match="needs a setting to hold"):
         FlowTuner(engine, climb, what="large", prior_reason="test",
                   write_result=written.append, shared=lambda: True)
+
+
+def test_a_try_of_fewer_streams_still_open_at_the_last_window_says_what_it_lost() -> None:
+    """Open after max_windows, fewer streams are kept only within 5% on the point estimate;
+    past it the reference is kept, and the reason says the loss (not that fewer streams
+    won)."""
+    climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=100.0)
+    first = climb.step([100.0, 100.0, 100.0])
+    assert first is not None and first.setting == Setting(4, 1, 1), first
+    tried = [80.0, 106.0] * 4  # 93 on the mean, each window 13% about it
+    answers = [climb.step(tried[:n]) for n in range(3, 9)]
+    assert answers[:-1] == [None] * 5  # within the noise until the last window
+    last = answers[-1]
+    assert last is not None and last.setting == Setting(8, 1, 1)
+    assert "a loss of 7.0%, past 5%: kept the reference" in last.reason, last.reason

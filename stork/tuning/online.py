@@ -325,8 +325,10 @@ class Climb:
             gain = figures["gain"]
             kept = gain >= -self.min_gain if fewer else False
             verdict = Verdict.KEPT if kept else Verdict.REFUSED
-            why += f"; still open after {tried.count} windows: " + \
-                ("the fewer streams win" if kept else "the fewer streams win: kept the reference")
+            why += f"; still open after {tried.count} windows: " + (
+                "the fewer streams win" if kept else
+                f"a loss of {-gain:.1%}, past {self.min_gain:.0%}: kept the reference" if fewer
+                else "the fewer streams win: kept the reference")
         return self._after(verdict, tried, why, figures)
 
     def _after(self, verdict: Verdict, tried: Measured, why: str,
