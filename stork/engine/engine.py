@@ -370,6 +370,7 @@ class Engine:
             call.handing_over.start()
 
     def _hand_over_timed(self, lane: Lane, call: _Call) -> None:
+        """The timer of `_plan_hand_over`: the hand-over, if the call still runs."""
         with self._lock:
             if self._calls.get(lane) is call:
                 self._hand_over(lane)

@@ -532,10 +532,7 @@ class Climb:
         """The spread of one window at an unchanged setting, as a share of its mean: pooled
         over every setting this job measured and `new` (each measurement's windows about
         their own mean); until it has `NOISE_MIN_DF` degrees of freedom, `NOISE_PRIOR`."""
-        ss, df = self._noise_ss, self._noise_df
-        for m in new:
-            ss, df = ss + _spread(m), df + max(m.count - 1, 0)
-        return math.sqrt(ss / df) if df >= NOISE_MIN_DF else NOISE_PRIOR
+        return pooled_noise(new, self._noise_ss, self._noise_df)
 
     def _reopen(self, before_mbps: float, now_mbps: float, what: str) -> Change:
         """The search from the prior again, without the history's figures (they were of
@@ -577,6 +574,15 @@ class Climb:
 def _spread(m: Measured) -> float:
     """The sum of squares of `m`'s windows about their mean, as shares of it."""
     return (m.count - 1) * (m.stdev / m.mean) ** 2 if m.count > 1 and m.mean > 0 else 0.0
+
+
+def pooled_noise(parts: Iterable[Measured], ss: float = 0.0, df: int = 0) -> float:
+    """The spread of one window at an unchanged setting as a share of its mean, pooled over
+    `parts` (each one's windows about its own mean) and `ss` over `df` degrees of freedom
+    already counted; `NOISE_PRIOR` below `NOISE_MIN_DF` degrees of freedom."""
+    for m in parts:
+        ss, df = ss + _spread(m), df + max(m.count - 1, 0)
+    return math.sqrt(ss / df) if df >= NOISE_MIN_DF else NOISE_PRIOR
 
 
 def pooled(setting: Setting, parts: Iterable[Measured]) -> Measured | None:
@@ -643,7 +649,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     if not known:
         return preset, (f"no transfer of this size class on this path in the log: the "
                         f"preset {preset.label()}")
-    share = _history_noise(known.values())
+    share = pooled_noise(known.values())
     bound = {s: _lower(m, share) for s, m in known.items()}
     best = max(bound.values())
     near = [m for m in known.values() if bound[m.setting] >= best * (1 - min_gain)]
@@ -665,15 +671,6 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
     return chosen.setting, why
-
-
-def _history_noise(known: Iterable[Measured]) -> float:
-    """The spread of one window as a share of its mean, pooled over the history's settings
-    (NOISE_PRIOR when it has too few degrees of freedom)."""
-    known = list(known)
-    df = sum(max(m.count - 1, 0) for m in known)
-    return math.sqrt(sum(_spread(m) for m in known) / df) if df >= NOISE_MIN_DF \
-        else NOISE_PRIOR
 
 
 def _lower(m: Measured, share: float) -> float:
