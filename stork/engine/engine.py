@@ -19,7 +19,7 @@ the time from its start to its first report less what its first bytes took at it
 and a call's first report is spread over its time after a set-up. Taken as the time to the
 first report, a third-party range's set-up read about 5 s (its server's first marker): the
 next call started up to 5 s early, the slot ran two calls' streams meanwhile, and the
-flow's windows at a steady 200 Mbit/s link spread 6-12% about their mean
+flow's 1-s windows at a steady 200 Mbit/s link spread 4-13% about their mean
 (docs/BENCHMARKS.md 15.22).
 
 `set(Setting)` applies at once and stops nothing: a higher `cc` starts workers now; a lower

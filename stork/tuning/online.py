@@ -636,7 +636,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     its mean: of many settings each seen a few times, the highest mean is the luckiest as
     often as the best (on the grids of ../shared/data, where a table's datasets are each
     other's history, the prior by the mean chose cc 8 p 32 pp 32 for the 1 GiB files from
-    12 windows at 4538 ± 2212 Mbit/s, 0.44 of the best cell; docs/BENCHMARKS.md 13.4).
+    12 windows at 4538 ± 2212 Mbit/s, 0.44 of the best cell; docs/BENCHMARKS.md 13.5).
 
     With `axes` (and `limits`), a halving of that setting along the first of them that the
     history has not measured over `windows` windows is where the job starts instead: the
