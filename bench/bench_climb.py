@@ -3,7 +3,7 @@ settings, in one run.
 
     .venv/bin/python bench/bench_climb.py [--profile wan40] [--workloads dataset,file]
         [--repeats 2] [--dataset 2000x256K] [--file-mb 1024] [--fixed-dataset 4/1/4,...]
-        [--fixed-file 2/4/1,...]
+        [--fixed-file 2/4/1,...] [--knob NAME=VALUE ...]
 
 Per link profile two sites are built and each workload moved third party from site a to
 site b by a real stork_server inside site b (``STORK_LINK_MBPS`` the link's rate):
@@ -34,7 +34,8 @@ Cases, each timed from submission to the job's end (all tuning included):
 The cases are interleaved: round r runs the preset and each fixed setting (while r <
 --baseline-repeats) and then run r of each optimizer, one daemon at a time (each case's
 daemon started again on its own store), so a drift of the machine or the link over the run
-reaches every case alike.
+reaches every case alike. `--knob NAME=VALUE` (repeatable) sets a configuration knob of every
+daemon of the run, baselines and optimizers alike (e.g. STORK_RANGE_MIN_MB=16).
 
 Printed per workload: seconds, Mbit/s, share of the link, the ratio to the preset's mean and
 to the mean of the best fixed setting of this run (the best of several single runs would be
@@ -206,7 +207,7 @@ def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps
     rounds = max(args.baseline_repeats if baselines else 0, args.repeats + 1 if tuned else 0)
     for r in range(rounds):
         if r < args.baseline_repeats and baselines:
-            server = site_daemon(bed, "b", workdir=stores["baselines"]).start()
+            server = site_daemon(bed, "b", args.knob, workdir=stores["baselines"]).start()
             try:
                 for case, extra, timeout_s in baselines:
                     runs.append(one(profile, workload, case, server, bed, src, dest(), extra,
@@ -214,7 +215,7 @@ def workload_runs(profile: str, workload: str, bed: Testbed, src: str, link_mbps
             finally:
                 server.stop()
         for name in tuned if r < args.repeats + 1 else ():
-            server = site_daemon(bed, "b", workdir=stores[name]).start()
+            server = site_daemon(bed, "b", args.knob, workdir=stores[name]).start()
             try:
                 runs.append(one(profile, workload, f"{name} {r + 1}", server, bed, src, dest(),
                                 f'optimization = "{name.upper() if name == "yes" else name}";',
@@ -313,6 +314,23 @@ def print_table(runs: list[Run]) -> None:
                   f"{fewest if fewest is None else round(fewest)})\n")
 
 
+def knobs_of(texts: list[str]) -> dict[str, str]:
+    """`--knob NAME=VALUE` options as a dict; a ValueError naming the first malformed one
+    or one that names no knob of `stork.config`."""
+    from stork.config import KNOBS
+
+    names = {k.name for k in KNOBS}
+    out = {}
+    for text in texts:
+        name, eq, value = text.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--knob {text!r}: expected NAME=VALUE")
+        if name.strip() not in names:
+            raise ValueError(f"--knob {text!r}: {name.strip()} is not a configuration knob")
+        out[name.strip()] = value.strip()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_link_options(parser)
@@ -336,7 +354,13 @@ def main() -> int:
                         help="the file's fixed settings, cc/p/pp comma-separated")
     parser.add_argument("--preset-timeout", type=float, default=PRESET_FILE_TIMEOUT_S,
                         help=f"seconds the file's preset runs ({PRESET_FILE_TIMEOUT_S:g})")
+    parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                        help="a configuration knob of every daemon of the run (repeatable)")
     args = parser.parse_args()
+    try:
+        args.knob = knobs_of(args.knob)
+    except ValueError as exc:
+        parser.error(str(exc))
     workloads = [w.strip() for w in args.workloads.split(",")]
     if bad := [w for w in workloads if w not in ("dataset", "file")]:
         parser.error(f"unknown workloads {bad}: dataset, file")
@@ -386,6 +410,8 @@ def main() -> int:
     print(f"\n## climb end to end ({what}{args.cc}; {args.baseline_repeats} run(s) a baseline, "
           f"{args.repeats + 1} an optimizer, interleaved; seconds from submission to the "
           f"job's end)")
+    if args.knob:
+        print("\nevery daemon with " + ", ".join(f"{k} = {v}" for k, v in args.knob.items()))
     print_table(runs)
     print(f"\nwall time: {time.monotonic() - started:.0f} s; load average at the end: "
           "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
