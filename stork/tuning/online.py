@@ -8,9 +8,13 @@ settled. It answers a `Change` or nothing:
 
 1. At the prior it measures `windows` windows: the reference.
 2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling
-   first (a prior that is a halving of a setting the history measured starts with that
-   axis, as if the halving had been kept: `_halved`), and judges each against the
-   reference (`judge`): a setting with more streams is kept only when its gain less the
+   first, and judges each against the reference (`judge`). A prior that is a halving of a
+   setting the history measured (`_halved`) is itself a try: the start is judged against
+   the history's measurement of the setting it came from, as a try of fewer streams would
+   be (taken as kept, the setting it came from would have had to prove a gain beyond the
+   noise of a few windows at the start: on wan40 a start at cc 2 p 4 measured 142.9 ± 52.0
+   Mbit/s against the history's 180.5 for cc 4 p 4, and the job held cc 2 for its whole
+   82 s; docs/BENCHMARKS.md 15.25). a setting with more streams is kept only when its gain less the
    noise (`z` standard errors of the difference of the two means, from the spread of the
    windows at each setting) still reaches `min_gain`; one
    with fewer streams when its loss, noise included, stays within `min_gain` (with gains
@@ -250,19 +254,25 @@ class Climb:
         self.current, self.reference, self.holding = self.prior, None, False
         self._ref_known, self.too_few = False, 0
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
-        if (axis := self._halved()) is not None:
-            self._turn(axis, True)  # see `_halved`
         self._trying, self._drifts, self._again = None, 0, False
+        self._came_from: Setting | None = None  # the history's setting a start halves
+        if (axis := self._halved()) is not None:  # the start is a try of that halving
+            self._came_from = _moved(self.prior, axis, True, self.limits)
+            assert self._came_from is not None
+            self.reference, self._ref_known = self.known[self._came_from], True
+            self._todo.remove((axis, False))
+            self._trying = (axis, False, True)
         self._drift_base = 0  # the hold's windows a drift is judged against (`_watch`)
 
     def _halved(self) -> str | None:
         """The axis along which the prior is a halving of a setting the history measured
         over `windows` windows when the history has not measured the prior itself (where
-        `prior_from_history` starts a job on a known path), else None. The climb then
-        starts as if that halving had been kept: the setting it came from is judged first
-        (on the history's word, without moving the flow), then a further halving, then the
-        other axes halving first; not the other axes doubling first, which would try
-        twice the streams of a setting the path's history already holds enough."""
+        `prior_from_history` starts a job on a known path), else None. The start is then a
+        try of that halving against the history's measurement of the setting it came from
+        (see the module): kept, the climb halves on and then tries the other axes halving
+        first (not doubling first, which would try twice the streams of a setting the
+        path's history already holds enough); refused, it goes back to that setting and
+        measures it again."""
         here = self.known.get(self.prior)
         if here is not None and here.count >= self.windows:
             return None
@@ -335,6 +345,9 @@ class Climb:
                figures: dict[str, float]) -> Change | None:
         assert self._trying is not None and self.reference is not None
         axis, up, first = self._trying
+        if self._came_from is not None:
+            why = f"the start, half the history's {self._came_from.label()}: {why}"
+            self._came_from = None
         self._saw(tried)
         self._learn(verdict, self.reference.setting, tried.setting)
         if verdict is Verdict.KEPT:
@@ -364,17 +377,20 @@ class Climb:
             if moved is None:
                 first = True
                 continue
-            if up and (no_room := self.room(moved)):
-                passed.append(f"{moved.label()} not tried: {no_room}")
-                first = True
-                continue
             if self.alike_axes and not up and streams(moved) <= self.too_few:
                 passed.append(f"{moved.label()} not tried: {streams(moved)} streams, where "
                               f"{self.too_few} already lost")
                 first = True
                 continue
-            self._trying = (axis, up, first)
+            # the history's verdict first: the ceiling spares a try on the flow, and a
+            # setting the history measured needs none (a noisy reference, as at a halving
+            # start, would otherwise pass over the setting it came from: BENCHMARKS 15.25)
             verdict, known_why = self._from_history(moved)
+            if verdict is Verdict.OPEN and up and (no_room := self.room(moved)):
+                passed.append(f"{moved.label()} not tried: {no_room}")
+                first = True
+                continue
+            self._trying = (axis, up, first)
             self._learn(verdict, ref, moved)
             if verdict is Verdict.REFUSED:
                 passed.append(f"{moved.label()} refused from the history: {known_why}")
@@ -640,7 +656,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
 
     With `axes` (and `limits`), a halving of that setting along the first of them that the
     history has not measured over `windows` windows is where the job starts instead: the
-    climb then measures it and judges the setting it came from on the history's word. A
+    climb judges it as a try against the history's measurement of that setting. A
     job too short to judge a halving in its middle (the tail rule) can still measure one at
     its start, so the path's next jobs know whether fewer streams would do; each job on the
     path measures at most one setting it has not. With `alike_axes` (large files, see the
