@@ -749,6 +749,22 @@ def test_a_chunk_holds_its_preset_while_the_jobs_other_chunks_move_and_climbs_al
                   write_result=written.append, shared=lambda: True)
 
 
+def test_a_chunk_that_ends_in_its_first_calls_does_not_hold_the_others() -> None:
+    """A dataset's manifest beside its large files does not share the path with them: one
+    file, fewer than its cc, less than a window at the link's rate. Many small files, or
+    bytes of a window or more, do (their chunk outlasts its first calls)."""
+    from stork.dataset.chunks import Chunk, Params
+    from stork.server.flow_tuning import shares_path
+
+    small = Params(cc=32, p=1, pp=32)
+    manifest = Chunk(SizeClass.SMALL, (20,), 240, small)
+    assert not shares_path(manifest, 200.0)
+    assert shares_path(Chunk(SizeClass.SMALL, tuple(range(300)), 300 << 16, small), 200.0)
+    assert shares_path(Chunk(SizeClass.SMALL, (1, 2), 60 << 20, small), 200.0)  # > 2 s
+    assert not shares_path(Chunk(SizeClass.SMALL, (1, 2), 40 << 20, small), 200.0)
+    assert shares_path(Chunk(SizeClass.SMALL, (1, 2), 40 << 20, small), 100.0)
+
+
 def test_a_try_of_fewer_streams_still_open_at_the_last_window_says_what_it_lost() -> None:
     """Open after max_windows, fewer streams are kept only within 5% on the point estimate;
     past it the reference is kept, and the reason says the loss (not that fewer streams

@@ -80,7 +80,13 @@ from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
 from stork.server.file_run import RANGE_RETRIES
 from stork.server.flow_report import FlowReport, stretch_records
-from stork.server.flow_tuning import HISTORY_ROWS, FlowTuner, climb_for, tunes_online
+from stork.server.flow_tuning import (
+    HISTORY_ROWS,
+    FlowTuner,
+    climb_for,
+    shares_path,
+    tunes_online,
+)
 from stork.server.judge import DatasetOutcome, judge_file
 from stork.server.kept_ranges import KeptRanges, worth_keeping
 from stork.server.runner import StopReason
@@ -276,7 +282,7 @@ class DatasetRun:
         self.kept = KeptRanges.of(job.result, lambda d: store.update_result(job.id, d))
         # a dataset into a device or a FIFO: every file goes into it (`_sink`, each pass)
         self.sink: destination.Destination | None = None
-        self._running_chunks = 0  # chunks of this pass running now (they share the path)
+        self._running: list[Chunk] = []  # the chunks of this pass running now
         self.start_time = time.monotonic()
         self.pid: int | None = None
         self._lock = threading.Lock()
@@ -397,14 +403,14 @@ class DatasetRun:
         if ordered:  # the chunks one after another: the sink takes its bytes in order
             for chunk in chunks:
                 with self._lock:
-                    self._running_chunks += 1
+                    self._running.append(chunk)
                 self._chunk_guarded(chunk, rows)
             return outcome
         threads = [threading.Thread(target=self._chunk_guarded, args=(c, rows),
                                     name=f"chunk-{self.job.id}-{c.size_class.value}",
                                     daemon=True) for c in chunks]
         with self._lock:
-            self._running_chunks += len(threads)
+            self._running += chunks
         for t in threads:
             t.start()
         for t in threads:
@@ -438,7 +444,7 @@ class DatasetRun:
                           chunk.label())
         finally:
             with self._lock:
-                self._running_chunks -= 1
+                self._running.remove(chunk)
 
     def _chunk(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
         """The chunk's files, batch after batch; with an optimizer, its probes (real files
@@ -478,7 +484,7 @@ class DatasetRun:
             if files and not self.stopped():
                 climb = self._climb(chunk, files, params) if tuned else None
                 self._run_engine(self.gfal if gfal else self.module, files, params, rows, urls,
-                                 label, climb)
+                                 label, climb, chunk)
 
     def _climb(self, chunk: Chunk, files: list[FileWork],
                params: Params) -> tuple[Climb, str]:
@@ -501,9 +507,11 @@ class DatasetRun:
 
     def _run_engine(self, module: TransferModule, files: list[FileWork], params: Params,
                     rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
-                    label: str, climb: tuple[Climb, str] | None = None) -> None:
+                    label: str, climb: tuple[Climb, str] | None = None,
+                    chunk: Chunk | None = None) -> None:
         """`files` through an engine of `module`'s workers, stopped with the pass; with
-        `climb` (a controller and why its prior), started at its prior and tuned."""
+        `climb` (a controller and why its prior), started at its prior and tuned, holding
+        `chunk`'s preset while another chunk shares the path (`_chunks_share_path`)."""
         spec = self.job.spec
         context = WorkerContext(
             run_as=self.run_as,
@@ -536,7 +544,8 @@ class DatasetRun:
         tuner = None if climb is None else FlowTuner(
             engine, climb[0], what=label.split(maxsplit=1)[0], prior_reason=climb[1],
             write_result=lambda d: self.store.update_result(self.job.id, d),
-            shared=self._chunks_share_path, hold=Setting(params.cc, params.p, params.pp))
+            shared=lambda: self._chunks_share_path(chunk),
+            hold=Setting(params.cc, params.p, params.pp))
         if tuner is not None:
             tuner.start()
         try:
@@ -716,16 +725,17 @@ class DatasetRun:
         """A sink that takes its bytes in order (a FIFO): one file, one stream at a time."""
         return self.sink is not None and self.sink.ordered
 
-    def _chunks_share_path(self) -> bool:
-        """Whether another chunk of this pass is still moving (a tuned chunk holds its
-        preset meanwhile: `FlowTuner`)."""
+    def _chunks_share_path(self, chunk: Chunk | None) -> bool:
+        """Whether another chunk of this pass than `chunk` is still moving and shares the
+        path (`shares_path`; a tuned chunk holds its preset meanwhile: `FlowTuner`)."""
         with self._lock:
-            return self._running_chunks > 1
+            others = [c for c in self._running if c is not chunk]
+        return any(shares_path(c, self.settings.link_mbps) for c in others)
 
     def known_load(self, src_url: str, dest_url: str) -> int:
         """Other transfers the daemon runs now on this link (other attempts on either host,
         and this pass's other chunks): the `sharing` its transfer log rows record."""
-        return max(self._sharing(src_url, dest_url) + self._running_chunks - 1, 0)
+        return max(self._sharing(src_url, dest_url) + len(self._running) - 1, 0)
 
     def run_batch(self, batch: list[int], rows: dict[int, DatasetFileRow], params: Params,
                    what: str) -> float | None:
@@ -740,7 +750,7 @@ class DatasetRun:
                   and i not in gfal]
         clean: set[int] = set()
         began, began_wall = time.monotonic(), self.clock()
-        sharing = self._sharing(*urls[batch[0]]) + self._running_chunks - 1
+        sharing = self._sharing(*urls[batch[0]]) + len(self._running) - 1
         if listed:
             argv = self.module.list_command(
                 cc=params.cc, p=params.p, pipelining=params.pipelining,

@@ -9,7 +9,8 @@ connections start slow). Once a worker finds nothing left to take, the tail of t
 says nothing of a setting and the tuner stops stepping.
 
 A flow that shares the path with other flows of its own job (a dataset's chunks of other
-size classes, `shared`) holds a setting given for it (`hold`: its class's preset) and is not
+size classes, `shared`; not a chunk that ends in its first round of calls: `shares_path`)
+holds a setting given for it (`hold`: its class's preset) and is not
 stepped until it runs alone: each window it would judge moves with what the other chunks do
 and when they end (in 15.15 and 15.18 of docs/BENCHMARKS.md three controllers at once on
 the mix made 0.67-1.01 of the preset, and the end of the small files' chunk read as a change
@@ -42,7 +43,7 @@ from stork.tuning.base import Limits
 from stork.urls import parse_url
 
 if TYPE_CHECKING:  # the optimizers load scikit-learn: only jobs that are tuned need them
-    from stork.dataset.chunks import SizeClass
+    from stork.dataset.chunks import Chunk, SizeClass
     from stork.translog import TransferRecord
     from stork.tuning.base import DatasetDescription
     from stork.tuning.online import Change, Climb
@@ -92,6 +93,21 @@ def shortest_tuned_s(budget: float) -> float:
     from stork.tuning.online import WINDOW_S, WINDOWS
 
     return (RAMP_S + WINDOWS * WINDOW_S) / budget if budget > 0 else 0.0
+
+
+def shares_path(chunk: Chunk, link_mbps: float) -> bool:
+    """Whether `chunk`, moving beside a tuned flow of its job, shares the path with it (the
+    flow then holds its preset: see the module). A chunk whose files all go in its first
+    round of calls (no more of them than its cc) and hold less than one controller window
+    at `link_mbps` ends about when its calls have set up: it can move one window, not the
+    windows a setting is judged on. Held for such a chunk (a 240-byte manifest beside 20
+    files of 64 MiB), a chunk at its preset cc 8 went to a prior of cc 2 a second in, and
+    the prior took effect only as the 64 MiB calls taken at cc 8 ended: its start was
+    measured 37 s in (docs/BENCHMARKS.md 15.25)."""
+    from stork.tuning.online import WINDOW_S
+
+    window_bytes = WINDOW_S * link_mbps * 1e6 / 8
+    return len(chunk.indexes) > chunk.params.cc or chunk.total_bytes >= window_bytes
 
 
 def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: str,
