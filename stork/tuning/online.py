@@ -204,6 +204,20 @@ def judge(ref: Measured, tried: Measured, *, min_gain: float, z: float
     return Verdict.OPEN, f"{what} with fewer streams, within the noise ({share:.1%})", figures
 
 
+def settled(ref: Measured, tried: Measured, *, min_gain: float, z: float,
+            max_windows: int) -> tuple[Verdict, str]:
+    """`judge`, with a verdict still open when `tried` has `max_windows` windows or more
+    decided as the climb decides a try left open that long: fewer streams are kept when
+    the point estimate loses no more than `min_gain`, more streams are refused."""
+    verdict, why, figures = judge(ref, tried, min_gain=min_gain, z=z)
+    if verdict is Verdict.OPEN and tried.count >= max_windows:
+        fewer = streams(tried.setting) < streams(ref.setting)
+        verdict = Verdict.KEPT if fewer and figures["gain"] >= -min_gain \
+            else Verdict.REFUSED
+        why += f"; {tried.count} windows: the point estimate decides"
+    return verdict, why
+
+
 class Climb:
     """A noise-aware climb over (cc, p) on a running flow; see the module."""
 
@@ -487,13 +501,8 @@ class Climb:
         then = None if self._ref_known else self.known.get(ref.setting)
         if then is not None:  # the reference then and now: a load that moved is noise
             ref = pooled(ref.setting, [ref, then]) or ref
-        verdict, why, figures = judge(ref, known, min_gain=self.min_gain, z=self.z)
-        if verdict is Verdict.OPEN and known.count >= self.max_windows:
-            fewer = streams(setting) < streams(self.reference.setting)
-            verdict = Verdict.KEPT if fewer and figures["gain"] >= -self.min_gain \
-                else Verdict.REFUSED
-            why += f"; {known.count} windows in the history: the fewer streams win"
-        return verdict, why
+        return settled(ref, known, min_gain=self.min_gain, z=self.z,
+                       max_windows=self.max_windows)
 
     def _go(self, setting: Setting, why: str, figures: dict[str, float] | None, *,
             always: bool = False) -> Change | None:
@@ -644,8 +653,9 @@ def measured_from_history(history: Iterable[TransferRecord], *, src_host: str,
 
 def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                        limits: Limits | None = None, axes: Sequence[str] = (),
-                       windows: int = WINDOWS, min_gain: float = MIN_GAIN,
-                       alike_axes: bool = False) -> tuple[Setting, str]:
+                       windows: int = WINDOWS, max_windows: int = MAX_WINDOWS,
+                       min_gain: float = MIN_GAIN, alike_axes: bool = False
+                       ) -> tuple[Setting, str]:
     """Where to start: of the settings the path's history measured (`measured_from_history`)
     the fewest streams within `min_gain` of the best, else `preset`; with why. Each setting
     is ranked by what it surely makes (`_lower`: its mean less `Z` standard errors), not by
@@ -653,6 +663,11 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     often as the best (on the grids of ../shared/data, where a table's datasets are each
     other's history, the prior by the mean chose cc 8 p 32 pp 32 for the 1 GiB files from
     12 windows at 4538 ± 2212 Mbit/s, 0.44 of the best cell; docs/BENCHMARKS.md 13.5).
+    A setting the climb would refuse against the best-ranked one (`settled`: a loss past
+    `min_gain`, on the point estimate once measured over `max_windows`) is not chosen
+    however close its bound: its own noise pulls the bound of the best down as much as its
+    own (on wan40 a job refused cc 4 p 4 at -6.2% over 8 windows, and the next job started
+    from it; docs/BENCHMARKS.md 15.25).
 
     With `axes` (and `limits`), a halving of that setting along the first of them that the
     history has not measured over `windows` windows is where the job starts instead: the
@@ -668,14 +683,21 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     share = pooled_noise(known.values())
     bound = {s: _lower(m, share) for s, m in known.items()}
     best = max(bound.values())
-    near = [m for m in known.values() if bound[m.setting] >= best * (1 - min_gain)]
+    top = max(known.values(), key=lambda m: bound[m.setting])
+
+    def refused(ref: Measured, m: Measured) -> bool:
+        return m is not ref and settled(ref, m, min_gain=min_gain, z=Z,
+                                        max_windows=max_windows)[0] is Verdict.REFUSED
+
+    near = [m for m in known.values()
+            if bound[m.setting] >= best * (1 - min_gain) and not refused(top, m)]
     chosen = min(near, key=lambda m: (streams(m.setting), -bound[m.setting]))
     why = (f"the path's history ({len(known)} settings measured): {chosen.label()} over "
            f"{chosen.count} windows, at least {bound[chosen.setting]:.1f} Mbit/s: the fewest "
            f"streams within {min_gain:.0%} of the best such bound, {best:.1f} Mbit/s")
     too_few = max((streams(m.setting) for m in known.values() if alike_axes
                    and streams(m.setting) < streams(chosen.setting) and m.count >= windows
-                   and judge(chosen, m, min_gain=min_gain, z=Z)[0] is Verdict.REFUSED),
+                   and refused(chosen, m)),
                   default=0)
     for axis in axes:
         assert limits is not None, "a halving is bounded by the limits"
