@@ -555,6 +555,21 @@ def test_the_history_judges_a_neighbour_before_the_ceiling_spares_its_try() -> N
     assert "kept from the history" in change.reason and "not tried" not in change.reason
 
 
+def test_a_start_at_half_of_an_odd_p_is_a_halving_start_too() -> None:
+    """p 3 halves to p 1 (whose doubling is p 2): a job the prior starts at cc 16 p 1 from
+    the history's cc 16 p 3 judges its start against it. bench_climb on wan40, 500x2M
+    (docs/BENCHMARKS.md 15.25): job 2 measured cc 16 p 1 as a plain start instead."""
+    s3, s1 = Setting(16, 3, 2), Setting(16, 1, 2)
+    history = {s3: Measured(s3, 192.8, 7.4, 7), Setting(8, 3, 2):
+               Measured(Setting(8, 3, 2), 168.5, 12.8, 3)}
+    prior, _ = prior_from_history(history, Setting(8, 3, 2), limits=LIMITS, axes=("cc", "p"))
+    assert prior == s1
+    climb = Climb(prior, LIMITS, known=history)
+    change = climb.step([150.0, 152.0, 151.0])
+    assert change is not None and change.setting == s3, change
+    assert change.reason.startswith("refused: the start, half the history's cc=16 p=3 pp=2")
+
+
 def test_a_refused_doubling_turns_the_other_axis_halving_first() -> None:
     """Back from a halving start refused (cc 2 p 4 lost 12% to cc 4 p 4), twice the
     cc is refused from the history (cc 8 p 4 no better): twice the p would ask for the same

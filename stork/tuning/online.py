@@ -270,31 +270,30 @@ class Climb:
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
         self._came_from: Setting | None = None  # the history's setting a start halves
-        if (axis := self._halved()) is not None:  # the start is a try of that halving
-            self._came_from = _moved(self.prior, axis, True, self.limits)
-            assert self._came_from is not None
+        if (halved := self._halved()) is not None:  # the start is a try of that halving
+            axis, self._came_from = halved
             self.reference, self._ref_known = self.known[self._came_from], True
             self._todo.remove((axis, False))
             self._trying = (axis, False, True)
         self._drift_base = 0  # the hold's windows a drift is judged against (`_watch`)
 
-    def _halved(self) -> str | None:
+    def _halved(self) -> tuple[str, Setting] | None:
         """The axis along which the prior is a halving of a setting the history measured
-        over `windows` windows when the history has not measured the prior itself (where
-        `prior_from_history` starts a job on a known path), else None. The start is then a
-        try of that halving against the history's measurement of the setting it came from
-        (see the module): kept, the climb halves on and then tries the other axes halving
+        over `windows` windows, and that setting, when the history has not measured the
+        prior itself (where `prior_from_history` starts a job on a known path), else None.
+        The start is then a try of that halving against the history's measurement of the
+        setting it came from (see the module): kept, the climb halves on and then tries the other axes halving
         first (not doubling first, which would try twice the streams of a setting the
         path's history already holds enough); refused, it goes back to that setting and
         measures it again."""
         here = self.known.get(self.prior)
         if here is not None and here.count >= self.windows:
             return None
-        for axis in self.axes:
-            above = _moved(self.prior, axis, True, self.limits)
-            if above is not None and getattr(above, axis) == 2 * getattr(self.prior, axis) \
-                    and (m := self.known.get(above)) is not None and m.count >= self.windows:
-                return axis
+        for axis in self.axes:  # (a halving of p 3 is p 1, whose doubling is p 2)
+            above = [m for s, m in self.known.items() if m.count >= self.windows
+                     and _moved(s, axis, False, self.limits) == self.prior]
+            if above:  # (p 2 and p 3 both halve to p 1: the faster is the reference)
+                return axis, max(above, key=lambda m: m.mean).setting
         return None
 
     # -- the step -------------------------------------------------------------------------
