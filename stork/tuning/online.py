@@ -282,10 +282,10 @@ class Climb:
         over `windows` windows, and that setting, when the history has not measured the
         prior itself (where `prior_from_history` starts a job on a known path), else None.
         The start is then a try of that halving against the history's measurement of the
-        setting it came from (see the module): kept, the climb halves on and then tries the other axes halving
-        first (not doubling first, which would try twice the streams of a setting the
-        path's history already holds enough); refused, it goes back to that setting and
-        measures it again."""
+        setting it came from (see the module): kept, the climb halves on and then tries
+        the other axes halving first (not doubling first, which would try twice the
+        streams of a setting the path's history already holds enough); refused, it goes
+        back to that setting and measures it again."""
         here = self.known.get(self.prior)
         if here is not None and here.count >= self.windows:
             return None
