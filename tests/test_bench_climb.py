@@ -70,6 +70,21 @@ def test_a_dataset_spec_that_cannot_be_read_is_refused_by_name_before_any_testbe
         in capsys.readouterr().err
 
 
+def test_a_knob_is_read_as_name_equals_value_and_a_wrong_one_is_refused_by_name(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench_climb import knobs_of
+
+    assert knobs_of(["STORK_RANGE_MIN_MB=16", " EOS_LINK_IS_TRUE = false"]) == {
+        "STORK_RANGE_MIN_MB": "16", "EOS_LINK_IS_TRUE": "false"}
+    for bad, why in (("STORK_RANGE_MIN_MB", "expected NAME=VALUE"),
+                     ("STORK_RANGE_MB=16", "STORK_RANGE_MB is not a configuration knob")):
+        monkeypatch.setattr(sys, "argv", ["bench_climb.py", "--knob", bad])
+        with pytest.raises(SystemExit) as caught:
+            main()
+        assert caught.value.code == 2
+        assert f"--knob {bad!r}: {why}" in capsys.readouterr().err
+
+
 def test_a_mixs_chunks_each_show_their_changes_and_a_held_start_counts_its_streams(
         capsys) -> None:  # type: ignore[no-untyped-def]
     from bench_climb import run_streams
