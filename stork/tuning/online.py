@@ -14,11 +14,11 @@ settled. It answers a `Change` or nothing:
    be (taken as kept, the setting it came from would have had to prove a gain beyond the
    noise of a few windows at the start: on wan40 a start at cc 2 p 4 measured 142.9 ± 52.0
    Mbit/s against the history's 180.5 for cc 4 p 4, and the job held cc 2 for its whole
-   82 s; docs/BENCHMARKS.md 15.25). a setting with more streams is kept only when its gain less the
-   noise (`z` standard errors of the difference of the two means, from the spread of the
-   windows at each setting) still reaches `min_gain`; one
-   with fewer streams when its loss, noise included, stays within `min_gain` (with gains
-   within 5%, the fewer streams win). While the difference is within the noise the tried
+   82 s; docs/BENCHMARKS.md 15.25). A setting with more streams is kept only when its gain
+   less the noise (`z` standard errors of the difference of the two means, from the spread
+   of the windows at each setting) still reaches `min_gain`; one with fewer streams when
+   its loss, noise included, stays within `min_gain` (with gains within 5%, the fewer
+   streams win). While the difference is within the noise the tried
    setting is measured longer, up to `max_windows`, and then the fewer streams win. A kept
    setting becomes the reference and the climb goes on the same way; a refused one sends
    the flow back to the reference, which is measured again (its windows pooled with the
@@ -396,8 +396,7 @@ class Climb:
                 first = True
                 continue
             # the history's verdict first: the ceiling spares a try on the flow, and a
-            # setting the history measured needs none (a noisy reference, as at a halving
-            # start, would otherwise pass over the setting it came from: BENCHMARKS 15.25)
+            # setting the history measured needs none
             verdict, known_why = self._from_history(moved)
             if verdict is Verdict.OPEN and up and (no_room := self.room(moved)):
                 passed.append(f"{moved.label()} not tried: {no_room}")
