@@ -484,7 +484,7 @@ class DatasetRun:
             if files and not self.stopped():
                 climb = self._climb(chunk, files, params) if tuned else None
                 self._run_engine(self.gfal if gfal else self.module, files, params, rows, urls,
-                                 label, climb, chunk)
+                                 label, chunk, climb)
 
     def _climb(self, chunk: Chunk, files: list[FileWork],
                params: Params) -> tuple[Climb, str]:
@@ -507,8 +507,8 @@ class DatasetRun:
 
     def _run_engine(self, module: TransferModule, files: list[FileWork], params: Params,
                     rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
-                    label: str, climb: tuple[Climb, str] | None = None,
-                    chunk: Chunk | None = None) -> None:
+                    label: str, chunk: Chunk, climb: tuple[Climb, str] | None = None
+                    ) -> None:
         """`files` through an engine of `module`'s workers, stopped with the pass; with
         `climb` (a controller and why its prior), started at its prior and tuned, holding
         `chunk`'s preset while another chunk shares the path (`_chunks_share_path`)."""
@@ -725,7 +725,7 @@ class DatasetRun:
         """A sink that takes its bytes in order (a FIFO): one file, one stream at a time."""
         return self.sink is not None and self.sink.ordered
 
-    def _chunks_share_path(self, chunk: Chunk | None) -> bool:
+    def _chunks_share_path(self, chunk: Chunk) -> bool:
         """Whether another chunk of this pass than `chunk` is still moving and shares the
         path (`shares_path`; a tuned chunk holds its preset meanwhile: `FlowTuner`)."""
         with self._lock:
