@@ -184,7 +184,7 @@ def test_kill_9_mid_dataset_resumes_without_resending_a_completed_file(
 def test_stork_rm_stops_the_dataset_and_keeps_finished_files(
         stork: StorkServer, gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
     src = gridftp_root / "ds-rm"
-    make_tree(src, 160, 2 << 20)
+    make_tree(src, 480, 2 << 20)  # (160 files could all land before stork_rm on a quiet host)
     out = tmp_path / "out"
     [job_id] = stork.submit(f"""[ dap_type = transfer; arguments = "-cc 1";
       src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
@@ -207,7 +207,7 @@ def test_stork_rm_stops_the_dataset_and_keeps_finished_files(
                              f"said: {stork.stderr_path.read_text()[-3000:]}") from None
     time.sleep(0.5)
     assert {p.name for p in out.iterdir()} == done()
-    assert 32 <= len(done()) < 160
+    assert 32 <= len(done()) < 480
     states = {f["state"] for f in files_of(stork, job_id)}
     assert states <= {"DONE", "PENDING"}  # nothing left RUNNING
     for rel in done():
