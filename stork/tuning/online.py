@@ -205,17 +205,21 @@ def judge(ref: Measured, tried: Measured, *, min_gain: float, z: float
 
 
 def settled(ref: Measured, tried: Measured, *, min_gain: float, z: float,
-            max_windows: int) -> tuple[Verdict, str]:
+            max_windows: int) -> tuple[Verdict, str, dict[str, float]]:
     """`judge`, with a verdict still open when `tried` has `max_windows` windows or more
-    decided as the climb decides a try left open that long: fewer streams are kept when
-    the point estimate loses no more than `min_gain`, more streams are refused."""
+    decided on the point estimate, as the climb decides a try left open that long: fewer
+    streams are kept when they lose no more than `min_gain`, more streams are refused."""
     verdict, why, figures = judge(ref, tried, min_gain=min_gain, z=z)
     if verdict is Verdict.OPEN and tried.count >= max_windows:
         fewer = streams(tried.setting) < streams(ref.setting)
-        verdict = Verdict.KEPT if fewer and figures["gain"] >= -min_gain \
-            else Verdict.REFUSED
-        why += f"; {tried.count} windows: the point estimate decides"
-    return verdict, why
+        gain = figures["gain"]
+        kept = fewer and gain >= -min_gain
+        verdict = Verdict.KEPT if kept else Verdict.REFUSED
+        why += f"; still open after {tried.count} windows: " + (
+            "the fewer streams win" if kept else
+            f"a loss of {-gain:.1%}, past {min_gain:.0%}: kept the reference" if fewer
+            else "the fewer streams win: kept the reference")
+    return verdict, why, figures
 
 
 class Climb:
@@ -340,18 +344,10 @@ class Climb:
 
     def _judge(self, tried: Measured) -> Change | None:
         assert self.reference is not None and self._trying is not None
-        verdict, why, figures = judge(self.reference, tried, min_gain=self.min_gain, z=self.z)
-        if verdict is Verdict.OPEN and tried.count < self.max_windows:
+        verdict, why, figures = settled(self.reference, tried, min_gain=self.min_gain,
+                                        z=self.z, max_windows=self.max_windows)
+        if verdict is Verdict.OPEN:  # (open only below max_windows)
             return None  # more windows at the tried setting
-        if verdict is Verdict.OPEN:  # still open at max_windows: the point estimate decides
-            fewer = streams(tried.setting) < streams(self.reference.setting)
-            gain = figures["gain"]
-            kept = gain >= -self.min_gain if fewer else False
-            verdict = Verdict.KEPT if kept else Verdict.REFUSED
-            why += f"; still open after {tried.count} windows: " + (
-                "the fewer streams win" if kept else
-                f"a loss of {-gain:.1%}, past {self.min_gain:.0%}: kept the reference" if fewer
-                else "the fewer streams win: kept the reference")
         return self._after(verdict, tried, why, figures)
 
     def _after(self, verdict: Verdict, tried: Measured, why: str,
@@ -499,8 +495,9 @@ class Climb:
         then = None if self._ref_known else self.known.get(ref.setting)
         if then is not None:  # the reference then and now: a load that moved is noise
             ref = pooled(ref.setting, [ref, then]) or ref
-        return settled(ref, known, min_gain=self.min_gain, z=self.z,
-                       max_windows=self.max_windows)
+        verdict, why, _ = settled(ref, known, min_gain=self.min_gain, z=self.z,
+                                  max_windows=self.max_windows)
+        return verdict, why
 
     def _go(self, setting: Setting, why: str, figures: dict[str, float] | None, *,
             always: bool = False) -> Change | None:
