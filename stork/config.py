@@ -254,6 +254,12 @@ KNOBS: tuple[Knob, ...] = (
          "The smallest byte range, in MiB, a large file is sent in (STORK_ENGINE = flow): a "
          "range is 16 bandwidth-delay products of the path and at least this; a file of "
          "fewer than two ranges is sent whole."),
+    Knob("STORK_PIECE_MIN_MB", "piece_min_mb", "16", _parse_int_min(0), LIVE,
+         "The smallest piece, in MiB, the transfer engine cuts an item into at the end of "
+         "a queue (its share of the bytes left over cc, so that the last calls end close "
+         "together): 16 bandwidth-delay products of the path and at least this; 0: never "
+         "cut. A whole file cut so is sent as byte ranges (GridFTP ends, no sink, no "
+         "checksum asked)."),
     Knob("STORK_DATASET_FAST", "dataset_fast", "true", _parse_bool, LIVE,
          "Datasets run globus-url-copy with -fast (MODE E, data channels kept between files); "
          "set false for FTP servers that are not GridFTP servers."),
@@ -417,6 +423,7 @@ class Settings:
     eos_link_is_true: bool
     engine: str
     range_min_mb: int
+    piece_min_mb: int
     dataset_fast: bool
     max_retry: int
     retry_delay_s: float

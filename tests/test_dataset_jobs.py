@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import tempfile
 import time
@@ -383,6 +384,52 @@ exec {real_guc()} "$@"
     del made["always.dat"]
     for rel, data in made.items():
         assert (out / rel).read_bytes() == data, rel
+
+
+def test_the_last_whole_files_are_cut_into_pieces_each_byte_sent_once_a_failed_ones_removed(
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
+    """Files planned whole (6 MiB, under two 64 MiB ranges) at the end of the queue are cut
+    into pieces of at least STORK_PIECE_MIN_MB (1) as they are taken: each lands
+    byte-identical with every byte sent once; one whose later pieces always fail is FAILED
+    and the part its first piece wrote is removed (the file was claimed when it was cut)."""
+    src = gridftp_root / "ds-pieces"
+    made = {}
+    for name in ("a.dat", "b.dat", "broken.dat"):
+        data = hashlib.sha256(name.encode()).digest() * ((6 << 20) // 32)
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+        made[name] = data
+    out, calls = tmp_path / "out", tmp_path / "calls.log"
+    wrapper = tmp_path / "failing-guc"
+    wrapper.write_text(f"""#!/bin/sh
+case "$*" in
+  *"-partial-offset 0 "*) ;;
+  *-partial-offset*broken.dat*) echo "550 injected failure" >&2; exit 1;;
+esac
+exec {recording_guc(tmp_path, calls)} "$@"
+""")
+    wrapper.chmod(0o755)
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", {"STORK_PIECE_MIN_MB": "1", "STORK_LINK_MBPS": "10",
+                             "STORK_GLOBUS_URL_COPY": str(wrapper)}) as stork:
+        [job_id] = stork.submit(f"""[ dap_type = transfer; src_url = "{gridftp.url(src)}/";
+            dest_url = "file://{out}/"; arguments = "-cc 4 -p 1"; max_retries = 0 ]""")
+        job = stork.wait_state(job_id, timeout_s=240)
+        files = {f["rel_path"]: f for f in files_of(stork, job_id)}
+    assert job["state"] == "FAILED" and job["files_failed"] == 1, job
+    assert files["broken.dat"]["state"] == "FAILED"
+    assert "injected failure" in files["broken.dat"]["last_error"]
+    assert not (out / "broken.dat").exists()  # what its first piece wrote was removed
+    del made["broken.dat"]
+    for rel, data in made.items():
+        assert files[rel]["state"] == "DONE" and files[rel]["attempts"] == 1
+        assert (out / rel).read_bytes() == data, rel
+        pieces = sorted((int(option(r, "-partial-offset") or -1),
+                         int(option(r, "-partial-length") or -1))
+                        for r in invocations(calls) if r[-1].endswith(f"/{rel}"))
+        assert len(pieces) >= 2, (rel, pieces)  # cut, not sent whole
+        assert pieces[0][0] == 0 and sum(n for _, n in pieces) == len(data)
+        assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(pieces))
 
 
 def test_kill_9_mid_ranges_of_a_dataset_resends_only_the_ranges_in_flight(

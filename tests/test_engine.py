@@ -18,7 +18,7 @@ import pytest
 from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes, split
 from stork.engine.engine import LIST_MIN_BYTES, STAGGER
 from stork.engine.flow import SERIES_LAG_S, Stretch, series_flow
-from stork.engine.items import RANGE_FLOOR_BYTES, merged
+from stork.engine.items import RANGE_FLOOR_BYTES, gaps, guided, merged
 from stork.engine.series import series
 from stork.server.flow_report import stretch_records
 from stork.transfer.gfal_worker import GfalWorker
@@ -62,18 +62,47 @@ def test_a_file_is_split_only_when_it_holds_two_ranges() -> None:
     assert split(unknown, MB) == [Item(unknown)]
 
 
-def test_ranges_landed_before_are_not_planned_and_assembly_says_when_a_file_is_whole() -> None:
+def test_what_landed_before_is_not_planned_and_assembly_says_when_a_file_is_whole() -> None:
+    """A resumed file sends its gaps only (in ranges of at most the range size), whatever
+    the pieces that landed: half a range landed is not sent again."""
     big = FileWork(7, "ftp://h/b", "file:///b", 4 * MB)
     other = FileWork(8, "ftp://h/o", "file:///o", 10)
     done = {7: [(0, MB), (2 * MB, 2 * MB + MB // 2)]}  # half of the third range
     items = plan_items([big, other], MB, done)
-    assert [(i.file.index, i.offset) for i in items] == [(7, MB), (7, 2 * MB), (7, 3 * MB),
-                                                         (8, 0)]
+    assert [(i.file.index, i.offset, i.length) for i in items] == [
+        (7, MB, MB), (7, 2 * MB + MB // 2, MB), (7, 3 * MB + MB // 2, MB // 2), (8, 0, None)]
     assembly = Assembly.of(items, done)
     assert assembly.bytes_landed(7) == MB + MB // 2
     assert [assembly.land(i) for i in items] == [False, False, True, True]
     assert assembly.spans(7) == [(0, 4 * MB)] and assembly.bytes_landed(7) == 4 * MB
     assert merged([(5, 9), (0, 2), (2, 4), (8, 12), (20, 20)]) == [(0, 4), (5, 12)]
+    # a file planned whole whose pieces landed (cut at the end of a queue) sends its gaps
+    cut = FileWork(9, "ftp://h/c", "file:///c", 3 * MB)
+    assert [(i.offset, i.length) for i in plan_items([cut], 0, {9: [(MB, 3 * MB)]})] == [
+        (0, MB)]
+    assert gaps([(MB, 2 * MB), (3 * MB, 4 * MB)], 0, 5 * MB) == [
+        (0, MB), (2 * MB, 3 * MB), (4 * MB, 5 * MB)]
+    assert gaps([(0, 5 * MB)], 0, 5 * MB) == []
+
+
+def test_guided_cuts_an_item_to_its_share_of_the_bytes_queued() -> None:
+    """An item larger than the bytes queued over the workers gives its first share (at
+    least the floor, whole MiB) and its rest; one smaller, or whose rest would be under
+    the floor, is taken whole; a range's pieces keep its offsets."""
+    f = FileWork(0, "ftp://h/f", "file:///f", 64 * MB)
+    whole = Item(f)
+    assert guided(whole, 20 * 64 * MB, 4, 16 * MB) == (whole, None)  # the middle of a queue
+    assert guided(whole, 128 * MB, 4, 16 * MB) == (Item(f, 0, 32 * MB), Item(f, 32 * MB,
+                                                                                32 * MB))
+    assert guided(whole, 64 * MB, 8, 16 * MB) == (Item(f, 0, 16 * MB), Item(f, 16 * MB,
+                                                                                48 * MB))
+    assert guided(whole, 3 * 64 * MB, 4, 17 * MB) == (whole, None)  # a rest of 16 < 17
+    part = Item(f, 32 * MB, 32 * MB)
+    assert guided(part, 40 * MB, 4, 8 * MB) == (Item(f, 32 * MB, 10 * MB),
+                                                Item(f, 42 * MB, 22 * MB))
+    assert guided(whole, 64 * MB, 8, 0) == (whole, None)  # floor 0: never cut
+    unknown = Item(FileWork(1, "ftp://h/u", "file:///u", None))
+    assert guided(unknown, 64 * MB, 8, MB) == (unknown, None)
 
 
 # -- the flow (pure) ------------------------------------------------------------------------
@@ -287,7 +316,7 @@ def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rat
     cc 4, not the old rate split twelve ways (the floor, and a session every second)."""
     engine = at_two_mib_a_worker(400)
     engine.set(Setting(12, 1, 1))
-    taken = engine._take(5, lists=True)  # slot 5: a worker the rise started
+    taken, _ = engine._take(5, lists=True)  # slot 5: a worker the rise started
     assert taken is not None and taken.setting.cc == 12
     stagger = STAGGER[5 % len(STAGGER)]
     assert len(taken.items) == math.ceil(2 * 4.0 * stagger)  # 2 MiB/s x 4 s, staggered
@@ -428,7 +457,7 @@ def test_the_last_lists_are_an_equal_share_of_what_is_left_and_at_least_a_set_up
     last calls end together), and never less than a set-up of the worker's rate."""
     engine = at_two_mib_a_worker(40)
     sizes = []
-    while (taken := engine._take(3, lists=True)) is not None:  # slot 3: the longest stagger
+    while (taken := engine._take(3, lists=True)[0]) is not None:  # slot 3: the longest stagger
         sizes.append(len(taken.items))
     usual = math.ceil(2 * 4.0 * STAGGER[3])  # 12 files: 2 MiB/s x 4 s, staggered
     assert sizes[0] == min(usual, 40 // 4)  # 10: a quarter of the 40 left
@@ -534,6 +563,72 @@ def test_an_engine_told_not_to_cut_lets_the_straggler_end() -> None:
                     cut_stragglers=False)
     engine.run()
     assert engine.cuts == 0 and answered == Counter(range(120))
+
+
+class TimedWorker(Worker):
+    """Moves each item at `bytes_per_s`, telling its bytes as it goes: the time a call
+    takes is its size's."""
+
+    takes_lists = False
+
+    def __init__(self, bytes_per_s: float, log: list[tuple[str, int, int | None]],
+                 lock: threading.Lock) -> None:
+        self.bytes_per_s, self.log, self.lock = bytes_per_s, log, lock
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        for item in items:
+            with self.lock:
+                self.log.append(("send", item.file.index, item.length))
+            t0 = time.monotonic()
+            time.sleep(item.size_bytes / self.bytes_per_s)
+            report(t0, time.monotonic(), item.size_bytes)
+        return [ItemResult(i, True) for i in items]
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_last_files_are_cut_into_pieces_shown_to_the_caller_before_any_is_sent() -> None:
+    """Twelve whole files of 64 MiB at cc 4 with pieces of at least 8 MiB: the first ones
+    go whole; once fewer than cc files' worth is queued each file taken is cut to its share,
+    told to `on_split` before any piece of it is sent, and every byte goes exactly once."""
+    files = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 64 * MB) for i in range(12)]
+    events: list[tuple[str, int, int | None]] = []
+    lock = threading.Lock()
+    landed: dict[int, list[tuple[int, int]]] = {}
+
+    def on_results(_: Taken, results: list[ItemResult]) -> None:
+        with lock:
+            for r in results:
+                size = r.item.size_bytes
+                landed.setdefault(r.item.file.index, []).append((r.item.offset,
+                                                                 r.item.offset + size))
+
+    def on_split(item: Item) -> None:
+        assert not item.is_range
+        with lock:
+            events.append(("split", item.file.index, None))
+
+    engine = Engine([Item(f) for f in files],
+                    lambda: TimedWorker(640 * MB, events, lock), Setting(4, 1, 1),
+                    on_results, piece_bytes=8 * MB, on_split=on_split)
+    engine.run()
+    cut = sorted({i for kind, i, _ in events if kind == "split"})
+    assert cut and cut[0] >= 8 and cut == list(range(cut[0], 12))  # the last files only
+    for index in range(12):
+        sent = [length for kind, i, length in events if kind == "send" and i == index]
+        assert (sent == [None]) == (index not in cut), (index, sent)  # whole, or pieces
+        if index in cut:  # shown to the caller before its first piece was sent
+            assert events.index(("split", index, None)) < min(
+                n for n, (kind, i, _) in enumerate(events) if kind == "send" and i == index)
+            assert all(length is not None and length >= 8 * MB for length in sent)
+            spans = sorted(landed[index])  # every byte once: the pieces tile the file
+            assert spans[0][0] == 0 and spans[-1][1] == 64 * MB
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    assert engine.flow.total_bytes == 12 * 64 * MB
 
 
 # -- the engine with globus-url-copy workers, against a real server -------------------------

@@ -5,5 +5,5 @@ from stork.engine.engine import Engine, Taken
 from stork.engine.flow import Flow, Stretch, Window, series_flow
 from stork.engine.items import Assembly, plan_items, range_bytes, split
 
-__all__ = ["Assembly", "Engine", "Flow", "Stretch", "Taken", "Window", "plan_items",
-           "range_bytes", "series_flow", "split"]
+__all__ = ["Assembly", "Engine", "Flow", "Stretch", "Taken", "Window",
+           "plan_items", "range_bytes", "series_flow", "split"]

@@ -43,6 +43,14 @@ them, an equal share each; those that landed are answered as usual. A cut is the
 where the engine ends a call it did not stop: the file or two in flight are sent again
 whole (`stork.transfer.worker.cut_short`).
 
+At the end of the queue an item larger than its share (the bytes queued over `cc`) is cut
+as it is taken (`stork.engine.items.guided`, with pieces of at least `piece_bytes`): the
+worker takes its first share as a range and the rest goes back to the front of the queue,
+for the next worker to cut again, so that the last calls end close together. A whole file
+cut so is first shown to `on_split` (on the worker's thread, outside the engine's lock,
+before any of its pieces is taken): the caller records it as a file sent in ranges (its
+destination claimed).
+
 What an answer means (done, retry alone, failed) is the caller's: `on_take` is called on the
 worker's thread before each call (to mark its files in flight), `on_results` after it with
 the call and its answers, so a call's files are checked while the other workers' items move.
@@ -61,6 +69,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from stork.engine.flow import Flow
+from stork.engine.items import guided
 from stork.transfer.worker import Item, ItemResult, Setting, Worker
 
 log = logging.getLogger(__name__)
@@ -140,7 +149,8 @@ class Engine:
                  setting: Setting, on_results: Callable[[Taken, list[ItemResult]], None], *,
                  flow: Flow | None = None, meter: Flow | None = None, call_s: float = CALL_S,
                  on_take: Callable[[Taken], None] | None = None,
-                 cut_stragglers: bool = True,
+                 cut_stragglers: bool = True, piece_bytes: int = 0,
+                 on_split: Callable[[Item], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
         self._queue: deque[Item] = deque(items)
@@ -164,6 +174,8 @@ class Engine:
         self._started = False
         self._cut_stragglers = cut_stragglers  # False: a destination that takes bytes once
         self._rest: set[Item] = set()  # a cut call's files queued again: spread, not listed
+        self._piece_bytes = piece_bytes  # 0: items are never cut at the end of the queue
+        self._on_split = on_split
         self.calls = 0
         self.cuts = 0  # stragglers cut
 
@@ -271,13 +283,15 @@ class Engine:
                 with self._lock:
                     while self._waits(lane):
                         self._changed.wait()
-                    taken = self._take(slot, worker.takes_lists)
+                    taken, split = self._take(slot, worker.takes_lists)
                     if taken is None:
                         return
                     self._handoff.discard(slot)
                     self._calls[lane] = _Call(taken, taken.started_s,
                                               sum(i.size_bytes for i in taken.items))
                     self.calls += 1
+                if split is not None:
+                    self._split(*split)
                 try:
                     if self._on_take is not None:
                         self._on_take(taken)
@@ -449,15 +463,35 @@ class Engine:
         self.flow.tick(now)
         self.flow.settle(min(told, now))
 
-    def _take(self, slot: int, lists: bool) -> Taken | None:
-        """The next call's items for `slot` (in the lock); None: the slot retires (stopped,
-        above cc, or nothing left)."""
+    def _split(self, whole: Item, rest: Item) -> None:
+        """The rest of an item cut as it was taken back at the front of the queue, for the
+        next worker; a whole file first shown to `on_split` (outside the lock, before any
+        of its pieces is sent)."""
+        if not whole.is_range and self._on_split is not None:
+            try:
+                self._on_split(whole)
+            except Exception:
+                log.exception("engine: the caller failed on %s cut into ranges", whole.label())
+        with self._lock:
+            self._queue.appendleft(rest)
+            if self._started:
+                self._fill()
+            self._changed.notify_all()
+
+    def _take(self, slot: int, lists: bool) -> tuple[Taken | None, tuple[Item, Item] | None]:
+        """The next call's items for `slot`, and when its item was cut (`guided`), the item
+        and its rest, to queue again (`_split`); (None, None): the slot retires (stopped,
+        above cc, or nothing left). In the lock."""
         setting = self._setting
         if self._stopped or slot >= setting.cc or not self._queue:
-            return None
+            return None, None
         first = self._queue.popleft()
         items = [first]
-        if first in self._rest:  # a cut call's rest: an equal share for each idle slot
+        piece, rest = self._guided(first, setting)
+        if rest is not None:
+            self._queued_files -= _file_bytes([first])
+            items = [piece]
+        elif first in self._rest:  # a cut call's rest: an equal share for each idle slot
             share = math.ceil((len(self._queue) + 1) / max(self._idle_slots(slot), 1))
             while self._queue and len(items) < share and self._queue[0] in self._rest:
                 items.append(self._queue.popleft())
@@ -470,7 +504,17 @@ class Engine:
                 items.append(item)
                 budget -= item.size_bytes
         self._queued_files -= _file_bytes(items)
-        return Taken(slot, tuple(items), setting, self.clock())
+        return (Taken(slot, tuple(items), setting, self.clock()),
+                None if rest is None else (first, rest))
+
+    def _guided(self, first: Item, setting: Setting) -> tuple[Item, Item | None]:
+        """`first` as `guided` cuts it for the bytes queued (in the lock): a cut call's
+        rest, already spread, and items too short for two pieces are taken whole."""
+        if (not self._piece_bytes or first in self._rest
+                or first.size_bytes < 2 * self._piece_bytes):
+            return first, None
+        queued = first.size_bytes + sum(i.size_bytes for i in self._queue)
+        return guided(first, queued, setting.cc, self._piece_bytes)
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
         """About `call_s` seconds of one worker's recent share of the flow, staggered by

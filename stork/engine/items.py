@@ -38,6 +38,23 @@ def split(file: FileWork, range_size: int) -> list[Item]:
             for offset in range(0, size, range_size)]
 
 
+def guided(item: Item, queued_bytes: int, workers: int, floor_bytes: int
+           ) -> tuple[Item, Item | None]:
+    """The part of `item` a worker takes now, and the rest (None: all of it), when
+    `queued_bytes` (the item's own included) are queued for `workers`: the first
+    ceil(queued_bytes / workers) bytes, at least `floor_bytes`, as a range when at least
+    `floor_bytes` are left after it; else the item whole. Sizes are rounded up to a MiB."""
+    size = item.size_bytes
+    if floor_bytes <= 0 or workers < 1 or item.file.size_bytes is None:
+        return item, None
+    share = max(floor_bytes, -(-queued_bytes // workers))
+    share = int(-(-share // MIB) * MIB)
+    if size - share < floor_bytes:
+        return item, None
+    start = item.offset
+    return Item(item.file, start, share), Item(item.file, start + share, size - share)
+
+
 Span = tuple[int, int]  # bytes [start, end) of a file
 
 
@@ -66,16 +83,35 @@ def holds(spans: Sequence[Span], size_now: int | None) -> bool:
     return bool(spans) and size_now is not None and size_now >= spans[-1][1]
 
 
+def gaps(spans: Sequence[Span], start: int, end: int) -> list[Span]:
+    """The parts of [start, end) that merged `spans` do not hold."""
+    out: list[Span] = []
+    for s, e in spans:
+        if s > start:
+            out.append((start, min(s, end)))
+        start = max(start, e)
+        if start >= end:
+            break
+    if start < end:
+        out.append((start, end))
+    return [(s, e) for s, e in out if e > s]
+
+
 def plan_items(files: Iterable[FileWork], range_size: int,
                landed: Mapping[int, Sequence[Span]] | None = None) -> list[Item]:
-    """Every file's items in the files' order, less the ranges that `landed` (spans per
-    file index, as `Assembly.spans` keeps them) already holds: a resumed file sends only
-    what did not land."""
+    """Every file's items in the files' order. A file some of whose bytes `landed` (spans
+    per file index, as `Assembly.spans` keeps them; a piece cut at the end of a queue
+    counts as any range) sends only what did not land: its gaps, in ranges of at most
+    `range_size`."""
     items: list[Item] = []
     for file in files:
         have = merged((landed or {}).get(file.index, ()))
-        items.extend(i for i in split(file, range_size)
-                     if not (i.is_range and covered(have, i.offset, i.offset + i.size_bytes)))
+        if not have or file.size_bytes is None:
+            items.extend(split(file, range_size))
+            continue
+        for start, end in gaps(have, 0, file.size_bytes):
+            step = range_size if range_size > 0 else end - start
+            items.extend(Item(file, o, min(step, end - o)) for o in range(start, end, step))
     return items
 
 

@@ -21,7 +21,10 @@ The attempt (a *pass*) runs on its own thread:
    the destination is a sink or the job asks for checksums (of whole files): it is checked
    when its last range lands, and a range that fails is sent again once, alone, a second
    failure being its file's (its queued ranges withdrawn; FAILED, its partial destination
-   removed as its claim allows once none of its ranges is in flight). With a probing
+   removed as its claim allows once none of its ranges is in flight). At the end of the
+   queue the engine cuts an item larger than its share (bytes queued over cc) into ranges
+   (at least STORK_PIECE_MIN_MB) as it is taken; a whole file cut so is claimed first, and
+   is then a file in ranges like the others. With a probing
    optimizer, or STORK_ENGINE = batch, a chunk is a sequence of globus-url-copy runs over
    batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`; gfal2's
    `GfalModule.list_command` for the others).
@@ -67,7 +70,14 @@ from stork.config import ONLINE_OPTIMIZERS, Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
-from stork.engine import Assembly, Engine, Taken, plan_items, range_bytes, series_flow
+from stork.engine import (
+    Assembly,
+    Engine,
+    Taken,
+    plan_items,
+    range_bytes,
+    series_flow,
+)
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -242,6 +252,14 @@ class Parts:
                 return "again"
             self.judged.add(index)
             return "judge"
+
+    def add(self, file: FileWork, claim: destination.Destination) -> None:
+        """A whole file cut into ranges at the end of the queue (`Engine`'s `on_split`),
+        with its destination's claim: assembled and kept as a file planned in ranges."""
+        with self.lock:
+            if file.size_bytes is not None:
+                self.assembly.sizes[file.index] = file.size_bytes
+        self.kept.claim({file.index: claim})
 
     def fail(self, index: int) -> None:
         """A file FAILED on its ranges: its partial destination is removed once nothing of
@@ -536,7 +554,10 @@ class DatasetRun:
                         lambda taken, results: self._called(engine, results, rows, urls, parts,
                                                             taken),
                         on_take=on_take, meter=self.meter,
-                        cut_stragglers=self.sink is None)  # a sink takes its bytes once
+                        cut_stragglers=self.sink is None,  # a sink takes its bytes once
+                        piece_bytes=self._piece_size(module),
+                        on_split=lambda item: parts.add(
+                            item.file, destination.claim(item.file.dest_url, self.run_as)))
         with self._lock:
             if self._stop is not None:
                 return
@@ -601,6 +622,14 @@ class DatasetRun:
         if not module.writes_ranges or self.sink is not None or self.job.spec.verify_checksum:
             return 0
         return self.kept.choose_size(range_bytes(self.bdp, self.settings.range_min_mb << 20))
+
+    def _piece_size(self, module: TransferModule) -> int:
+        """The least piece the engine cuts an item into at the end of the queue (0: none):
+        where this pass sends ranges, 16 BDPs and at least STORK_PIECE_MIN_MB."""
+        floor_mb = self.settings.piece_min_mb
+        if not floor_mb or not self._range_size(module):
+            return 0
+        return range_bytes(self.bdp, floor_mb << 20)
 
     def _resumed(self, rows: dict[int, DatasetFileRow]) -> set[int]:
         """The due files whose ranges an earlier pass (this node's before a kill -9, or a
