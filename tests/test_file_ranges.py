@@ -5,6 +5,7 @@ Real globus-url-copy against a real globus-gridftp-server, through the real daem
 from __future__ import annotations
 
 import filecmp
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,3 +152,34 @@ def test_stork_rm_stops_every_range_in_flight_and_removes_the_partial_file(
         assert wait_for(lambda: not children(pid, "sleep"), 20,
                         what="both held ranges stopped")
         assert len(invocations(calls)) == 4  # and nothing started after the removal
+
+
+def test_the_last_ranges_of_a_file_are_cut_into_pieces_and_every_byte_sent_once(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    """A 26 MiB file in 8 MiB ranges at cc 2 with pieces of at least 2 MiB: the ranges taken
+    once less than two ranges' worth is queued are cut to their share (bytes queued over
+    cc), and the pieces still tile the file, each byte sent once, byte-identical."""
+    size = 26 * MB
+    src = make_file(gridftp_root / "pieces-src.dat", size, seed=45)
+    dest = tmp_path / "pieces-out.dat"
+    calls = tmp_path / "calls.log"
+    server = StorkServer(tmp_path, {"STORK_RANGE_MIN_MB": "8", "STORK_PIECE_MIN_MB": "2",
+                                    "STORK_LINK_MBPS": "10", "STORK_GLOBUS_URL_COPY":
+                                    str(holding_guc(tmp_path, calls, tmp_path / "no-hold"))})
+    try:
+        server.start()
+        [job_id] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 2 -p 1";
+            src_url = "{gridftp.url(src)}"; dest_url = "file://{dest}" ]""")
+        job = server.wait_state(job_id, timeout_s=120)
+        assert job["state"] == "COMPLETED", job
+        assert filecmp.cmp(src, dest, shallow=False)
+        assert job["result"]["range_bytes"] == 8 * MB
+        spans = sorted((int(option(r, "-partial-offset") or -1),
+                        int(option(r, "-partial-length") or -1)) for r in invocations(calls))
+        assert spans[0][0] == 0 and sum(n for _, n in spans) == size
+        assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(spans))
+        # the first two ranges go whole (26 and 18 MiB queued over 2 workers are more than
+        # a range each); the third is cut at its share of the 10 MiB left: 5 MiB
+        assert spans[:3] == [(0, 8 * MB), (8 * MB, 8 * MB), (16 * MB, 5 * MB)]
+    finally:
+        server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -23,6 +24,7 @@ from stork.tuning.online import (
     prior_from_optimizer,
     streams,
 )
+from tests.support import wait_for
 
 LIMITS = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=256)
 Surface = Callable[[Setting, float], float]  # (setting, time) -> true rate in Mbit/s
@@ -812,3 +814,40 @@ def test_a_try_of_fewer_streams_still_open_at_the_last_window_says_what_it_lost(
     last = answers[-1]
     assert last is not None and last.setting == Setting(8, 1, 1)
     assert "a loss of 7.0%, past 5%: kept the reference" in last.reason, last.reason
+
+
+def test_the_data_left_for_a_try_is_what_is_queued_not_what_is_in_flight() -> None:
+    """The seconds a try may use are those of the queue at the recent rate: calls in flight
+    end in the tail, which is not tuned. A real engine with 2 files of 64 MiB held in
+    flight by its workers and 8 queued: 8 x 64 MiB at 200 Mbit/s."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork, Item, ItemResult, Worker
+
+    release = threading.Event()
+
+    class Held(Worker):
+        def run(self, items, setting, report):  # type: ignore[no-untyped-def]
+            release.wait(30)
+            return [ItemResult(i, True) for i in items]
+
+        def stop(self) -> None:
+            release.set()
+
+        def close(self) -> None:
+            pass
+
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 64 << 20) for i in range(10)]
+    engine = Engine([Item(f) for f in work], Held, Setting(2, 1, 1), lambda *_: None)
+    tuner = FlowTuner(engine, Climb(Setting(2, 1, 1), LIMITS), what="large",
+                      prior_reason="test", write_result=lambda _: None)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 2, 10, what="two calls in flight")
+        left_s = tuner._left_s([200.0, 200.0, 200.0])
+        assert left_s == pytest.approx(8 * (64 << 20) * 8 / 1e6 / 200.0)
+        assert tuner._left_s([]) is None  # no rate yet
+    finally:
+        release.set()
+        runner.join(30)

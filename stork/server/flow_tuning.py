@@ -320,14 +320,18 @@ class FlowTuner:
         log.info("%s: %s (%s)", self.key, setting.label(), reason)
 
     def _left_s(self, rates: list[float]) -> float | None:
-        """Seconds of data left at the recent rate: the queue, and half of what is in
-        flight (None while a size or the rate is not known)."""
+        """Seconds of windows left to judge a try in, at the recent rate: the bytes queued
+        (None while a size or the rate is not known). What is in flight is left out: once
+        the queue is empty and a worker idles, the tail is not tuned (`tick`), so the
+        calls in flight then end in windows no verdict reads. Counted with half of them,
+        a job of 500 files of 2 MiB on wan40 tried fewer streams about 26 s before its end
+        and ended in that try still open after 7 windows; the next job started from it,
+        the fewest streams of its history (docs/BENCHMARKS.md 15.26)."""
         queued = self.engine.left()
-        flying = [i for t in self.engine.in_flight() for i in t.items]
-        if not rates or any(i.file.size_bytes is None for i in (*queued, *flying)):
+        if not rates or any(i.file.size_bytes is None for i in queued):
             return None
         rate = statistics.fmean(rates[-3:])
-        left = sum(i.size_bytes for i in queued) + sum(i.size_bytes for i in flying) / 2
+        left = sum(i.size_bytes for i in queued)
         return left * 8 / 1e6 / rate if rate > 0 else None
 
     def _settled(self) -> bool:
