@@ -346,6 +346,19 @@ def test_a_datasets_large_file_goes_as_ranges_beside_its_small_files(
                            * 2)
 
 
+def one_job_without_retries(tmp_path: Path, knobs: dict[str, str], guc: Path, src_url: str,
+                            out: Path, arguments: str) -> tuple[dict, dict[str, dict]]:
+    """A daemon with `knobs` and globus-url-copy `guc` runs one dataset job from `src_url`
+    into `out` with `arguments` and no retries: the job and its files by path."""
+    with removed_after(tmp_path / "s"), StorkServer(
+            tmp_path / "s", {**knobs, "STORK_LINK_MBPS": "10",
+                             "STORK_GLOBUS_URL_COPY": str(guc)}) as stork:
+        [job_id] = stork.submit(f"""[ dap_type = transfer; src_url = "{src_url}/";
+            dest_url = "file://{out}/"; arguments = "{arguments}"; max_retries = 0 ]""")
+        job = stork.wait_state(job_id, timeout_s=240)
+        return job, {f["rel_path"]: f for f in files_of(stork, job_id)}
+
+
 def test_a_failed_range_is_sent_again_alone_and_a_second_failure_is_its_files(
         gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
     """A range that fails once is sent again by itself and its file completes; a range that
@@ -368,13 +381,8 @@ exec {real_guc()} "$@"
 """)
     wrapper.chmod(0o755)
     out = tmp_path / "out"
-    with removed_after(tmp_path / "s"), StorkServer(
-            tmp_path / "s", {"STORK_RANGE_MIN_MB": "1", "STORK_LINK_MBPS": "10",
-                             "STORK_GLOBUS_URL_COPY": str(wrapper)}) as stork:
-        [job_id] = stork.submit(f"""[ dap_type = transfer; src_url = "{gridftp.url(src)}/";
-            dest_url = "file://{out}/"; arguments = "-cc 2"; max_retries = 0 ]""")
-        job = stork.wait_state(job_id, timeout_s=240)
-        files = {f["rel_path"]: f for f in files_of(stork, job_id)}
+    job, files = one_job_without_retries(tmp_path, {"STORK_RANGE_MIN_MB": "1"}, wrapper,
+                                         gridftp.url(src), out, "-cc 2")
     assert seen.exists()  # the injected failure happened
     assert job["state"] == "FAILED" and job["files_failed"] == 1, job
     assert files["always.dat"]["state"] == "FAILED"
@@ -409,13 +417,8 @@ esac
 exec {recording_guc(tmp_path, calls)} "$@"
 """)
     wrapper.chmod(0o755)
-    with removed_after(tmp_path / "s"), StorkServer(
-            tmp_path / "s", {"STORK_PIECE_MIN_MB": "1", "STORK_LINK_MBPS": "10",
-                             "STORK_GLOBUS_URL_COPY": str(wrapper)}) as stork:
-        [job_id] = stork.submit(f"""[ dap_type = transfer; src_url = "{gridftp.url(src)}/";
-            dest_url = "file://{out}/"; arguments = "-cc 4 -p 1"; max_retries = 0 ]""")
-        job = stork.wait_state(job_id, timeout_s=240)
-        files = {f["rel_path"]: f for f in files_of(stork, job_id)}
+    job, files = one_job_without_retries(tmp_path, {"STORK_PIECE_MIN_MB": "1"}, wrapper,
+                                         gridftp.url(src), out, "-cc 4 -p 1")
     assert job["state"] == "FAILED" and job["files_failed"] == 1, job
     assert files["broken.dat"]["state"] == "FAILED"
     assert "injected failure" in files["broken.dat"]["last_error"]
