@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stork.engine import Assembly, Engine, Flow, Taken, plan_items, range_bytes, split
+from stork.engine import Assembly, Engine, Flow, Taken, piece_bytes, plan_items, range_bytes, split
 from stork.engine.engine import LIST_MIN_BYTES, STAGGER
 from stork.engine.flow import SERIES_LAG_S, Stretch, series_flow
 from stork.engine.items import RANGE_FLOOR_BYTES, gaps, guided, merged
@@ -48,6 +48,8 @@ def test_ranges_are_many_bdps_and_at_least_the_floor() -> None:
     assert range_bytes(10 * MB) == 160 * MB  # 16 BDPs of 10 MiB
     assert range_bytes(10e6) == 153 * MB  # 160e6 bytes, rounded up to a whole MiB
     assert range_bytes(1.5 * MB, floor_bytes=MB) == 24 * MB
+    assert piece_bytes(0, 16) == 16 * MB and piece_bytes(2 * MB, 16) == 32 * MB
+    assert piece_bytes(2 * MB, 0) == 0  # STORK_PIECE_MIN_MB = 0: never cut
 
 
 def test_a_file_is_split_only_when_it_holds_two_ranges() -> None:

@@ -3,7 +3,7 @@ setting changed while the data flows, the flow measured (`engine`, `items`, `flo
 
 from stork.engine.engine import Engine, Taken
 from stork.engine.flow import Flow, Stretch, Window, series_flow
-from stork.engine.items import Assembly, plan_items, range_bytes, split
+from stork.engine.items import Assembly, piece_bytes, plan_items, range_bytes, split
 
-__all__ = ["Assembly", "Engine", "Flow", "Stretch", "Taken", "Window",
+__all__ = ["Assembly", "Engine", "Flow", "Stretch", "Taken", "Window", "piece_bytes",
            "plan_items", "range_bytes", "series_flow", "split"]

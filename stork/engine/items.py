@@ -29,6 +29,12 @@ def range_bytes(bdp_bytes: float, floor_bytes: int = RANGE_FLOOR_BYTES) -> int:
     return int(-(-want // MIB) * MIB)
 
 
+def piece_bytes(bdp_bytes: float, floor_mb: int) -> int:
+    """The least piece an item is cut into at the end of a queue (`guided`): as a range,
+    16 BDPs, at least `floor_mb` MiB (STORK_PIECE_MIN_MB); 0 (never cut) when that is 0."""
+    return range_bytes(bdp_bytes, floor_mb << 20) if floor_mb > 0 else 0
+
+
 def split(file: FileWork, range_size: int) -> list[Item]:
     """The file as items: ranges of `range_size` when it holds at least two, else whole."""
     size = file.size_bytes

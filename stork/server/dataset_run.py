@@ -70,14 +70,7 @@ from stork.config import ONLINE_OPTIMIZERS, Settings
 from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
 from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
 from stork.dataset.expand import list_dataset
-from stork.engine import (
-    Assembly,
-    Engine,
-    Taken,
-    plan_items,
-    range_bytes,
-    series_flow,
-)
+from stork.engine import Assembly, Engine, Taken, piece_bytes, plan_items, range_bytes, series_flow
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -626,10 +619,9 @@ class DatasetRun:
     def _piece_size(self, module: TransferModule) -> int:
         """The least piece the engine cuts an item into at the end of the queue (0: none):
         where this pass sends ranges, 16 BDPs and at least STORK_PIECE_MIN_MB."""
-        floor_mb = self.settings.piece_min_mb
-        if not floor_mb or not self._range_size(module):
+        if not self._range_size(module):
             return 0
-        return range_bytes(self.bdp, floor_mb << 20)
+        return piece_bytes(self.bdp, self.settings.piece_min_mb)
 
     def _resumed(self, rows: dict[int, DatasetFileRow]) -> set[int]:
         """The due files whose ranges an earlier pass (this node's before a kill -9, or a

@@ -41,13 +41,7 @@ from typing import Any
 
 from stork.config import Settings
 from stork.dataset.chunks import SizeClass, default_params
-from stork.engine import (
-    Assembly,
-    Engine,
-    plan_items,
-    range_bytes,
-    series_flow,
-)
+from stork.engine import Assembly, Engine, piece_bytes, plan_items, range_bytes, series_flow
 from stork.engine.items import Span, covered, merged
 from stork.errors import IdentityError, RetryableTransferError, TransferError
 from stork.identity import RunAs
@@ -284,8 +278,7 @@ class FileRun:
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._landed(engine, assembly, results),
                         meter=self.meter,
-                        piece_bytes=range_bytes(self._bdp(), self.settings.piece_min_mb << 20)
-                        if self.settings.piece_min_mb else 0)
+                        piece_bytes=piece_bytes(self._bdp(), self.settings.piece_min_mb))
         with self._lock:
             if self._stop is not None:
                 return self._stopped(before)
