@@ -23,11 +23,15 @@ A last table, over every dataset whatever its size, answers one for the online c
 (`stork.tuning.online.Climb`'s `alike_axes`): from each (cc, p) whose two halvings, (cc/2, p)
 and (cc, p/2), were both measured, when one of them lost more than 5%, how often the other
 lost more than 5% too; by the datasets' size class (`chunks.size_class`, the file size
-against the table's bandwidth-delay product).
+against the table's bandwidth-delay product). And one for its knee (`online.KNEE_GAIN`):
+from each (cc, p) whose doubling and halving were both measured, by how much the doubling
+gained, how often the halving lost more than 5% (along the same axis; for large files also
+along the other).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -94,6 +98,40 @@ def halvings(sets: Sequence[TestSet]) -> dict[SizeClass, tuple[int, int]]:
     return out
 
 
+KNEE_BUCKETS = ((-math.inf, 0.0), (0.0, 0.025), (0.025, 0.05), (0.05, math.inf))
+
+
+def knees(sets: Sequence[TestSet]) -> dict[tuple[SizeClass, bool, int], tuple[int, int]]:
+    """(size class, along the same axis, bucket of `KNEE_BUCKETS`) -> (cells whose
+    doubling along one axis gained that much, of which the halving along the same axis, or
+    for large files the other, lost more than 5%), over every (cc, p) with both measured
+    (each cell the median of every repeat of every pipelining depth)."""
+    out: dict[tuple[SizeClass, bool, int], tuple[int, int]] = {}
+    for t in sets:
+        r = t.rows[0]
+        if not r.rtt_s or not r.bandwidth_bps:
+            continue
+        cls = size_class(round(r.file_size_bytes), r.bandwidth_bps / 8 * r.rtt_s)
+        pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
+        for (cc, p, _pp), values in t.cells.items():
+            pooled[(cc, p)] += values
+        rate = {cell: statistics.median(values) for cell, values in pooled.items()}
+        for (cc, p), ref in rate.items():
+            for up_axis in (0, 1):
+                for down_axis in ((0, 1) if cls is SizeClass.LARGE else (up_axis,)):
+                    up = rate.get((cc * 2, p) if up_axis == 0 else (cc, p * 2))
+                    down = rate.get((cc // 2, p) if down_axis == 0 else (cc, p // 2))
+                    if (cc, p)[down_axis] < 2 or up is None or down is None or ref <= 0:
+                        continue
+                    gain = up / ref - 1
+                    bucket = next(i for i, (lo, hi) in enumerate(KNEE_BUCKETS)
+                                  if lo <= gain < hi)
+                    key = (cls, up_axis == down_axis, bucket)
+                    n, lost = out.get(key, (0, 0))
+                    out[key] = (n + 1, lost + (down / ref - 1 < -WITHIN))
+    return out
+
+
 def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str:
     large = [(t, layouts(t, totals)) for t in sets if t.key[2] >= min_mb * 1e6]
     large = [(t, table) for t, table in large if table]
@@ -127,6 +165,18 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
     for cls, (n, both) in sorted(halvings(sets).items(), key=lambda e: order.index(e[0])):
         if n:
             lines.append(f"| {cls.value} | {n} | {both} | {both / n:.2f} |")
+    title = ("### After a doubling that gained this much, a halving that lost more than 5% "
+             "(every dataset)")
+    lines += ["", title, "",
+              "| size class | halving along | doubling gained | cells | halving lost | share |",
+              "| --- | --- | --- | ---: | ---: | ---: |"]
+    for (cls, same, bucket), (n, lost) in sorted(
+            knees(sets).items(), key=lambda e: (order.index(e[0][0]), not e[0][1], e[0][2])):
+        lo, hi = KNEE_BUCKETS[bucket]
+        gained = (f"below {hi:.1%}" if lo == -math.inf else
+                  f"{lo:.1%} or more" if hi == math.inf else f"{lo:.1%} to {hi:.1%}")
+        lines.append(f"| {cls.value} | {'the same axis' if same else 'the other axis'} | "
+                     f"{gained} | {n} | {lost} | {lost / n:.2f} |")
     return "\n".join(lines)
 
 

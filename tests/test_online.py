@@ -373,6 +373,55 @@ def test_prior_does_not_start_where_the_climb_refused_a_loss_past_five_percent()
                               alike_axes=True)[0] != s8
 
 
+def test_no_job_starts_at_a_halving_past_the_knee() -> None:
+    """bench_climb on wan40 (docs/BENCHMARKS.md 15.26, run H2): job 1 measured cc 8 p 4 at
+    185.4 Mbit/s and kept cc 4 p 4 at 177.1 ± 30.9 over 8 windows (-4.4%); job 2 started at
+    its halving cc 2 p 4 and lost 47% for 11 s (0.854 of the best cell). A doubling that
+    still gained 2.5% puts cc 4 p 4 at the knee: the next job starts there, at no halving
+    (for large files along neither axis, as both add whole streams)."""
+    s8, s4 = Setting(8, 4, 1), Setting(4, 4, 1)
+    history = {s8: Measured(s8, 185.4, 8.0, 3), s4: Measured(s4, 177.1, 30.9, 8)}
+    prior, why = prior_from_history(history, s8, limits=LIMITS, axes=("cc", "p"),
+                                    alike_axes=True)
+    assert prior == s4, why
+    assert "not starting at cc=2 p=4 pp=1: past the knee" in why, why
+    assert "not starting at cc=4 p=2 pp=1: past the knee" in why, why
+    # medium files: only the axis whose doubling gained is past the knee
+    medium = {Setting(s.cc, s.p, 2): Measured(Setting(s.cc, s.p, 2), m.mean, m.stdev, m.count)
+              for s, m in history.items()}
+    assert prior_from_history(medium, s8, limits=LIMITS, axes=("cc", "p"))[0] == \
+        Setting(4, 2, 2)
+    # a doubling that gained less (a flat curve): the halving start is made
+    flat = {**history, s8: Measured(s8, 180.0, 8.0, 3)}
+    assert prior_from_history(flat, s8, limits=LIMITS, axes=("cc", "p"),
+                              alike_axes=True)[0] == Setting(2, 4, 1)
+
+
+def test_a_large_files_climb_does_not_halve_past_the_knee() -> None:
+    """bench_climb on wan80 (docs/BENCHMARKS.md 15.26, run G3): a 4 GiB file measured its
+    preset cc 8 p 4 at 261.0 Mbit/s, kept cc 4 p 4 at 249.3 (-4.5%, within 5%), then tried
+    cc 2 p 4 and lost 48%. The doubling this flow measured gained 2.5% or more on cc 4 p 4:
+    no halving of it is tried, along either axis."""
+    rate = {8: 95.0, 16: 252.0, 32: 261.0, 64: 265.0, 128: 266.0}
+
+    def surface(s: Setting, t: int) -> float:
+        return rate[min(max(streams(s), 8), 128)]
+
+    def climb_on(alike: bool) -> tuple[Climb, list[Setting], list[tuple[int, Change]]]:
+        climb = Climb(Setting(8, 4, 1), LIMITS, ceiling_mbps=270.0, alike_axes=alike)
+        changes = run(climb, surface, seconds=200, noise=0.01)
+        return climb, [c.setting for _, c in changes], changes
+
+    climb, tried, changes = climb_on(True)
+    assert Setting(4, 4, 1) in tried, changes  # the halving within 5%, kept
+    assert all(streams(s) >= 16 for s in tried), changes  # and no halving of it
+    assert climb.holding and streams(climb.current) >= 16, changes
+    assert any("cc=2 p=4 pp=1 not tried: past the knee" in c.reason for _, c in changes)
+    # medium files' axes are not alike: the climb halves on and measures the loss
+    _, tried, changes = climb_on(False)
+    assert any(streams(s) == 8 for s in tried), changes
+
+
 def test_a_job_on_a_known_path_starts_at_a_halving_the_history_has_not_measured() -> None:
     measured = known([row(16, 1, 150.0), row(32, 1, 152.0)])
     prior, why = prior_from_history(measured, Setting(8, 1, 4), limits=LIMITS, axes=("cc",))

@@ -55,6 +55,15 @@ settled. It answers a `Change` or nothing:
    38% for small ones (where cc is what counts); on the `short` testbed path a medium
    dataset lost 11% at half its cc and nothing at half its p, so medium files keep
    trying both.
+   The rate rises with streams ever more slowly up to the knee, so a setting whose
+   doubling still gained `KNEE_GAIN` (2.5%, on the point estimates) is at the knee or
+   below it, and half its streams lose more (`past_knee`: on the grids of ../shared/data
+   the halving then lost more than 5% in 79-92% of the cases, against 22-71% after a
+   doubling that gained less). A large file's climb does not try such a halving, along
+   either axis, when this flow measured the doubling at this load (a halving kept within
+   5% and then halved again on wan80 lost 48%: docs/BENCHMARKS.md 15.26); and no job on a
+   known path starts at one (`prior_from_history`; on wan40 the job that started at
+   such a halving made 0.81-0.85 of the best cell in four runs).
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
@@ -118,6 +127,8 @@ NOISE_PRIOR = 0.10  # a window's relative spread until a job has measured its ow
 # the noisy end), over this many degrees of freedom (two measurements of 3 windows)
 NOISE_MIN_DF = 4
 HISTORY_MIN_S = 3.0  # a transfer log row shorter than this says little of its setting
+KNEE_GAIN = 0.025  # a doubling that gained this much puts a halving past the knee (see the
+# module: chosen on the (cc, p, pp) grids of ../shared/data by `bench/bench_layout.py`)
 AXES = ("cc", "p")
 
 
@@ -394,6 +405,12 @@ class Climb:
             # the history's verdict first: the ceiling spares a try on the flow, and a
             # setting the history measured needs none
             verdict, known_why = self._from_history(moved)
+            # (large files only: see the module)
+            knee = past_knee(self.reference, self._regime, axis, self.limits, alike=True,
+                             windows=self.windows) \
+                if self.alike_axes and not up and verdict is Verdict.OPEN else ""
+            if knee:  # a halving the shape of the rate refuses, as the history would
+                verdict = Verdict.REFUSED
             if verdict is Verdict.OPEN and up and (no_room := self.room(moved)):
                 passed.append(f"{moved.label()} not tried: {no_room}")
                 first = True
@@ -401,7 +418,8 @@ class Climb:
             self._trying = (axis, up, first)
             self._learn(verdict, ref, moved)
             if verdict is Verdict.REFUSED:
-                passed.append(f"{moved.label()} refused from the history: {known_why}")
+                passed.append(f"{moved.label()} not tried: {knee}" if knee else
+                              f"{moved.label()} refused from the history: {known_why}")
                 if not first:
                     self._todo = [(a, u) for a, u in self._todo if a != axis]
                 self._turn(axis, up)
@@ -700,10 +718,37 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
         if fewer is not None and streams(fewer) <= too_few:
             why += f"; not starting at {fewer.label()}: {too_few} streams already lost"
             continue
+        if fewer is not None and (knee := past_knee(chosen, known, axis, limits,
+                                                    alike=alike_axes, windows=windows)):
+            why += f"; not starting at {fewer.label()}: {knee}"
+            continue
         if fewer is not None and (fewer not in known or known[fewer].count < windows):
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
     return chosen.setting, why
+
+
+def past_knee(ref: Measured, known: Mapping[Setting, Measured], axis: str, limits: Limits,
+              *, alike: bool, windows: int) -> str:
+    """Why halving `ref`'s setting along `axis` would lose past `MIN_GAIN` without a try,
+    or "": a doubling of it (along `axis`; with `alike`, large files, along either, as both
+    add whole streams) measured over `windows` windows or more made `KNEE_GAIN` more than
+    it (the point estimates). The rate rises with streams ever more slowly up to the knee,
+    so a doubling that still gained puts the setting at the knee or below it, where half
+    its streams lose more: on the (cc, p, pp) grids of ../shared/data, after a doubling
+    that gained 2.5% or more the halving lost more than 5% in 90% of the cases for large
+    files (79% along the other axis), 92% for medium and 79% for small ones, against
+    22-71% after one that gained less (`bench/bench_layout.py`)."""
+    if ref.mean <= 0:
+        return ""
+    for a in (AXES if alike else (axis,)):
+        up = _moved(ref.setting, a, True, limits)
+        m = known.get(up) if up is not None else None
+        if m is not None and m.count >= windows and m.mean / ref.mean - 1 >= KNEE_GAIN:
+            return (f"past the knee: twice the streams, {m.label()}, made "
+                    f"{m.mean / ref.mean - 1:+.1%} of {ref.setting.label()}'s "
+                    f"{ref.mean:.1f}, {KNEE_GAIN:.1%} or more")
+    return ""
 
 
 def _lower(m: Measured, share: float) -> float:
