@@ -13,15 +13,19 @@ from stork.transfer.worker import Setting
 from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import Limits
 from stork.tuning.online import (
+    MAX_WINDOWS,
+    MIN_GAIN,
     Change,
     Climb,
     Measured,
     Verdict,
+    Z,
     judge,
     measured_from_history,
     pooled,
     prior_from_history,
     prior_from_optimizer,
+    settled,
     streams,
 )
 from tests.support import wait_for
@@ -478,6 +482,29 @@ def test_an_open_difference_is_measured_longer_before_it_is_judged() -> None:
     verdict, _, _ = judge(quiet, Measured(Setting(4, 1, 1), 80.0, 2.0, 12), min_gain=0.05,
                           z=2.0)
     assert verdict is Verdict.REFUSED
+
+
+def test_at_the_last_look_more_streams_are_kept_past_five_percent_by_one_standard_error(
+) -> None:
+    """A try still open after MAX_WINDOWS is decided: more streams kept when the gain less
+    one standard error of the difference reaches 5%. bench_climb on wan40 (docs/BENCHMARKS.md
+    15.27, run I1): cc 8 p 4 made +7.6% over cc 4 p 4 within a 3.3% noise (two standard
+    errors), open after 8 windows, and the job held cc 4 p 4 (0.962-0.997 of the best cell,
+    cc 8 p 8). On wan80 (15.26, run G3) cc 4 p 8 made +9.6% within a 10.6% noise: still
+    refused."""
+    ref = Measured(Setting(4, 4, 1), 181.4, 2.2, 3)
+    tried = Measured(Setting(8, 4, 1), 195.1, 8.0, 8)
+    assert judge(ref, tried, min_gain=MIN_GAIN, z=Z)[0] is Verdict.OPEN
+    verdict, why, _ = settled(ref, tried, min_gain=MIN_GAIN, z=Z, max_windows=MAX_WINDOWS)
+    assert verdict is Verdict.KEPT and "by one standard error" in why, why
+    # the same figures before the last look: still open
+    early = Measured(Setting(8, 4, 1), 195.1, 8.0, MAX_WINDOWS - 1)
+    assert settled(ref, early, min_gain=MIN_GAIN, z=Z,
+                   max_windows=MAX_WINDOWS)[0] is Verdict.OPEN
+    wan80 = settled(Measured(Setting(4, 4, 1), 252.5, 24.9, 8),
+                    Measured(Setting(4, 8, 1), 276.6, 31.5, 8), min_gain=MIN_GAIN, z=Z,
+                    max_windows=MAX_WINDOWS)
+    assert wan80[0] is Verdict.REFUSED and "the fewer streams win" in wan80[1], wan80
 
 
 def test_a_neighbour_the_history_refuses_is_not_tried_on_the_flow() -> None:

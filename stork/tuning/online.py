@@ -19,7 +19,11 @@ settled. It answers a `Change` or nothing:
    of the windows at each setting) still reaches `min_gain`; one with fewer streams when
    its loss, noise included, stays within `min_gain` (with gains within 5%, the fewer
    streams win). While the difference is within the noise the tried
-   setting is measured longer, up to `max_windows`, and then the fewer streams win. A kept
+   setting is measured longer, up to `max_windows`, and then decided on the point estimate
+   (`settled`): more streams are kept when their gain less one standard error of the
+   difference still reaches `min_gain` (a verdict must be given then; while open, two
+   standard errors keep the repeated looks from buying streams on noise), else the fewer
+   streams win. A kept
    setting becomes the reference and the climb goes on the same way; a refused one sends
    the flow back to the reference, which is measured again (its windows pooled with the
    earlier ones), and the other direction is tried (only when the first was refused at
@@ -219,15 +223,26 @@ def settled(ref: Measured, tried: Measured, *, min_gain: float, z: float,
             max_windows: int) -> tuple[Verdict, str, dict[str, float]]:
     """`judge`, with a verdict still open when `tried` has `max_windows` windows or more
     decided on the point estimate, as the climb decides a try left open that long: fewer
-    streams are kept when they lose no more than `min_gain`, more streams are refused."""
+    streams are kept when they lose no more than `min_gain`; more streams when their gain
+    less one standard error of the difference (`judge`'s noise over `z`) still reaches
+    `min_gain`, else they are refused. While open, `judge` asks for `z` standard errors,
+    so the repeated looks buy no streams on noise; at the last look a verdict must be
+    given, and a try open that long has had its first and last windows compared for a load
+    that moved (`Climb.step`). One standard error and not none: the tries that reach the
+    last look are those whose early windows looked well (a poor start is refused at
+    once), so their gain reads high (on a flat surface with windows spread 5%, a bar of the
+    gain alone past 5% and past the noise kept p 2 at +5.1% and +5.8% in
+    `tests/test_online.py::test_a_load_step_reopens_the_search_from_the_prior`)."""
     verdict, why, figures = judge(ref, tried, min_gain=min_gain, z=z)
     if verdict is Verdict.OPEN and tried.count >= max_windows:
         fewer = streams(tried.setting) < streams(ref.setting)
-        gain = figures["gain"]
-        kept = fewer and gain >= -min_gain
+        gain, noise = figures["gain"], figures["noise"]
+        kept = gain >= -min_gain if fewer else gain - noise / z >= min_gain
         verdict = Verdict.KEPT if kept else Verdict.REFUSED
         why += f"; still open after {tried.count} windows: " + (
-            "the fewer streams win" if kept else
+            "the fewer streams win" if kept and fewer else
+            f"a gain past {min_gain:.0%} by one standard error ({noise / z:.1%}): kept"
+            if kept else
             f"a loss of {-gain:.1%}, past {min_gain:.0%}: kept the reference" if fewer
             else "the fewer streams win: kept the reference")
     return verdict, why, figures
