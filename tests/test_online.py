@@ -426,6 +426,25 @@ def test_a_large_files_climb_does_not_halve_past_the_knee() -> None:
     assert any(streams(s) == 8 for s in tried), changes
 
 
+def test_a_kept_halving_start_is_not_halved_past_the_knee() -> None:
+    """bench_climb on wan80 (docs/BENCHMARKS.md 15.27, run I2): job 2 started at cc 16 p 2,
+    half the history's cc 16 p 4 (291.8 ± 10.5 Mbit/s over 41 windows), kept it at -3.6%,
+    then tried cc 16 p 1 and lost 41.5%. The history's doubling the start was judged against
+    gained more than 2.5% on it: no halving of the start is tried."""
+    rate = {16: 165.0, 32: 281.0, 64: 292.0, 128: 293.0}
+
+    def surface(s: Setting, t: int) -> float:
+        return rate[min(max(streams(s), 16), 128)]
+
+    above = Setting(16, 4, 1)
+    climb = Climb(Setting(16, 2, 1), LIMITS, ceiling_mbps=300.0, alike_axes=True,
+                  known={above: Measured(above, 291.8, 10.5, 41)})
+    changes = run(climb, surface, seconds=120, noise=0.01)
+    assert "the start, half the history's cc=16 p=4 pp=1" in changes[0][1].reason, changes
+    assert all(streams(c.setting) >= 32 for _, c in changes), changes
+    assert climb.holding and climb.current == Setting(16, 2, 1), changes
+
+
 def test_a_job_on_a_known_path_starts_at_a_halving_the_history_has_not_measured() -> None:
     measured = known([row(16, 1, 150.0), row(32, 1, 152.0)])
     prior, why = prior_from_history(measured, Setting(8, 1, 4), limits=LIMITS, axes=("cc",))
