@@ -466,19 +466,21 @@ class Climb:
 
     def room(self, moved: Setting) -> str:
         """Why a try of `moved` (more streams) could not be kept on a link of
-        `ceiling_mbps`, or "" when it could: `judge` would not keep even the best it could
-        measure, the link's rate with the least noise it could carry (the reference's
-        spread over `max_windows`)."""
+        `ceiling_mbps`, or "" when it could: `settled` would not keep even the best it
+        could measure, the link's rate with the least noise it could carry (the reference's
+        spread over `max_windows`, its last look: one standard error of the difference)."""
         ref = self.reference
         if self.ceiling_mbps is None or ref is None or ref.mean <= 0:
             return ""
         best = Measured(moved, self.ceiling_mbps, ref.stdev, self.max_windows)
-        verdict, _, figures = judge(ref, best, min_gain=self.min_gain, z=self.z)
+        verdict, _, figures = settled(ref, best, min_gain=self.min_gain, z=self.z,
+                                      max_windows=self.max_windows)
         if verdict is Verdict.KEPT:
             return ""
+        error = figures["noise"] / self.z
         return (f"the link's {self.ceiling_mbps:.0f} Mbit/s is {figures['gain']:+.1%} of the "
-                f"reference's {ref.mean:.1f}, not {self.min_gain:.0%} beyond the noise "
-                f"({figures['noise']:.1%}): {streams(moved)} streams could not be kept")
+                f"reference's {ref.mean:.1f}, not {self.min_gain:.0%} beyond one standard "
+                f"error ({error:.1%}): {streams(moved)} streams could not be kept")
 
     def _short_of_time(self) -> str:
         """Why a try cannot be judged before the data runs out, or "" (see the module): it
