@@ -384,6 +384,13 @@ def main() -> int:
         if any(len(cell) != 3 or min(cell) < 1 for cell in cells):
             parser.error(f"{flag} {text!r}: each cell is cc/p/pp, each >= 1")
         setattr(args, option, cells)
+    for name, _ in topologies(args, ("wan40",)):
+        # a daemon started on a store it finds resumes that store's jobs beside the run's
+        old = sorted(args.workdir.glob(f"climb-{name}/stork-*/state"))
+        if old:
+            parser.error(f"--workdir {args.workdir}: {old[0]} holds the store of an earlier run,"
+                         f" whose daemon would resume its jobs beside this run's; name another "
+                         f"--workdir or remove that one")
     started = time.monotonic()
     print("<!-- load average at the start: {:.2f} {:.2f} {:.2f} -->".format(*os.getloadavg()),
           flush=True)

@@ -70,6 +70,21 @@ def test_a_dataset_spec_that_cannot_be_read_is_refused_by_name_before_any_testbe
         in capsys.readouterr().err
 
 
+def test_a_workdir_holding_an_earlier_runs_store_is_refused_before_any_testbed(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """A daemon started on a store it finds resumes that store's jobs: a run reusing the
+    work directory of one that was stopped had its preset cell share the link with the
+    stopped run's job (docs/BENCHMARKS.md 15.27, run J1)."""
+    store = tmp_path / "climb-wan40" / "stork-dataset-baselines" / "state"
+    store.mkdir(parents=True)
+    monkeypatch.setattr(sys, "argv", ["bench_climb.py", "--workdir", str(tmp_path)])
+    with pytest.raises(SystemExit) as caught:
+        main()
+    assert caught.value.code == 2
+    assert f"{store} holds the store of an earlier run" in capsys.readouterr().err
+
+
 def test_a_knob_is_read_as_name_equals_value_and_a_wrong_one_is_refused_by_name(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from bench_climb import knobs_of
