@@ -26,7 +26,8 @@ lost more than 5% too; by the datasets' size class (`chunks.size_class`, the fil
 against the table's bandwidth-delay product). And one for its knee (`online.KNEE_GAIN`):
 from each (cc, p) whose doubling and halving were both measured, by how much the doubling
 gained, how often the halving lost more than 5% (along the same axis; for large files also
-along the other).
+along the other). And one for `online.lost_above`: when a halving lost more than 5% with
+more streams on the other axis, how often the same halving below it did too.
 """
 
 from __future__ import annotations
@@ -132,6 +133,45 @@ def knees(sets: Sequence[TestSet]) -> dict[tuple[SizeClass, bool, int], tuple[in
     return out
 
 
+def losses_above(sets: Sequence[TestSet]) -> dict[tuple[SizeClass, str, bool], tuple[int, int]]:
+    """(size class, axis, whether the same halving lost more than 5% at a higher value of
+    the other axis) -> (pairs, of which the halving below lost more than 5%), over every
+    (cc, p) whose halving along the axis was measured, each paired with every (cc, p') with
+    p' > p (or (cc', p) with cc' > cc) whose same halving was measured too (each cell the
+    median of every repeat of every pipelining depth): `online.lost_above`'s evidence."""
+    out: dict[tuple[SizeClass, str, bool], tuple[int, int]] = {}
+    for t in sets:
+        r = t.rows[0]
+        if not r.rtt_s or not r.bandwidth_bps:
+            continue
+        cls = size_class(round(r.file_size_bytes), r.bandwidth_bps / 8 * r.rtt_s)
+        pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
+        for (cc, p, _pp), values in t.cells.items():
+            pooled[(cc, p)] += values
+        rate = {cell: statistics.median(values) for cell, values in pooled.items()}
+        for cell, here in rate.items():
+            for axis in (0, 1):
+                if cell[axis] < 2 or _half(cell, axis) not in rate or here <= 0:
+                    continue
+                for above, there in rate.items():
+                    if above[axis] != cell[axis] or above[1 - axis] <= cell[1 - axis] \
+                            or _half(above, axis) not in rate or there <= 0:
+                        continue
+                    key = (cls, ("cc", "p")[axis], _lost(rate, above, axis))
+                    n, below = out.get(key, (0, 0))
+                    out[key] = (n + 1, below + _lost(rate, cell, axis))
+    return out
+
+
+def _half(cell: tuple[int, int], axis: int) -> tuple[int, int]:
+    return (cell[0] // 2, cell[1]) if axis == 0 else (cell[0], cell[1] // 2)
+
+
+def _lost(rate: dict[tuple[int, int], float], cell: tuple[int, int], axis: int) -> bool:
+    """Whether halving `cell` along `axis` lost more than 5%."""
+    return rate[_half(cell, axis)] / rate[cell] - 1 < -WITHIN
+
+
 def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str:
     large = [(t, layouts(t, totals)) for t in sets if t.key[2] >= min_mb * 1e6]
     large = [(t, table) for t, table in large if table]
@@ -177,6 +217,16 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
                   f"{lo:.1%} or more" if hi == math.inf else f"{lo:.1%} to {hi:.1%}")
         lines.append(f"| {cls.value} | {'the same axis' if same else 'the other axis'} | "
                      f"{gained} | {n} | {lost} | {lost / n:.2f} |")
+    title = ("### A halving that lost more than 5% with more streams on the other axis: the "
+             "same halving below it (every dataset)")
+    lines += ["", title, "",
+              "| size class | halving | above it | pairs | lost more than 5% | share |",
+              "| --- | --- | --- | ---: | ---: | ---: |"]
+    for (cls, axis, above_lost), (n, below) in sorted(
+            losses_above(sets).items(), key=lambda e: (order.index(e[0][0]), e[0][1],
+                                                       not e[0][2])):
+        lines.append(f"| {cls.value} | {axis} | {'lost' if above_lost else 'kept'} | {n} | "
+                     f"{below} | {below / n:.2f} |")
     return "\n".join(lines)
 
 

@@ -412,6 +412,23 @@ def test_no_job_starts_at_a_halving_past_the_knee() -> None:
                               alike_axes=True)[0] == Setting(2, 4, 1)
 
 
+def test_no_job_starts_at_a_halving_that_lost_with_more_streams_on_the_other_axis() -> None:
+    """bench_climb on wan40, 500x2M (docs/BENCHMARKS.md 15.27, run J4): job 1 measured cc 8
+    p 3 at 166.7 Mbit/s and kept cc 16 p 3 (193.3); job 2 kept cc 16 p 1 (186.4); job 3
+    started at cc 8 p 1 and lost 24%. Halving cc had lost 13.8% already at p 3: at p 1 it
+    loses more, so the next job starts at cc 16 p 1 itself."""
+    s83, s163, s161 = Setting(8, 3, 2), Setting(16, 3, 2), Setting(16, 1, 2)
+    history = {s83: Measured(s83, 166.7, 19.3, 3), s163: Measured(s163, 193.3, 3.7, 12),
+               s161: Measured(s161, 186.4, 8.4, 18)}
+    prior, why = prior_from_history(history, s83, limits=LIMITS, axes=("cc", "p"))
+    assert prior == s161, why
+    assert "not starting at cc=8 p=1 pp=2: halving cc lost -13.8% already at cc=16 p=3" in why
+    # the same halving kept within 5% at p 3: the start at cc 8 p 1 is made
+    kept = {**history, s83: Measured(s83, 186.0, 5.0, 3)}
+    assert prior_from_history(kept, s83, limits=LIMITS, axes=("cc", "p"))[0] == \
+        Setting(8, 1, 2)
+
+
 def test_a_large_files_climb_does_not_halve_past_the_knee() -> None:
     """bench_climb on wan80 (docs/BENCHMARKS.md 15.26, run G3): a 4 GiB file measured its
     preset cc 8 p 4 at 261.0 Mbit/s, kept cc 4 p 4 at 249.3 (-4.5%, within 5%), then tried

@@ -744,10 +744,39 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                                                     alike=alike_axes, windows=windows)):
             why += f"; not starting at {fewer.label()}: {knee}"
             continue
+        if fewer is not None and (above := lost_above(chosen.setting, known, axis, limits,
+                                                      min_gain=min_gain, windows=windows)):
+            why += f"; not starting at {fewer.label()}: {above}"
+            continue
         if fewer is not None and (fewer not in known or known[fewer].count < windows):
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
     return chosen.setting, why
+
+
+def lost_above(setting: Setting, known: Mapping[Setting, Measured], axis: str,
+               limits: Limits, *, min_gain: float, windows: int) -> str:
+    """Why halving `setting` along `axis` would lose past `min_gain` without a try, or "":
+    the history measured that halving from a setting with the same `axis` and as much of
+    the other axis or more, and it lost more than `min_gain` (point estimates, each over
+    `windows` windows or more). With fewer streams on the other axis, each step of `axis`
+    carries more of the rate, so the halving loses more: on the (cc, p, pp) grids of
+    ../shared/data, after such a loss the halving below it lost more than 5% in 88-89% of
+    the cases along cc and 81-89% along p for medium and large files (99% along cc for
+    small ones), against 22-35% where the halving above kept within 5%
+    (`bench/bench_layout.py`)."""
+    other = "p" if axis == "cc" else "cc"
+    for s, m in known.items():
+        if getattr(s, axis) != getattr(setting, axis) \
+                or getattr(s, other) < getattr(setting, other) or m.count < windows:
+            continue
+        half = _moved(s, axis, False, limits)
+        h = known.get(half) if half is not None else None
+        if h is not None and h.count >= windows and m.mean > 0 \
+                and h.mean / m.mean - 1 < -min_gain:
+            return (f"halving {axis} lost {h.mean / m.mean - 1:+.1%} already at "
+                    f"{s.label()} ({h.label()}), with as many streams on {other} or more")
+    return ""
 
 
 def past_knee(ref: Measured, known: Mapping[Setting, Measured], axis: str, limits: Limits,
