@@ -70,7 +70,11 @@ settled. It answers a `Change` or nothing:
    again on wan80 lost 48%, and after a start kept at -3.6% 41%: docs/BENCHMARKS.md 15.26
    and 15.27); and no job on a
    known path starts at one (`prior_from_history`; on wan40 the job that started at
-   such a halving made 0.81-0.85 of the best cell in four runs).
+   such a halving made 0.81-0.85 of the best cell in four runs). Nor at a halving that
+   the history saw lose more than `min_gain` from a setting with as many streams or more
+   on the other axis (`lost_above`: with fewer there, each step of the axis carries more
+   of the rate; on the grids the halving below then lost more than 5% in 81-99% of the
+   cases, against 22-35%).
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
