@@ -452,6 +452,14 @@ def test_a_large_files_climb_does_not_halve_past_the_knee() -> None:
     # medium files' axes are not alike: the climb halves on and measures the loss
     _, tried, changes = climb_on(False)
     assert any(streams(s) == 8 for s in tried), changes
+    # the path's history measured the doubling (15.27's run K1: a job at cc 8 p 4, its
+    # history's cc 16 p 4 +3.0%, tried cc 4 p 4 and lost 12.7%): no halving either
+    rate.update({16: 162.0, 32: 186.0, 64: 191.0})
+    s16 = Setting(16, 4, 1)
+    known = Climb(Setting(8, 4, 1), LIMITS, ceiling_mbps=200.0, alike_axes=True,
+                  known={s16: Measured(s16, 191.7, 10.2, 8)})
+    changes = run(known, surface, seconds=120, noise=0.01)
+    assert all(streams(c.setting) >= 32 for _, c in changes), changes
 
 
 def test_a_kept_halving_start_is_not_halved_past_the_knee() -> None:

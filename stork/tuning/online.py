@@ -65,8 +65,8 @@ settled. It answers a `Change` or nothing:
    below it, and half its streams lose more (`past_knee`: on the grids of ../shared/data
    the halving then lost more than 5% in 79-92% of the cases, against 22-71% after a
    doubling that gained less). A large file's climb does not try such a halving, along
-   either axis, when this flow measured the doubling at this load, or the doubling is
-   what a halving start was judged against (a halving kept within 5% and then halved
+   either axis, when this flow or the path's history measured the doubling at this load
+   (the history is dropped when the load moves; a halving kept within 5% and then halved
    again on wan80 lost 48%, and after a start kept at -3.6% 41%: docs/BENCHMARKS.md 15.26
    and 15.27); and no job on a
    known path starts at one (`prior_from_history`; on wan40 the job that started at
@@ -307,7 +307,6 @@ class Climb:
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
         self._came_from: Setting | None = None  # the history's setting a start halves
-        self._start_above: dict[Setting, Measured] = {}  # and what the start was judged on
         if (halved := self._halved()) is not None:  # the start is a try of that halving
             axis, self._came_from = halved
             self.reference, self._ref_known = self.known[self._came_from], True
@@ -390,7 +389,6 @@ class Climb:
         axis, up, first = self._trying
         if self._came_from is not None:
             why = f"the start, half the history's {self._came_from.label()}: {why}"
-            self._start_above = {self._came_from: self.reference}  # the knee's evidence
             self._came_from = None
         self._saw(tried)
         self._learn(verdict, self.reference.setting, tried.setting)
@@ -430,7 +428,7 @@ class Climb:
             # setting the history measured needs none
             verdict, known_why = self._from_history(moved)
             # (large files only: see the module)
-            knee = past_knee(self.reference, {**self._start_above, **self._regime}, axis,
+            knee = past_knee(self.reference, {**self.known, **self._regime}, axis,
                              self.limits, alike=True, windows=self.windows) \
                 if self.alike_axes and not up and verdict is Verdict.OPEN else ""
             if knee:  # a halving the shape of the rate refuses, as the history would
