@@ -23,22 +23,22 @@ settled. It answers a `Change` or nothing:
    (`settled`): more streams are kept when their gain less one standard error of the
    difference still reaches `min_gain` (a verdict must be given then; while open, two
    standard errors keep the repeated looks from buying streams on noise), else the fewer
-   streams win. A kept
-   setting becomes the reference and the climb goes on the same way; a refused one sends
-   the flow back to the reference, which is measured again (its windows pooled with the
-   earlier ones), and the other direction is tried (only when the first was refused at
-   once), then the next axis. The next axis starts the way the last kept move went: both
-   axes multiply the same streams (cc x p), so once halving one kept the rate (the path
-   does not need the streams it had), doubling the other first would ask for twice the
-   streams of a setting just shown to be more than enough; it is tried only when halving
+   streams win. A kept setting becomes the reference and the climb goes on the same way; a
+   refused one sends the flow back to the reference, which is measured again (its windows
+   pooled with the earlier ones), and the other direction is tried (only when the first was
+   refused at once), then the next axis. The next axis starts the way the last kept move
+   went: both axes multiply the same streams (cc x p), so once halving one kept the rate
+   (the path does not need the streams it had), doubling the other first would ask for
+   twice the streams of a setting just shown to be more than enough; it is tried only when
+   halving
    that axis is refused at once. A refused move turns the other axes the other way first
    for the same reason (`_turn`). A doubling the link cannot pay for is not tried (when the
    link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS): the most a try could measure is
    the link's rate, and when that is not `min_gain` above the reference beyond one
    standard error of a try at its last look (`room`), no try could be kept, so its seconds
-   at twice the streams
-   are spared and the other way is tried. A neighbour the path's history (`known`,
-   `measured_from_history`) already refuses against the reference is passed over without
+   at twice the streams are spared and the other way is tried. A neighbour the path's
+   history (`known`, `measured_from_history`) already refuses against the reference is
+   passed over without
    moving the flow; the reference it is judged against is the reference's windows now
    and, when the history has them, then, pooled (`pooled`): a load that changed between
    the two shows as noise instead of as a gain.
@@ -68,13 +68,12 @@ settled. It answers a `Change` or nothing:
    either axis, when this flow or the path's history measured the doubling at this load
    (the history is dropped when the load moves; a halving kept within 5% and then halved
    again on wan80 lost 48%, and after a start kept at -3.6% 41%: docs/BENCHMARKS.md 15.26
-   and 15.27); and no job on a
-   known path starts at one (`prior_from_history`; on wan40 the job that started at
-   such a halving made 0.81-0.85 of the best cell in four runs). Nor at a halving that
-   the history saw lose more than `min_gain` from a setting with as many streams or more
-   on the other axis (`lost_above`: with fewer there, each step of the axis carries more
-   of the rate; on the grids the halving below then lost more than 5% in 81-99% of the
-   cases, against 22-35%).
+   and 15.27); and no job on a known path starts at one (`prior_from_history`; on wan40 the
+   job that started at such a halving made 0.81-0.85 of the best cell in four runs). Nor at
+   a halving that the history saw lose more than `min_gain` from a setting with as many
+   streams or more on the other axis (`lost_above`: with fewer there, each step of the axis
+   carries more of the rate; on the grids the halving below then lost more than 5% in
+   81-99% of the cases, against 22-35%).
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
