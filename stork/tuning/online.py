@@ -30,8 +30,8 @@ settled. It answers a `Change` or nothing:
    went: both axes multiply the same streams (cc x p), so once halving one kept the rate
    (the path does not need the streams it had), doubling the other first would ask for
    twice the streams of a setting just shown to be more than enough; it is tried only when
-   halving
-   that axis is refused at once. A refused move turns the other axes the other way first
+   halving that axis is refused at once. A refused move turns the other axes the other way
+   first
    for the same reason (`_turn`). A doubling the link cannot pay for is not tried (when the
    link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS): the most a try could measure is
    the link's rate, and when that is not `min_gain` above the reference beyond one
