@@ -36,7 +36,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import combinations
 from pathlib import Path
 
@@ -49,16 +49,37 @@ from stork.errors import TransferLogError
 Layout = dict[int, dict[int, float]]  # total streams -> concurrency -> Mbit/s
 
 
+Rates = dict[tuple[int, int], float]  # (cc, p) -> Mbit/s
+
+
+def cell_rates(t: TestSet) -> Rates:
+    """Each (cc, p) the dataset measured -> its Mbit/s: the median of every repeat of every
+    pipelining depth (pipelining does nothing for large files, and pooled it gives each
+    (cc, p) of the others one figure)."""
+    pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for (cc, p, _pp), values in t.cells.items():
+        pooled[(cc, p)] += values
+    return {cell: statistics.median(values) for cell, values in pooled.items()}
+
+
+def classed_rates(sets: Sequence[TestSet]) -> Iterator[tuple[SizeClass, Rates]]:
+    """Each dataset whose path is known (its RTT and link rate): its size class
+    (`chunks.size_class`, the file size against the bandwidth-delay product) and
+    `cell_rates`."""
+    for t in sets:
+        r = t.rows[0]
+        if r.rtt_s and r.bandwidth_bps:
+            yield size_class(round(r.file_size_bytes), r.bandwidth_bps / 8 * r.rtt_s), \
+                cell_rates(t)
+
+
 def layouts(t: TestSet, totals: Sequence[int]) -> Layout:
     """Each total of streams of `totals` the dataset measured in two or more (cc, p) ways ->
     each way's Mbit/s by its concurrency (the median of every repeat of every pipelining
     depth)."""
-    pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
-    for (cc, p, _pp), values in t.cells.items():
-        pooled[(cc, p)] += values
     by_total: Layout = defaultdict(dict)
-    for (cc, p), values in pooled.items():
-        by_total[cc * p][cc] = statistics.median(values)
+    for (cc, p), rate in cell_rates(t).items():
+        by_total[cc * p][cc] = rate
     return {total: ways for total, ways in sorted(by_total.items())
             if total in totals and len(ways) >= 2}
 
@@ -80,15 +101,7 @@ def halvings(sets: Sequence[TestSet]) -> dict[SizeClass, tuple[int, int]]:
     along the other axis lost more than 5% too), over every (cc, p) both of whose halvings
     were measured (each cell the median of every repeat of every pipelining depth)."""
     out: dict[SizeClass, tuple[int, int]] = {}
-    for t in sets:
-        r = t.rows[0]
-        if not r.rtt_s or not r.bandwidth_bps:
-            continue
-        cls = size_class(round(r.file_size_bytes), r.bandwidth_bps / 8 * r.rtt_s)
-        pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
-        for (cc, p, _pp), values in t.cells.items():
-            pooled[(cc, p)] += values
-        rate = {cell: statistics.median(values) for cell, values in pooled.items()}
+    for cls, rate in classed_rates(sets):
         for (cc, p), ref in rate.items():
             fewer_cc, fewer_p = rate.get((cc // 2, p)), rate.get((cc, p // 2))
             if cc < 2 or p < 2 or fewer_cc is None or fewer_p is None or ref <= 0:
@@ -108,15 +121,7 @@ def knees(sets: Sequence[TestSet]) -> dict[tuple[SizeClass, bool, int], tuple[in
     for large files the other, lost more than 5%), over every (cc, p) with both measured
     (each cell the median of every repeat of every pipelining depth)."""
     out: dict[tuple[SizeClass, bool, int], tuple[int, int]] = {}
-    for t in sets:
-        r = t.rows[0]
-        if not r.rtt_s or not r.bandwidth_bps:
-            continue
-        cls = size_class(round(r.file_size_bytes), r.bandwidth_bps / 8 * r.rtt_s)
-        pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
-        for (cc, p, _pp), values in t.cells.items():
-            pooled[(cc, p)] += values
-        rate = {cell: statistics.median(values) for cell, values in pooled.items()}
+    for cls, rate in classed_rates(sets):
         for (cc, p), ref in rate.items():
             for up_axis in (0, 1):
                 for down_axis in ((0, 1) if cls is SizeClass.LARGE else (up_axis,)):
@@ -140,15 +145,7 @@ def losses_above(sets: Sequence[TestSet]) -> dict[tuple[SizeClass, str, bool], t
     p' > p (or (cc', p) with cc' > cc) whose same halving was measured too (each cell the
     median of every repeat of every pipelining depth): `online.lost_above`'s evidence."""
     out: dict[tuple[SizeClass, str, bool], tuple[int, int]] = {}
-    for t in sets:
-        r = t.rows[0]
-        if not r.rtt_s or not r.bandwidth_bps:
-            continue
-        cls = size_class(round(r.file_size_bytes), r.bandwidth_bps / 8 * r.rtt_s)
-        pooled: dict[tuple[int, int], list[float]] = defaultdict(list)
-        for (cc, p, _pp), values in t.cells.items():
-            pooled[(cc, p)] += values
-        rate = {cell: statistics.median(values) for cell, values in pooled.items()}
+    for cls, rate in classed_rates(sets):
         for cell, here in rate.items():
             for axis in (0, 1):
                 if cell[axis] < 2 or _half(cell, axis) not in rate or here <= 0:
@@ -167,7 +164,7 @@ def _half(cell: tuple[int, int], axis: int) -> tuple[int, int]:
     return (cell[0] // 2, cell[1]) if axis == 0 else (cell[0], cell[1] // 2)
 
 
-def _lost(rate: dict[tuple[int, int], float], cell: tuple[int, int], axis: int) -> bool:
+def _lost(rate: Rates, cell: tuple[int, int], axis: int) -> bool:
     """Whether halving `cell` along `axis` lost more than 5%."""
     return rate[_half(cell, axis)] / rate[cell] - 1 < -WITHIN
 
