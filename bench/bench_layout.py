@@ -194,19 +194,17 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
               "| cc a | cc b | a beat b | of |", "| ---: | ---: | ---: | ---: |"]
     for (a, b), (won, of) in sorted(wins([table for _, table in large]).items()):
         lines.append(f"| {a} | {b} | {won} | {of} |")
-    title = "### A halving along one axis that lost more than 5%: the other axis (every dataset)"
-    lines += ["", title, "",
-              "| size class | halvings that lost | the other axis lost too | share |",
-              "| --- | ---: | ---: | ---: |"]
+    lines += _head("### A halving along one axis that lost more than 5%: the other axis "
+                   "(every dataset)",
+                   ["size class", "halvings that lost", "the other axis lost too", "share"], 1)
     order = list(SizeClass)
     for cls, (n, both) in sorted(halvings(sets).items(), key=lambda e: order.index(e[0])):
         if n:
             lines.append(f"| {cls.value} | {n} | {both} | {both / n:.2f} |")
-    title = ("### After a doubling that gained this much, a halving that lost more than 5% "
-             "(every dataset)")
-    lines += ["", title, "",
-              "| size class | halving along | doubling gained | cells | halving lost | share |",
-              "| --- | --- | --- | ---: | ---: | ---: |"]
+    lines += _head("### After a doubling that gained this much, a halving that lost more "
+                   "than 5% (every dataset)",
+                   ["size class", "halving along", "doubling gained", "cells", "halving lost",
+                    "share"], 3)
     for (cls, same, bucket), (n, lost) in sorted(
             knees(sets).items(), key=lambda e: (order.index(e[0][0]), not e[0][1], e[0][2])):
         lo, hi = KNEE_BUCKETS[bucket]
@@ -214,17 +212,23 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
                   f"{lo:.1%} or more" if hi == math.inf else f"{lo:.1%} to {hi:.1%}")
         lines.append(f"| {cls.value} | {'the same axis' if same else 'the other axis'} | "
                      f"{gained} | {n} | {lost} | {lost / n:.2f} |")
-    title = ("### A halving that lost more than 5% with more streams on the other axis: the "
-             "same halving below it (every dataset)")
-    lines += ["", title, "",
-              "| size class | halving | above it | pairs | lost more than 5% | share |",
-              "| --- | --- | --- | ---: | ---: | ---: |"]
+    lines += _head("### A halving that lost more than 5% with more streams on the other "
+                   "axis: the same halving below it (every dataset)",
+                   ["size class", "halving", "above it", "pairs", "lost more than 5%",
+                    "share"], 3)
     for (cls, axis, above_lost), (n, below) in sorted(
             losses_above(sets).items(), key=lambda e: (order.index(e[0][0]), e[0][1],
                                                        not e[0][2])):
         lines.append(f"| {cls.value} | {axis} | {'lost' if above_lost else 'kept'} | {n} | "
                      f"{below} | {below / n:.2f} |")
     return "\n".join(lines)
+
+
+def _head(title: str, columns: Sequence[str], text_columns: int) -> list[str]:
+    """A table's title and header lines, after a blank line: its first `text_columns`
+    columns left-aligned, the rest (figures) right-aligned."""
+    aligns = ["---" if i < text_columns else "---:" for i in range(len(columns))]
+    return ["", title, "", "| " + " | ".join(columns) + " |", "| " + " | ".join(aligns) + " |"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
