@@ -164,20 +164,49 @@ def test_noise_does_not_buy_streams() -> None:
     assert ended_above <= 4
 
 
-def test_a_load_step_reopens_the_search_from_the_prior() -> None:
-    def loaded(s: Setting, t: float) -> float:
-        share = 0.5 if t >= 100 else 1.0
-        return share * 200.0 * min(streams(s), 8) / 8
+def shared_from(t0: float, *, others: int, until: float = float("inf")) -> Surface:
+    """Unloaded, the rate grows with the streams up to 8 (200 Mbit/s); from `t0` to
+    `until` the path is shared with `others` streams of another flow, each taking as much
+    of it as one of the flow's own."""
+    def surface(s: Setting, t: float) -> float:
+        if t0 <= t < until:
+            return 200.0 * streams(s) / (streams(s) + others)
+        return 200.0 * min(streams(s), 8) / 8
+    return surface
 
-    climb = Climb(Setting(4, 1, 1), LIMITS)
-    changes = run(climb, loaded, seconds=180)
+
+def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell() -> None:
+    """A load that came takes a share the flow wins back with streams: the search starts
+    again from the setting held (more streams than the prior), not from the prior's fewer,
+    and goes on up from there."""
+    prior = Setting(4, 1, 1)
+    climb = Climb(prior, LIMITS)
+    changes = run(climb, shared_from(100, others=16), seconds=180)
     before = [c for t, c in changes if t < 100]
     after = [(t, c) for t, c in changes if t >= 100]
     assert before[-1].setting == Setting(8, 1, 1)
     t, reopened = after[0]
-    assert reopened.setting == Setting(4, 1, 1)
-    assert "load" in reopened.reason and t - 100 <= 12
+    assert reopened.setting == Setting(8, 1, 1), reopened
+    assert reopened.reason.endswith("searching again from cc=8 p=1 pp=1, more streams than "
+                                    "the prior's"), reopened.reason
+    assert t - 100 <= 12
     assert reopened.figures["now_mbps"] < reopened.figures["hold_mbps"] * 0.7
+    assert after[1][1].setting == Setting(16, 1, 1), after[1]  # up first, never below 8
+    assert min(streams(c.setting) for _, c in after) >= 8
+    assert streams(climb.current) >= 32
+
+
+def test_a_load_that_goes_reopens_the_search_from_the_prior() -> None:
+    """When the rate rose, the prior (what the path wants without that load) is where the
+    search starts again: the streams the load called for are not kept by default."""
+    prior = Setting(4, 1, 1)
+    climb = Climb(prior, LIMITS)
+    changes = run(climb, shared_from(0, others=64, until=100), seconds=200)
+    assert streams(max((c.setting for t, c in changes if t < 100), key=streams)) >= 32
+    reopened = next(c for t, c in changes if t >= 100)
+    assert reopened.setting == prior and reopened.reason.endswith("from the prior")
+    assert reopened.figures["now_mbps"] > reopened.figures["hold_mbps"] * 1.2
+    assert climb.holding and streams(climb.current) == 8
 
 
 def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_reference(

@@ -75,10 +75,16 @@ settled. It answers a `Change` or nothing:
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
-   and the search starts again from the prior. Once the hold has `3 x windows` windows,
-   they stop growing at the first look that saw such a drift (windows of a new load taken
-   into the hold would widen its spread until a drift of 15-20% never showed; a hold of
-   fewer windows is itself too noisy to keep).
+   and the search starts again for the new load: from the prior, or, when the rate fell,
+   from the setting held if it has more streams than the prior. A load that came takes a
+   share of the path that the flow wins back with streams, so the best setting under it
+   has as many streams as before or more (wan40's sweep under a 50% load, 1200 x 2 MiB:
+   cc 8 -> 16 -> 32 gained 17% and 16%, against 6% and 2% unloaded; docs/BENCHMARKS.md
+   15.27, run J5); going back to the prior's fewer streams would measure a setting
+   already short and take a doubling more to leave it. Once the hold has `3 x windows`
+   windows, they stop growing at the first look that saw such a drift (windows of a new
+   load taken into the hold would widen its spread until a drift of 15-20% never showed;
+   a hold of fewer windows is itself too noisy to keep).
    While it searches, two measurements of one setting are compared (`_apart`: more than
    `drift_z` standard errors of their difference and `drift_share` apart, the error from
    the path's noise, `noise`: the windows' spread at one setting pooled over every
@@ -298,8 +304,9 @@ class Climb:
         self._noise_ss, self._noise_df = 0.0, 0  # the windows' relative spread (`noise`)
         self._restart()
 
-    def _restart(self) -> None:
-        self.current, self.reference, self.holding = self.prior, None, False
+    def _restart(self, start: Setting | None = None) -> None:
+        """The search from `start` (default the prior), nothing measured yet."""
+        self.current, self.reference, self.holding = start or self.prior, None, False
         self._ref_known, self.too_few = False, 0
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
@@ -594,19 +601,25 @@ class Climb:
         return pooled_noise(new, self._noise_ss, self._noise_df)
 
     def _reopen(self, before_mbps: float, now_mbps: float, what: str) -> Change:
-        """The search from the prior again, without the history's figures (they were of
-        the load before); the change is said even where the flow is at the prior already,
-        so the windows of the old load are not counted for the new."""
+        """The search again for the new load (see the module), from the prior, or when
+        the rate fell from the reference's setting if it has more streams; without the
+        history's figures (they were of the load before). The change is said even where
+        the flow is at its start already, so the windows of the old load are not counted
+        for the new."""
         figures = {"hold_mbps": round(before_mbps, 3), "now_mbps": round(now_mbps, 3)}
+        start, whence = self.prior, "the prior"
+        held = self.reference.setting if self.reference is not None else None
+        if now_mbps < before_mbps and held is not None and streams(held) > streams(start):
+            start, whence = held, f"{held.label()}, more streams than the prior's"
         why = (f"{what} {self.current.label()} went from {before_mbps:.1f} to "
                f"{now_mbps:.1f} Mbit/s with nothing changed (the load moved): searching "
-               f"again from the prior")
+               f"again from {whence}")
         self.known.clear()
         if self._regime:
             self._regimes.append(self._regime)
             self._regime = {}
-        self._restart()
-        return Change(self.prior, why, figures)
+        self._restart(start)
+        return Change(start, why, figures)
 
     def _saw(self, measured: Measured) -> None:
         """The flow measured `measured` at the load of now (and its spread is the path's
