@@ -325,6 +325,24 @@ def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rat
     assert len(taken.items) * MB > LIST_MIN_BYTES
 
 
+def test_after_a_fall_of_p_the_lists_hold_a_call_of_a_workers_streams_now() -> None:
+    """A worker with a third of its streams moves about a third at most: its lists after
+    p 3 -> 1 are sized at that share of what it moved, so the change back need not wait
+    for lists sized at three streams' rate; after p 3 -> 6 they are as before."""
+    engine = at_two_mib_a_worker(400)
+    engine.flow.set(5.0, Setting(4, 3, 1))
+    engine.flow.add(5.0, 10.0, 5 * 24 * MB)
+    engine.tick(10.0)  # the last windows at p 3 alone: 6 MiB/s a worker
+    engine.set(Setting(4, 1, 1))
+    stagger = STAGGER[1 % len(STAGGER)]
+    taken, _ = engine._take(1, lists=True)
+    assert taken is not None and len(taken.items) == math.ceil(6 * 4.0 * stagger / 3)
+    assert len(taken.items) * MB > LIST_MIN_BYTES
+    engine.set(Setting(4, 6, 1))
+    taken, _ = engine._take(1, lists=True)
+    assert taken is not None and len(taken.items) == math.ceil(6 * 4.0 * stagger)
+
+
 class SessionWorker(Worker):
     """A worker whose every call first sets a session up (`setup_s`), then moves its files
     one by one, telling each."""

@@ -446,13 +446,22 @@ class Engine:
         return self._setting.cc - len({s for s, _ in self._calls if s != taking})
 
     def _worker_rate(self) -> float | None:
-        """One worker's recent share of the flow, bytes per second: its bytes over the cc of
-        each window's setting (None before any window)."""
+        """One worker's recent share of the flow at the setting now, bytes per second: its
+        bytes over the cc of each window's setting, and of a window at more streams a file
+        (`p`) than now, the share of them a worker has now (None before any window).
+
+        A worker with fewer streams moves less: on wan40, 16 workers made 192.3 Mbit/s at
+        p 3 and 112.3 at p 1 under a load (docs/BENCHMARKS.md 15.27, run J5), so a list
+        sized from the windows before that change of `p` would take 1.7 times its `call_s`,
+        and a change back would wait for it to end. With more streams than before it is sized as
+        before: streams share the path, so a worker's rate does not grow with them."""
         recent = self.flow.windows()[-RATE_WINDOWS:]
         seconds = sum(w.seconds for w in recent)
         if seconds <= 0:
             return None
-        return sum(w.bytes / max(w.setting.cc, 1) for w in recent) / seconds
+        p = self._setting.p
+        return sum(w.bytes / max(w.setting.cc, 1) * min(1.0, p / max(w.setting.p, 1))
+                   for w in recent) / seconds
 
     def tick(self, now: float) -> None:
         """Close the flow's windows up to `now`, and make final those every call in flight
