@@ -1011,3 +1011,65 @@ def test_the_data_left_for_a_try_is_what_is_queued_not_what_is_in_flight() -> No
     finally:
         release.set()
         runner.join(30)
+
+
+def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first_bytes(
+) -> None:
+    """A real engine on a clock of the test's, its two calls third-party ones: each tells
+    its first bytes at its server's first marker, 6 s in, spread back to the end of its
+    set-up as the engine knows it (0.5 s), though it moved for half that time. The start is
+    measured from one ramp after the last of those first reports, at the rate the calls
+    then tell; counted from one ramp after the calls began, it read the set-ups too."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import RAMP_S, FlowTuner
+    from stork.transfer.worker import FileWork, Item, ItemResult, Worker
+
+    now = [0.0]
+    done = threading.Event()
+
+    class Silent(Worker):  # the test tells its bytes (`Engine._report`)
+        def run(self, items, setting, report):  # type: ignore[no-untyped-def]
+            done.wait(30)
+            return [ItemResult(i, True) for i in items]
+
+        def stop(self) -> None:
+            done.set()
+
+        def close(self) -> None:
+            pass
+
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(4)]
+    engine = Engine([Item(f) for f in work], Silent, Setting(2, 1, 1), lambda *_: None,
+                    clock=lambda: now[0])
+    climb = Climb(Setting(2, 1, 1), LIMITS)
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=lambda _: None, clock=lambda: now[0])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 2, 10, what="two calls in flight")
+        lanes = sorted(engine._calls)
+        per_call = 75e6 / 8  # bytes a second, once moving
+        now[0] = 0.5
+        tuner.tick()
+        now[0] = 6.0
+        engine._report(lanes[0], 0.0, 6.0, per_call * 3.0)  # moved from 3 s on
+        tuner.tick()
+        assert engine.unreported(now[0]) == 1 and tuner._measure_from is None
+        now[0] = 6.5
+        engine._report(lanes[1], 0.0, 6.5, per_call * 3.5)
+        tuner.tick()
+        assert engine.unreported(now[0]) == 0 and tuner._measure_from == 6.5 + RAMP_S
+        last = {lanes[0]: 6.0, lanes[1]: 6.5}
+        while climb.reference is None and now[0] < 30:
+            now[0] += 0.5
+            for lane in lanes:
+                engine._report(lane, last[lane], now[0], per_call * (now[0] - last[lane]))
+                last[lane] = now[0]
+            tuner.tick()
+        assert climb.reference is not None
+        assert climb.reference.mean == pytest.approx(150.0, rel=0.01), climb.reference
+    finally:
+        done.set()
+        engine.stop()
+        runner.join(30)

@@ -239,6 +239,13 @@ class Engine:
         with self._lock:
             return [c.taken for c in self._calls.values()]
 
+    def unreported(self, taken_by_s: float) -> int:
+        """Calls in flight taken at or before `taken_by_s` (the engine's clock) that have
+        not told any bytes yet: setting up, or moving until their first marker."""
+        with self._lock:
+            return sum(1 for c in self._calls.values()
+                       if c.first_s is None and c.taken.started_s <= taken_by_s)
+
     def left(self) -> list[Item]:
         """Items not yet taken."""
         with self._lock:

@@ -4,9 +4,16 @@ A `FlowTuner` steps a controller (`stork.tuning.online.Climb`) with the engine's
 windows while the engine runs, on a thread of its own, and applies what it answers with
 `Engine.set`: nothing stops, nothing is sent again. A window counts for a setting only once
 every call in flight was taken at it (a change of `p` or `pp` applies to each worker's next
-call; a lower `cc` retires workers as their calls end) and `RAMP_S` after that (new
-connections start slow). Once a worker finds nothing left to take, the tail of the flow
-says nothing of a setting and the tuner stops stepping.
+call; a lower `cc` retires workers as their calls end), every call in flight then has told
+its first bytes, and `RAMP_S` after that (new connections start slow). A call's first report
+is spread back to the end of its set-up as the engine knows it (half a second until a call
+has told its own), and a third-party call reports only at its server's markers, every 5 s:
+counted before them, the windows of a job's start held the set-ups of all its calls at
+once, each a share of the same first reports (on wan80 a 4 GiB file's start read cc 16
+p 4 at 241.5 ± 2.6 Mbit/s, where the job before had held it at 290.0 ± 11.6 over 46
+windows, and a doubling was kept at +23.0% on that; docs/BENCHMARKS.md 15.27, run K2).
+Once a worker finds nothing left to take, the tail of the flow says nothing of a setting
+and the tuner stops stepping.
 
 A flow that shares the path with other flows of its own job (a dataset's chunks of other
 size classes, `shared`; not a chunk that ends in its first round of calls: `shares_path`)
@@ -204,6 +211,7 @@ class FlowTuner:
         self._started = clock()
         self._set_at = self._started  # when the setting in effect was set
         self._measure_from: float | None = None  # when the current setting's windows count
+        self._settled_at: float | None = None  # when every call ran at it (engine's clock)
         self._counted: list[Window] = []  # the windows that count at the current setting
         self.spans: list[Stretch] = []
         self._stop = threading.Event()
@@ -276,6 +284,10 @@ class FlowTuner:
         if self._measure_from is None:
             if not self._settled():
                 return None
+            if self._settled_at is None:
+                self._settled_at = self.engine.clock()
+            if self.engine.unreported(self._settled_at):
+                return None  # a call still in its set-up, or before its first marker
             self._measure_from = now + RAMP_S
         full = flow.window_s * (1 - 1e-9)
         self._counted = [w for w in flow.windows(self._measure_from)
@@ -286,7 +298,7 @@ class FlowTuner:
             return None
         self._close_span()
         self.engine.set(change.setting)
-        self._measure_from = None
+        self._measure_from = self._settled_at = None
         self._set_at = now
         self._record(now, change.setting, change.reason, change.figures)
         self._write()
@@ -301,7 +313,7 @@ class FlowTuner:
                 self.engine.set(self._hold)
             return False
         self._waiting = False
-        self._set_at, self._measure_from = now, None
+        self._set_at, self._measure_from, self._settled_at = now, None, None
         self._info["alone_at_s"] = round(now - self._started, 1)
         current = self.climb.current
         if self.engine.setting != current:
