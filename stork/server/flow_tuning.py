@@ -12,6 +12,8 @@ counted before them, the windows of a job's start held the set-ups of all its ca
 once, each a share of the same first reports (on wan80 a 4 GiB file's start read cc 16
 p 4 at 241.5 ± 2.6 Mbit/s, where the job before had held it at 290.0 ± 11.6 over 46
 windows, and a doubling was kept at +23.0% on that; docs/BENCHMARKS.md 15.27, run K2).
+Calls taken after that moment (a slot's next call, set up while its last one ends) are not
+waited for: with many workers one of them would be setting up at almost any moment.
 Once a worker finds nothing left to take, the tail of the flow says nothing of a setting
 and the tuner stops stepping.
 
