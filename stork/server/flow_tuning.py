@@ -17,6 +17,14 @@ waited for: with many workers one of them would be setting up at almost any mome
 Once a worker finds nothing left to take, the tail of the flow says nothing of a setting
 and the tuner stops stepping.
 
+A change of `p` waits for the calls in flight to end, so while the controller searches the
+engine's list calls are sized for `SEARCH_CALL_S` (2 s) of a worker's rate instead of the
+engine's `call_s` (4 s), which they get back at the hold. On wan40 the measurement at p 3
+after a refused try of p 1 came 24-25 s after the change back: 7 s of it its ramp and
+three windows, the rest mostly the wait for the calls taken at p 1 to end
+(docs/BENCHMARKS.md 15.28, runs M1-M2); 2-s calls moved as much as 4-s ones on wan80 at
+cc 32 and 64 (15.10).
+
 A flow that shares the path with other flows of its own job (a dataset's chunks of other
 size classes, `shared`; not a chunk that ends in its first round of calls: `shares_path`)
 holds a setting given for it (`hold`: its class's preset) and is not
@@ -65,6 +73,7 @@ MAX_TUNED_PIPELINING = 32  # pipelining depth,
 MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 STEP_S = 0.5  # how often the controller looks at the flow
 RAMP_S = 1.0  # after a setting is in effect in every call, its first windows are slow start
+SEARCH_CALL_S = 2.0  # a list call's length while the controller searches (see the module)
 CHANGES_KEPT = 40  # changes listed on the job's ad (the count is of all of them)
 
 
@@ -229,6 +238,8 @@ class FlowTuner:
                                       "start": self.start_setting().label()}
         if engine.setting != self.start_setting():  # (an engine not started yet)
             engine.set(self.start_setting())
+        self._hold_call_s = engine.call_s
+        self._size_calls()
 
     def start_setting(self) -> Setting:
         """The setting the engine starts at: the hold while the path is shared, else the
@@ -296,6 +307,7 @@ class FlowTuner:
                          if w.setting == current and w.seconds >= full]
         rates = [b.rate_mbps for b in blocks(self._counted)]
         change = self.climb.step(rates, left_s=self._left_s(rates), try_s=now - self._set_at)
+        self._size_calls()
         if change is None:
             return None
         self._close_span()
@@ -305,6 +317,12 @@ class FlowTuner:
         self._record(now, change.setting, change.reason, change.figures)
         self._write()
         return change
+
+    def _size_calls(self) -> None:
+        """The engine's list calls short while the controller searches (see the module)."""
+        searching = not self._waiting and not self.climb.holding
+        self.engine.call_s = min(self._hold_call_s, SEARCH_CALL_S) if searching \
+            else self._hold_call_s
 
     def _alone(self, now: float) -> bool:
         """Whether the flow runs alone on its job's path; the moment it first does, it goes
