@@ -458,6 +458,27 @@ def test_no_job_starts_at_a_halving_that_lost_with_more_streams_on_the_other_axi
         Setting(8, 1, 2)
 
 
+def test_no_climb_tries_a_halving_that_lost_with_more_streams_on_the_other_axis() -> None:
+    """bench_climb on wan40, 500x2M (docs/BENCHMARKS.md 15.28, run N1): job 3 started at
+    cc 16 p 1 (188.2 ± 4.1 Mbit/s; no room under the 200 Mbit/s link for cc 32), tried cc
+    8 p 1 and lost 31.9% for 16 s, where the history had cc 16 p 3 -> cc 8 p 3 lose 6.7%.
+    That halving is not tried (nor, without room, cc 16 p 2): the climb holds; with the
+    halving above kept within 5% it is tried."""
+    s83, s163, s161, s81 = (Setting(8, 3, 2), Setting(16, 3, 2), Setting(16, 1, 2),
+                            Setting(8, 1, 2))
+    known = {s83: Measured(s83, 180.3, 14.5, 3), s163: Measured(s163, 193.3, 3.9, 9),
+             s161: Measured(s161, 189.0, 9.4, 11)}
+    climb = Climb(s161, LIMITS, known=known, ceiling_mbps=200.0)
+    change = climb.step([184.1, 188.2, 192.3])
+    assert change is not None and change.setting == s161 and climb.holding, change
+    assert "cc=8 p=1 pp=2 not tried: halving cc lost -6.7% already at cc=16 p=3" \
+        in change.reason, change.reason
+    kept = {**known, s83: Measured(s83, 189.5, 4.0, 3)}
+    tried = Climb(s161, LIMITS, known=kept, ceiling_mbps=200.0)
+    change = tried.step([184.1, 188.2, 192.3])
+    assert change is not None and change.setting == s81, change
+
+
 def test_a_large_files_climb_does_not_halve_past_the_knee() -> None:
     """bench_climb on wan80 (docs/BENCHMARKS.md 15.26, run G3): a 4 GiB file measured its
     preset cc 8 p 4 at 261.0 Mbit/s, kept cc 4 p 4 at 249.3 (-4.5%, within 5%), then tried

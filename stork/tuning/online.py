@@ -71,7 +71,9 @@ settled. It answers a `Change` or nothing:
    a halving that the history saw lose more than `min_gain` from a setting with as many
    streams or more on the other axis (`lost_above`: with fewer there, each step of the axis
    carries more of the rate; on the grids the halving below then lost more than 5% in
-   81-99% of the cases, against 22-35%).
+   81-99% of the cases, against 22-35%); and no climb tries one, whatever its files' size
+   (on wan40 a job at cc 16 p 1 tried cc 8 p 1, where the history had cc 16 p 3 -> cc 8
+   p 3 lose 6.7%, and lost 31.9% for 16 s: docs/BENCHMARKS.md 15.28, run N1).
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
@@ -432,9 +434,13 @@ class Climb:
             # setting the history measured needs none
             verdict, known_why = self._from_history(moved)
             # (large files only: see the module)
-            knee = past_knee(self.reference, {**self.known, **self._regime}, axis,
-                             self.limits, alike=True, windows=self.windows) \
+            seen = {**self.known, **self._regime}
+            knee = past_knee(self.reference, seen, axis, self.limits, alike=True,
+                             windows=self.windows) \
                 if self.alike_axes and not up and verdict is Verdict.OPEN else ""
+            if not knee and not up and verdict is Verdict.OPEN:
+                knee = lost_above(ref, seen, axis, self.limits, min_gain=self.min_gain,
+                                  windows=self.windows)
             if knee:  # a halving the shape of the rate refuses, as the history would
                 verdict = Verdict.REFUSED
             if verdict is Verdict.OPEN and up and (no_room := self.room(moved)):
