@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from stork.dataset.chunks import SizeClass
-from stork.transfer.worker import Setting
+from stork.transfer.worker import Item, ItemResult, Report, Setting, Worker
 from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import Limits
 from stork.tuning.online import (
@@ -53,6 +53,24 @@ def run(climb: Climb, surface: Surface, *, seconds: int = 200, noise: float = 0.
             changes.append((t, change))
             rates, settle = [], 1
     return changes
+
+
+class HeldWorker(Worker):
+    """A worker whose calls tell nothing and are held until `release` is set (by the test,
+    or by its `stop`), then answer their items done."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        self.release.wait(30)
+        return [ItemResult(i, True) for i in items]
+
+    def stop(self) -> None:
+        self.release.set()
+
+    def close(self) -> None:
+        pass
 
 
 def saturating(knee: int, link: float = 200.0) -> Surface:
@@ -928,7 +946,7 @@ def test_a_chunk_holds_its_preset_while_the_jobs_other_chunks_move_and_climbs_al
     stepped however many windows it sees; alone, it goes to the prior and climbs from it."""
     from stork.engine import Engine
     from stork.server.flow_tuning import FlowTuner
-    from stork.transfer.worker import FileWork, Item
+    from stork.transfer.worker import FileWork
 
     now = [0.0]
     work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 64 << 20) for i in range(50)]
@@ -1003,23 +1021,12 @@ def test_the_data_left_for_a_try_is_what_is_queued_not_what_is_in_flight() -> No
     flight by its workers and 8 queued: 8 x 64 MiB at 200 Mbit/s."""
     from stork.engine import Engine
     from stork.server.flow_tuning import FlowTuner
-    from stork.transfer.worker import FileWork, Item, ItemResult, Worker
+    from stork.transfer.worker import FileWork
 
     release = threading.Event()
-
-    class Held(Worker):
-        def run(self, items, setting, report):  # type: ignore[no-untyped-def]
-            release.wait(30)
-            return [ItemResult(i, True) for i in items]
-
-        def stop(self) -> None:
-            release.set()
-
-        def close(self) -> None:
-            pass
-
     work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 64 << 20) for i in range(10)]
-    engine = Engine([Item(f) for f in work], Held, Setting(2, 1, 1), lambda *_: None)
+    engine = Engine([Item(f) for f in work], lambda: HeldWorker(release), Setting(2, 1, 1),
+                    lambda *_: None)
     tuner = FlowTuner(engine, Climb(Setting(2, 1, 1), LIMITS), what="large",
                       prior_reason="test", write_result=lambda _: None)
     runner = threading.Thread(target=engine.run)
@@ -1043,25 +1050,14 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
     then tell; counted from one ramp after the calls began, it read the set-ups too."""
     from stork.engine import Engine
     from stork.server.flow_tuning import RAMP_S, FlowTuner
-    from stork.transfer.worker import FileWork, Item, ItemResult, Worker
+    from stork.transfer.worker import FileWork
 
     now = [0.0]
     done = threading.Event()
-
-    class Silent(Worker):  # the test tells its bytes (`Engine._report`)
-        def run(self, items, setting, report):  # type: ignore[no-untyped-def]
-            done.wait(30)
-            return [ItemResult(i, True) for i in items]
-
-        def stop(self) -> None:
-            done.set()
-
-        def close(self) -> None:
-            pass
-
     work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(4)]
-    engine = Engine([Item(f) for f in work], Silent, Setting(2, 1, 1), lambda *_: None,
-                    clock=lambda: now[0])
+    # the test tells the calls' bytes itself (`Engine._report`)
+    engine = Engine([Item(f) for f in work], lambda: HeldWorker(done), Setting(2, 1, 1),
+                    lambda *_: None, clock=lambda: now[0])
     climb = Climb(Setting(2, 1, 1), LIMITS)
     tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
                       write_result=lambda _: None, clock=lambda: now[0])
@@ -1103,7 +1099,7 @@ def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold
     from stork.engine import Engine
     from stork.engine.engine import CALL_S
     from stork.server.flow_tuning import SEARCH_CALL_S, FlowTuner
-    from stork.transfer.worker import FileWork, Item
+    from stork.transfer.worker import FileWork
 
     now = [0.0]
     work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 2 << 20) for i in range(500)]
