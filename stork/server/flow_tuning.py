@@ -312,11 +312,14 @@ class FlowTuner:
             return None
         self._close_span()
         self.engine.set(change.setting)
-        self._measure_from = self._settled_at = None
-        self._set_at = now
+        self._measure_anew(now)
         self._record(now, change.setting, change.reason, change.figures)
         self._write()
         return change
+
+    def _measure_anew(self, now: float) -> None:
+        """A setting set at `now`: its windows count once it settles (see the module)."""
+        self._set_at, self._measure_from, self._settled_at = now, None, None
 
     def _size_calls(self) -> None:
         """The engine's list calls short while the controller searches (see the module)."""
@@ -333,7 +336,7 @@ class FlowTuner:
                 self.engine.set(self._hold)
             return False
         self._waiting = False
-        self._set_at, self._measure_from, self._settled_at = now, None, None
+        self._measure_anew(now)
         self._info["alone_at_s"] = round(now - self._started, 1)
         current = self.climb.current
         if self.engine.setting != current:

@@ -433,14 +433,7 @@ class Climb:
             # the history's verdict first: the ceiling spares a try on the flow, and a
             # setting the history measured needs none
             verdict, known_why = self._from_history(moved)
-            # (large files only: see the module)
-            seen = {**self.known, **self._regime}
-            knee = past_knee(self.reference, seen, axis, self.limits, alike=True,
-                             windows=self.windows) \
-                if self.alike_axes and not up and verdict is Verdict.OPEN else ""
-            if not knee and not up and verdict is Verdict.OPEN:
-                knee = lost_above(ref, seen, axis, self.limits, min_gain=self.min_gain,
-                                  windows=self.windows)
+            knee = self._past_shape(axis) if not up and verdict is Verdict.OPEN else ""
             if knee:  # a halving the shape of the rate refuses, as the history would
                 verdict = Verdict.REFUSED
             if verdict is Verdict.OPEN and up and (no_room := self.room(moved)):
@@ -476,6 +469,18 @@ class Climb:
             why += "; " + "; ".join(passed)
         self.holding, self._trying = True, None
         return self._go(ref, f"{why}; holding {ref.label()}", figures, always=True)
+
+    def _past_shape(self, axis: str) -> str:
+        """Why halving the reference along `axis` would lose past `min_gain` without a try,
+        from what this flow and the path's history measured at this load (see the module),
+        or "": past the knee (large files only), or below a halving that lost
+        (`lost_above`)."""
+        assert self.reference is not None
+        seen = {**self.known, **self._regime}
+        knee = past_knee(self.reference, seen, axis, self.limits, alike=True,
+                         windows=self.windows) if self.alike_axes else ""
+        return knee or lost_above(self.reference.setting, seen, axis, self.limits,
+                                  min_gain=self.min_gain, windows=self.windows)
 
     def room(self, moved: Setting) -> str:
         """Why a try of `moved` (more streams) could not be kept on a link of
