@@ -258,8 +258,10 @@ KNOBS: tuple[Knob, ...] = (
          "The smallest piece, in MiB, the transfer engine cuts an item into at the end of "
          "a queue (its share of the bytes left over cc, so that the last calls end close "
          "together): 16 bandwidth-delay products of the path and at least this; 0: never "
-         "cut. A whole file cut so is sent as byte ranges (GridFTP ends, no sink, no "
-         "checksum asked)."),
+         "cut. While an online optimizer searches, items are also cut into pieces of about "
+         "8 s of a worker's rate, at least this, so that a change takes effect sooner. A "
+         "whole file cut so is sent as byte ranges (GridFTP ends, no sink, no checksum "
+         "asked)."),
     Knob("STORK_DATASET_FAST", "dataset_fast", "true", _parse_bool, LIVE,
          "Datasets run globus-url-copy with -fast (MODE E, data channels kept between files); "
          "set false for FTP servers that are not GridFTP servers."),

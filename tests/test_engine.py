@@ -325,6 +325,35 @@ def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rat
     assert len(taken.items) * MB > LIST_MIN_BYTES
 
 
+def test_while_cut_s_is_set_a_range_is_taken_as_a_piece_of_that_many_seconds() -> None:
+    """A lower cc or a change of p waits for the calls in flight: while the tuning layer
+    sets `cut_s`, a 64 MiB range is taken as a piece of `cut_s` seconds of a worker's
+    recent rate (2 MiB/s x 8 s), the rest first in the queue for the next worker; never
+    below `short_piece_bytes` (the piece before any rate is known); and whole when `cut_s`
+    is None."""
+    f = FileWork(0, "x://s/0", "x://d/0", 256 * MB)
+    ranges = split(f, 64 * MB)
+    engine = Engine(ranges, CountingWorker, Setting(4, 1, 1), lambda *_: None,
+                    short_piece_bytes=4 * MB, clock=lambda: 0.0)
+    taken, rest = engine._take(0, lists=False)
+    assert taken is not None and taken.items == (Item(f, 0, 64 * MB),)  # cut_s None: whole
+    engine.cut_s = 8.0  # before any rate is known: the least piece
+    assert engine._guided(ranges[1], engine.setting)[0] == Item(f, 64 * MB, 4 * MB)
+    engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
+    engine.tick(5.0)
+    taken, rest = engine._take(1, lists=False)
+    assert taken is not None and taken.items == (Item(f, 64 * MB, 16 * MB),)
+    assert rest == (Item(f, 64 * MB, 64 * MB), Item(f, 80 * MB, 48 * MB))
+    engine.cut_s = 1.0  # 2 MiB: the floor's 4 MiB
+    assert engine._guided(ranges[2], engine.setting)[0] == Item(f, 128 * MB, 4 * MB)
+    small = Engine(ranges, CountingWorker, Setting(4, 1, 1), lambda *_: None,
+                   clock=lambda: 0.0)  # no short_piece_bytes: never cut so
+    small.cut_s = 8.0
+    small.flow.add(0.0, 5.0, 5 * 8 * MB)
+    small.tick(5.0)
+    assert small._guided(ranges[0], small.setting) == (ranges[0], None)
+
+
 def test_after_a_fall_of_p_the_lists_hold_a_call_of_a_workers_streams_now() -> None:
     """A worker with a third of its streams moves about a third at most: its lists after
     p 3 -> 1 are sized at that share of what it moved, so the change back need not wait

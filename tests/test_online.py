@@ -1094,11 +1094,12 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
 
 def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold() -> None:
     """A change of p waits for the calls in flight: while the climb searches, the engine's
-    lists are sized for SEARCH_CALL_S; at the hold they are the engine's own again, and
-    while a shared chunk holds its preset they are not shortened."""
+    lists are sized for SEARCH_CALL_S and its items cut into pieces of SEARCH_PIECE_S; at
+    the hold they are the engine's own again, and while a shared chunk holds its preset
+    they are not shortened."""
     from stork.engine import Engine
     from stork.engine.engine import CALL_S
-    from stork.server.flow_tuning import SEARCH_CALL_S, FlowTuner
+    from stork.server.flow_tuning import SEARCH_CALL_S, SEARCH_PIECE_S, FlowTuner
     from stork.transfer.worker import FileWork
 
     now = [0.0]
@@ -1110,16 +1111,16 @@ def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold
     climb = Climb(prior, LIMITS, axes=("cc",))
     tuner = FlowTuner(engine, climb, what="medium", prior_reason="test",
                       write_result=lambda _: None, clock=lambda: now[0])
-    assert engine.call_s == SEARCH_CALL_S
+    assert engine.call_s == SEARCH_CALL_S and engine.cut_s == SEARCH_PIECE_S
     while not climb.holding and now[0] < 120:  # flat: every try is refused, then the hold
         engine.flow.add(now[0], now[0] + 1.0, 150e6 / 8)
         now[0] += 1.0
         tuner.tick()
-    assert climb.holding and engine.call_s == CALL_S, tuner.changes
+    assert climb.holding and engine.call_s == CALL_S and engine.cut_s is None, tuner.changes
     others = [True]
     shared = Engine([Item(f) for f in work], lambda: None, prior,  # type: ignore[arg-type,return-value]
                     lambda *_: None, clock=lambda: now[0])
     FlowTuner(shared, Climb(prior, LIMITS), what="medium", prior_reason="test",
               write_result=lambda _: None, shared=lambda: others[0], hold=Setting(8, 1, 1),
               clock=lambda: now[0])
-    assert shared.call_s == CALL_S
+    assert shared.call_s == CALL_S and shared.cut_s is None

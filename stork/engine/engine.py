@@ -51,6 +51,14 @@ cut so is first shown to `on_split` (on the worker's thread, outside the engine'
 before any of its pieces is taken): the caller records it as a file sent in ranges (its
 destination claimed).
 
+While the tuning layer searches it sets `cut_s`, and an item is cut the same way into a
+piece of about `cut_s` seconds of a worker's recent rate (at least `short_piece_bytes`,
+which is the piece before any rate is known):
+a lower `cc`, or a change of `p`, takes effect only as the calls in flight end, and a
+64 MiB range at a call's 18 Mbit/s (wan80, 16 calls) lasts about 30 s, so a try of fewer
+streams was judged 45-48 s after it began (docs/BENCHMARKS.md 15.28, run N2). At the hold
+`cut_s` is None and items are taken whole again (fewer calls: fewer set-ups and markers).
+
 What an answer means (done, retry alone, failed) is the caller's: `on_take` is called on the
 worker's thread before each call (to mark its files in flight), `on_results` after it with
 the call and its answers, so a call's files are checked while the other workers' items move.
@@ -69,7 +77,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from stork.engine.flow import Flow
-from stork.engine.items import guided
+from stork.engine.items import guided, piece_of
 from stork.transfer.worker import Item, ItemResult, Setting, Worker
 
 log = logging.getLogger(__name__)
@@ -150,6 +158,7 @@ class Engine:
                  flow: Flow | None = None, meter: Flow | None = None, call_s: float = CALL_S,
                  on_take: Callable[[Taken], None] | None = None,
                  cut_stragglers: bool = True, piece_bytes: int = 0,
+                 short_piece_bytes: int = 0,
                  on_split: Callable[[Item], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
@@ -175,6 +184,8 @@ class Engine:
         self._cut_stragglers = cut_stragglers  # False: a destination that takes bytes once
         self._rest: set[Item] = set()  # a cut call's files queued again: spread, not listed
         self._piece_bytes = piece_bytes  # 0: items are never cut at the end of the queue
+        self._short_piece_bytes = short_piece_bytes  # 0: nor into short calls (`cut_s`)
+        self.cut_s: float | None = None  # while set, calls of about this many seconds
         self._on_split = on_split
         self.calls = 0
         self.cuts = 0  # stragglers cut
@@ -524,13 +535,19 @@ class Engine:
                 None if rest is None else (first, rest))
 
     def _guided(self, first: Item, setting: Setting) -> tuple[Item, Item | None]:
-        """`first` as `guided` cuts it for the bytes queued (in the lock): a cut call's
-        rest, already spread, and items too short for two pieces are taken whole."""
-        if (not self._piece_bytes or first in self._rest
-                or first.size_bytes < 2 * self._piece_bytes):
+        """`first` as `guided` cuts it for the bytes queued, or into a piece of about
+        `cut_s` seconds of a worker's recent rate while that is set, whichever piece is
+        smaller (in the lock): a cut call's rest, already spread, is taken whole."""
+        if first in self._rest:
             return first, None
-        queued = first.size_bytes + sum(i.size_bytes for i in self._queue)
-        return guided(first, queued, setting.cc, self._piece_bytes)
+        cuts = []
+        if self._piece_bytes and first.size_bytes >= 2 * self._piece_bytes:
+            queued = first.size_bytes + sum(i.size_bytes for i in self._queue)
+            cuts.append(guided(first, queued, setting.cc, self._piece_bytes))
+        if self.cut_s and self._short_piece_bytes:  # (before any rate: the least piece)
+            cuts.append(piece_of(first, (self._worker_rate() or 0.0) * self.cut_s,
+                                 self._short_piece_bytes))
+        return min(cuts, key=lambda c: c[0].size_bytes, default=(first, None))
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
         """About `call_s` seconds of one worker's recent share of the flow, staggered by

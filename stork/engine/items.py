@@ -48,13 +48,21 @@ def guided(item: Item, queued_bytes: int, workers: int, floor_bytes: int
            ) -> tuple[Item, Item | None]:
     """The part of `item` a worker takes now, and the rest (None: all of it), when
     `queued_bytes` (the item's own included) are queued for `workers`: the first
-    ceil(queued_bytes / workers) bytes, at least `floor_bytes`, as a range when at least
-    `floor_bytes` are left after it; else the item whole. Sizes are rounded up to a MiB."""
-    size = item.size_bytes
-    if floor_bytes <= 0 or workers < 1 or item.file.size_bytes is None:
+    ceil(queued_bytes / workers) bytes, at least `floor_bytes` (`piece_of`)."""
+    if workers < 1:
         return item, None
-    share = max(floor_bytes, -(-queued_bytes // workers))
-    share = int(-(-share // MIB) * MIB)
+    return piece_of(item, -(-queued_bytes // workers), floor_bytes)
+
+
+def piece_of(item: Item, share: float, floor_bytes: int) -> tuple[Item, Item | None]:
+    """The first `share` bytes of `item`, at least `floor_bytes`, as a range, and the rest,
+    when at least `floor_bytes` are left after it; else the item whole (and None). Sizes
+    are rounded up to a MiB; a `floor_bytes` of 0, or a file of unknown size, is never
+    cut."""
+    size = item.size_bytes
+    if floor_bytes <= 0 or item.file.size_bytes is None:
+        return item, None
+    share = int(-(-max(float(floor_bytes), share) // MIB) * MIB)
     if size - share < floor_bytes:
         return item, None
     start = item.offset

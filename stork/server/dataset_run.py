@@ -549,6 +549,8 @@ class DatasetRun:
                         on_take=on_take, meter=self.meter,
                         cut_stragglers=self.sink is None,  # a sink takes its bytes once
                         piece_bytes=self._piece_size(module),
+                        short_piece_bytes=self._piece_size(module) and
+                        self.settings.piece_min_mb << 20,
                         on_split=lambda item: parts.add(
                             item.file, destination.claim(item.file.dest_url, self.run_as)))
         with self._lock:

@@ -278,7 +278,8 @@ class FileRun:
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._landed(engine, assembly, results),
                         meter=self.meter,
-                        piece_bytes=piece_bytes(self._bdp(), self.settings.piece_min_mb))
+                        piece_bytes=piece_bytes(self._bdp(), self.settings.piece_min_mb),
+                        short_piece_bytes=self.settings.piece_min_mb << 20)
         with self._lock:
             if self._stop is not None:
                 return self._stopped(before)

@@ -23,7 +23,12 @@ engine's `call_s` (4 s), which they get back at the hold. On wan40 the measureme
 after a refused try of p 1 came 24-25 s after the change back: 7 s of it its ramp and
 three windows, the rest mostly the wait for the calls taken at p 1 to end
 (docs/BENCHMARKS.md 15.28, runs M1-M2); 2-s calls moved as much as 4-s ones on wan80 at
-cc 32 and 64 (15.10).
+cc 32 and 64 (15.10). For the same reason a range or a large file is taken as a piece of
+`SEARCH_PIECE_S` (8 s) of a worker's rate while it searches (`Engine.cut_s`, where the
+engine cuts items at all): on wan80 a try of fewer streams waited about 30 s for the 64 MiB
+ranges in flight, and was judged 45-48 s after it began (15.28, run N2). Not shorter: a
+third-party call tells its bytes at its server's markers, every 5 s, and calls of 2-6 s
+(16 MiB ranges on wan40) made windows far noisier (15.25, run A).
 
 A flow that shares the path with other flows of its own job (a dataset's chunks of other
 size classes, `shared`; not a chunk that ends in its first round of calls: `shares_path`)
@@ -74,6 +79,7 @@ MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 STEP_S = 0.5  # how often the controller looks at the flow
 RAMP_S = 1.0  # after a setting is in effect in every call, its first windows are slow start
 SEARCH_CALL_S = 2.0  # a list call's length while the controller searches (see the module)
+SEARCH_PIECE_S = 8.0  # and a piece of a range or large file (see the module)
 CHANGES_KEPT = 40  # changes listed on the job's ad (the count is of all of them)
 
 
@@ -322,10 +328,11 @@ class FlowTuner:
         self._set_at, self._measure_from, self._settled_at = now, None, None
 
     def _size_calls(self) -> None:
-        """The engine's list calls short while the controller searches (see the module)."""
+        """The engine's calls short while the controller searches (see the module)."""
         searching = not self._waiting and not self.climb.holding
         self.engine.call_s = min(self._hold_call_s, SEARCH_CALL_S) if searching \
             else self._hold_call_s
+        self.engine.cut_s = SEARCH_PIECE_S if searching else None
 
     def _alone(self, now: float) -> bool:
         """Whether the flow runs alone on its job's path; the moment it first does, it goes
