@@ -1047,7 +1047,8 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
     its first bytes at its server's first marker, 6 s in, spread back to the end of its
     set-up as the engine knows it (0.5 s), though it moved for half that time. The start is
     measured from one ramp after the last of those first reports, at the rate the calls
-    then tell; counted from one ramp after the calls began, it read the set-ups too."""
+    then tell; counted from one ramp after the calls began, it read the set-ups too. The
+    change says how long each of those waits took."""
     from stork.engine import Engine
     from stork.server.flow_tuning import RAMP_S, FlowTuner
     from stork.transfer.worker import FileWork
@@ -1086,6 +1087,11 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
             tuner.tick()
         assert climb.reference is not None
         assert climb.reference.mean == pytest.approx(150.0, rel=0.01), climb.reference
+        # the change says how long the start took: at once at its setting, 6.5 s to the
+        # first reports, and the verdict after the ramp and three whole 2-s windows
+        took = tuner.changes[-1]
+        assert (took["settled_after_s"], took["told_after_s"]) == (0.5, 6.5), took
+        assert took["judged_after_s"] >= 6.5 + RAMP_S + 3 * 2.0, took
     finally:
         done.set()
         engine.stop()

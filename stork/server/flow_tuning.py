@@ -229,6 +229,7 @@ class FlowTuner:
         self._set_at = self._started  # when the setting in effect was set
         self._measure_from: float | None = None  # when the current setting's windows count
         self._settled_at: float | None = None  # when every call ran at it (engine's clock)
+        self._took: dict[str, float] = {}  # how long settling it took (`_measure_anew`)
         self._counted: list[Window] = []  # the windows that count at the current setting
         self.spans: list[Stretch] = []
         self._stop = threading.Event()
@@ -305,9 +306,11 @@ class FlowTuner:
                 return None
             if self._settled_at is None:
                 self._settled_at = self.engine.clock()
+                self._took["settled_after_s"] = round(now - self._set_at, 1)
             if self.engine.unreported(self._settled_at):
                 return None  # a call still in its set-up, or before its first marker
             self._measure_from = now + RAMP_S
+            self._took["told_after_s"] = round(now - self._set_at, 1)
         full = flow.window_s * (1 - 1e-9)
         self._counted = [w for w in flow.windows(self._measure_from)
                          if w.setting == current and w.seconds >= full]
@@ -318,14 +321,19 @@ class FlowTuner:
             return None
         self._close_span()
         self.engine.set(change.setting)
+        took = {**self._took, "judged_after_s": round(now - self._set_at, 1)}
         self._measure_anew(now)
-        self._record(now, change.setting, change.reason, change.figures)
+        self._record(now, change.setting, change.reason, {**change.figures, **took})
         self._write()
         return change
 
     def _measure_anew(self, now: float) -> None:
-        """A setting set at `now`: its windows count once it settles (see the module)."""
+        """A setting set at `now`: its windows count once it settles (see the module).
+        How long that took is said with the next change: seconds from `now` until every
+        call in flight ran at it, until they had all told their first bytes, and until
+        the verdict."""
         self._set_at, self._measure_from, self._settled_at = now, None, None
+        self._took = {}
 
     def _size_calls(self) -> None:
         """The engine's calls short while the controller searches (see the module)."""
