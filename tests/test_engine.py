@@ -682,9 +682,13 @@ def test_the_last_files_are_cut_into_pieces_shown_to_the_caller_before_any_is_se
 
 # -- the engine with globus-url-copy workers, against a real server -------------------------
 
+@pytest.mark.parametrize("cut_s", [None, 0.01])
 def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
-        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path) -> None:
-    src = gridftp_root / "engine-src"
+        gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path, cut_s: float | None
+) -> None:
+    """Small files in lists and a large file in ranges; with `cut_s` (the pieces of a
+    search) each 2 MiB range is taken as two pieces of the 1 MiB floor."""
+    src = gridftp_root / f"engine-src-{cut_s}"
     src.mkdir()
     small = [make_file(src / f"s{i:03d}.dat", 64_000 + i, seed=100 + i) for i in range(40)]
     large = make_file(src / "large.dat", 9 * MB + 7, seed=99)
@@ -706,9 +710,12 @@ def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
 
     module = GridFtpModule()
     engine = Engine(items, lambda: module.worker(WorkerContext(fast=True)), Setting(3, 2, 2),
-                    on_results)
+                    on_results, short_piece_bytes=MB)
+    engine.cut_s = cut_s
     engine.run()
-    assert all(r.ok for r in answers) and len(answers) == len(items)
+    pieces = sorted(r.item.length for r in answers if r.item.is_range and r.item.length)
+    assert all(r.ok for r in answers)
+    assert pieces == ([MB + 7, *[2 * MB] * 4] if cut_s is None else [MB] * 8 + [MB + 7])
     assert sorted(whole) == list(range(len(files)))  # the large file once, when whole
     for path in [*small, large]:
         assert md5(out / path.name) == md5(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections.abc import Callable, Sequence
 
@@ -196,7 +197,9 @@ def shared_from(t0: float, *, others: int, until: float = float("inf")) -> Surfa
 def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell() -> None:
     """A load that came takes a share the flow wins back with streams: the search starts
     again from the setting held (more streams than the prior), not from the prior's fewer,
-    and goes on up from there."""
+    and goes on up from there. The hold's windows of the new load measure that start: the
+    reopening is the first try, made at once, not a change to the setting the flow is at
+    that would be measured again."""
     prior = Setting(4, 1, 1)
     climb = Climb(prior, LIMITS)
     changes = run(climb, shared_from(100, others=16), seconds=180)
@@ -204,12 +207,13 @@ def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell
     after = [(t, c) for t, c in changes if t >= 100]
     assert before[-1].setting == Setting(8, 1, 1)
     t, reopened = after[0]
-    assert reopened.setting == Setting(8, 1, 1), reopened
-    assert reopened.reason.endswith("searching again from cc=8 p=1 pp=1, more streams than "
-                                    "the prior's"), reopened.reason
-    assert t - 100 <= 12
+    assert reopened.setting == Setting(16, 1, 1), reopened  # up first, never below 8
+    assert ("searching again from cc=8 p=1 pp=1, more streams than the prior's; its last 3 "
+            "windows measured the start, cc=8 p=1 pp=1: ") in reopened.reason, reopened.reason
+    assert t - 100 <= 6
     assert reopened.figures["now_mbps"] < reopened.figures["hold_mbps"] * 0.7
-    assert after[1][1].setting == Setting(16, 1, 1), after[1]  # up first, never below 8
+    start = re.search(r"measured the start, cc=8 p=1 pp=1: ([0-9.]+) ", reopened.reason)
+    assert start is not None and float(start[1]) < 80  # the new load's windows alone (66.7)
     assert min(streams(c.setting) for _, c in after) >= 8
     assert streams(climb.current) >= 32
 
@@ -244,7 +248,11 @@ def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_r
     reopened = [(t, c) for t, c in changes if "measured again at" in c.reason]
     assert reopened, [c.reason for _, c in changes]
     t, change = reopened[0]
-    assert change.setting == prior and "the load moved" in change.reason and t <= 13
+    assert "the load moved" in change.reason and t <= 13
+    # the measurement again, all of it at the new load, measured the prior's start: the
+    # first try is made at once
+    assert ("searching again from the prior; its last 3 windows measured the start, "
+            "cc=8 p=3 pp=2: ") in change.reason and change.setting == Setting(16, 3, 2), change
     assert change.figures["now_mbps"] < 0.75 * change.figures["hold_mbps"]
     later = [c for u, c in changes if u > t]
     assert any(c.setting.cc >= 16 for c in later), [c.reason for c in later]

@@ -83,7 +83,12 @@ settled. It answers a `Change` or nothing:
    has as many streams as before or more (wan40's sweep under a 50% load, 1200 x 2 MiB:
    cc 8 -> 16 -> 32 gained 17% and 16%, against 6% and 2% unloaded; docs/BENCHMARKS.md
    15.27, run J5); going back to the prior's fewer streams would measure a setting
-   already short and take a doubling more to leave it. Once the hold has `3 x windows`
+   already short and take a doubling more to leave it. Where the search starts again at
+   the setting the flow is at, the windows that showed the load moved, those of them each
+   past `drift_share` (the new load's alone), measure that start when there are `windows`
+   of them (the hold waits a window or two more for them), and the first try is made at
+   once: measured again after the change, the start took 15 s on wan40, settling and
+   ramp included (docs/BENCHMARKS.md 15.28, run M4). Once the hold has `3 x windows`
    windows, they stop growing at the first look that saw such a drift (windows of a new
    load taken into the hold would widen its spread until a drift of 15-20% never showed;
    a hold of fewer windows is itself too noisy to keep).
@@ -352,19 +357,13 @@ class Climb:
         if len(rates) < self.windows:
             return None
         if self.reference is None:
-            self.reference = Measured.of(self.current, rates)
-            why = f"measured the start, {self.reference.label()}"
-            if (earlier := self._same_load(self.reference)) is not None:
-                self.known = dict(earlier)
-                why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
-                        f"): what the flow measured then counts as the path's history")
-            self._saw(self.reference)
-            return self._next(why)
+            return self._start(Measured.of(self.current, rates), "measured the start")
         if self._again:  # back at the reference after a refusal: its windows join it
             self._again = False
             again = Measured.of(self.current, rates)
             if self._apart(self.reference, again, (again,)):  # unless the load moved
-                return self._reopen(self.reference.mean, again.mean, "measured again at")
+                return self._reopen(self.reference.mean, again.mean, "measured again at",
+                                    rates)
             last = Measured.of(self.current, rates[-1:])  # or began to, in the last window
             if self._apart(self.reference, last, ()):
                 return self._reopen(self.reference.mean, last.mean, "the last window at")
@@ -584,7 +583,13 @@ class Climb:
         self._drifts += 1
         if self._drifts < 2:
             return None
-        return self._reopen(hold.mean, now, "the rate at")
+        # where the search starts again at this setting, a window or two more of the new
+        # load measure that start (`_reopen`), sooner than the change would settle again
+        moved = len(self._moved_since(hold.mean, now, rates))
+        if 0 < moved < self.windows and \
+                self._reopen_at(fell=now < hold.mean)[0] == self.current:
+            return None
+        return self._reopen(hold.mean, now, "the rate at", rates)
 
     def _load_moved(self, before: Measured, now_mbps: float) -> bool:
         """Whether `now_mbps` at `before`'s setting left its mean by more than `drift_z`
@@ -611,17 +616,32 @@ class Climb:
         their own mean); until it has `NOISE_MIN_DF` degrees of freedom, `NOISE_PRIOR`."""
         return pooled_noise(new, self._noise_ss, self._noise_df)
 
-    def _reopen(self, before_mbps: float, now_mbps: float, what: str) -> Change:
+    def _start(self, measured: Measured, what: str) -> Change | None:
+        """`measured`, at the start of a search, is its reference; the first try from it."""
+        self.reference = measured
+        why = f"{what}, {measured.label()}"
+        if (earlier := self._same_load(measured)) is not None:
+            self.known = dict(earlier)
+            why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
+                    f"): what the flow measured then counts as the path's history")
+        self._saw(measured)
+        return self._next(why)
+
+    def _reopen(self, before_mbps: float, now_mbps: float, what: str,
+                rates: Sequence[float] = ()) -> Change:
         """The search again for the new load (see the module), from the prior, or when
         the rate fell from the reference's setting if it has more streams; without the
-        history's figures (they were of the load before). The change is said even where
-        the flow is at its start already, so the windows of the old load are not counted
-        for the new."""
+        history's figures (they were of the load before). `rates`: the windows at the
+        setting in effect that showed the load moved; when the search starts from that
+        setting, the last of them that each moved past `drift_share` the same way (the
+        new load's alone: not a window across its arrival), if there are `windows` of
+        them, are its start's measurement, and the first try is made at once (on wan40,
+        measuring the start again took 15 s under a load that had come 40 s before:
+        docs/BENCHMARKS.md 15.28, run M4). Else the change is said even where the flow is
+        at its start already, so the windows of the old load are not counted for the
+        new."""
         figures = {"hold_mbps": round(before_mbps, 3), "now_mbps": round(now_mbps, 3)}
-        start, whence = self.prior, "the prior"
-        held = self.reference.setting if self.reference is not None else None
-        if now_mbps < before_mbps and held is not None and streams(held) > streams(start):
-            start, whence = held, f"{held.label()}, more streams than the prior's"
+        start, whence = self._reopen_at(fell=now_mbps < before_mbps)
         why = (f"{what} {self.current.label()} went from {before_mbps:.1f} to "
                f"{now_mbps:.1f} Mbit/s with nothing changed (the load moved): searching "
                f"again from {whence}")
@@ -629,8 +649,34 @@ class Climb:
         if self._regime:
             self._regimes.append(self._regime)
             self._regime = {}
+        moved = self._moved_since(before_mbps, now_mbps, rates) \
+            if start == self.current else []
         self._restart(start)
+        if len(moved) >= self.windows:
+            first = self._start(Measured.of(start, moved),
+                                f"{why}; its last {len(moved)} windows measured the start")
+            if first is not None:
+                return Change(first.setting, first.reason, {**figures, **first.figures})
         return Change(start, why, figures)
+
+    def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
+        """Where `_reopen` starts the search again, and how it says so."""
+        held = self.reference.setting if self.reference is not None else None
+        if fell and held is not None and streams(held) > streams(self.prior):
+            return held, f"{held.label()}, more streams than the prior's"
+        return self.prior, "the prior"
+
+    def _moved_since(self, before_mbps: float, now_mbps: float,
+                     rates: Sequence[float]) -> list[float]:
+        """The last of `rates` that each left `before_mbps` by more than `drift_share` of
+        it, the way the rate went to `now_mbps` (see `_reopen`)."""
+        sign = 1.0 if now_mbps > before_mbps else -1.0
+        out: list[float] = []
+        for rate in reversed(rates):
+            if sign * (rate - before_mbps) <= self.drift_share * before_mbps:
+                break
+            out.append(rate)
+        return out[::-1]
 
     def _saw(self, measured: Measured) -> None:
         """The flow measured `measured` at the load of now (and its spread is the path's
