@@ -52,8 +52,8 @@ before any of its pieces is taken): the caller records it as a file sent in rang
 destination claimed).
 
 While the tuning layer searches it sets `cut_s`, and an item is cut the same way into a
-piece of about `cut_s` seconds of a worker's recent rate (at least `short_piece_bytes`,
-which is the piece before any rate is known):
+piece of about `cut_s` seconds of a worker's recent rate, staggered by slot as lists are
+(at least `short_piece_bytes`; before any rate is known, that to twice it):
 a lower `cc`, or a change of `p`, takes effect only as the calls in flight end, and a
 64 MiB range at a call's 18 Mbit/s (wan80, 16 calls) lasts about 30 s, so a try of fewer
 streams was judged 45-48 s after it began (docs/BENCHMARKS.md 15.28, run N2). At the hold
@@ -514,7 +514,7 @@ class Engine:
             return None, None
         first = self._queue.popleft()
         items = [first]
-        piece, rest = self._guided(first, setting)
+        piece, rest = self._guided(first, setting, slot)
         if rest is not None:
             self._queued_files -= _file_bytes([first])
             items = [piece]
@@ -534,19 +534,25 @@ class Engine:
         return (Taken(slot, tuple(items), setting, self.clock()),
                 None if rest is None else (first, rest))
 
-    def _guided(self, first: Item, setting: Setting) -> tuple[Item, Item | None]:
+    def _guided(self, first: Item, setting: Setting, slot: int = 0
+                ) -> tuple[Item, Item | None]:
         """`first` as `guided` cuts it for the bytes queued, or into a piece of about
         `cut_s` seconds of a worker's recent rate while that is set, whichever piece is
-        smaller (in the lock): a cut call's rest, already spread, is taken whole."""
+        smaller (in the lock): a cut call's rest, already spread, is taken whole. Pieces
+        are staggered by slot as lists are (`_list_bytes`), so the calls do not all end
+        together; before any rate is known they are the least piece to twice it."""
         if first in self._rest:
             return first, None
         cuts = []
         if self._piece_bytes and first.size_bytes >= 2 * self._piece_bytes:
             queued = first.size_bytes + sum(i.size_bytes for i in self._queue)
             cuts.append(guided(first, queued, setting.cc, self._piece_bytes))
-        if self.cut_s and self._short_piece_bytes:  # (before any rate: the least piece)
-            cuts.append(piece_of(first, (self._worker_rate() or 0.0) * self.cut_s,
-                                 self._short_piece_bytes))
+        if self.cut_s and self._short_piece_bytes:
+            stagger = STAGGER[slot % len(STAGGER)]
+            rate = self._worker_rate()
+            share = rate * self.cut_s * stagger if rate else \
+                self._short_piece_bytes * 2 * stagger / STAGGER[-1]
+            cuts.append(piece_of(first, share, self._short_piece_bytes))
         return min(cuts, key=lambda c: c[0].size_bytes, default=(first, None))
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
