@@ -328,7 +328,7 @@ def test_after_a_rise_of_cc_the_new_workers_lists_hold_a_call_of_one_workers_rat
 def test_while_cut_s_is_set_a_range_is_taken_as_a_piece_of_that_many_seconds() -> None:
     """A lower cc or a change of p waits for the calls in flight: while the tuning layer
     sets `cut_s`, a 64 MiB range is taken as a piece of `cut_s` seconds of a worker's
-    recent rate (2 MiB/s x 8 s), staggered by slot as lists are, the rest first in the
+    recent rate (2 MiB/s x 8 s) to 1.5 times that by slot, the rest first in the
     queue for the next worker; never below `short_piece_bytes` (before any rate is known,
     that to twice it); and whole when `cut_s` is None."""
     f = FileWork(0, "x://s/0", "x://d/0", 256 * MB)
@@ -339,12 +339,12 @@ def test_while_cut_s_is_set_a_range_is_taken_as_a_piece_of_that_many_seconds() -
     assert taken is not None and taken.items == (Item(f, 0, 64 * MB),)  # cut_s None: whole
     engine.cut_s = 8.0  # before any rate is known: the least piece to twice it
     assert [engine._guided(ranges[1], engine.setting, slot)[0].length
-            for slot in range(4)] == [4 * MB, 5 * MB, 7 * MB, 8 * MB]
+            for slot in range(4)] == [6 * MB, 7 * MB, 8 * MB, 8 * MB]
     engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
     engine.tick(5.0)
-    taken, rest = engine._take(1, lists=False)  # slot 1: 2 MiB/s x 8 s x 0.83
-    assert taken is not None and taken.items == (Item(f, 64 * MB, 14 * MB),)
-    assert rest == (Item(f, 64 * MB, 64 * MB), Item(f, 78 * MB, 50 * MB))
+    taken, rest = engine._take(0, lists=False)  # slot 0: 2 MiB/s x 8 s
+    assert taken is not None and taken.items == (Item(f, 64 * MB, 16 * MB),)
+    assert rest == (Item(f, 64 * MB, 64 * MB), Item(f, 80 * MB, 48 * MB))
     assert engine._guided(ranges[2], engine.setting, 3)[0] == Item(f, 128 * MB, 24 * MB)
     engine.cut_s = 1.0  # 2 MiB at most: the floor's 4 MiB
     assert engine._guided(ranges[2], engine.setting, 3)[0] == Item(f, 128 * MB, 4 * MB)

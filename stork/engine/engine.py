@@ -52,8 +52,8 @@ before any of its pieces is taken): the caller records it as a file sent in rang
 destination claimed).
 
 While the tuning layer searches it sets `cut_s`, and an item is cut the same way into a
-piece of about `cut_s` seconds of a worker's recent rate, staggered by slot as lists are
-(at least `short_piece_bytes`; before any rate is known, that to twice it):
+piece of `cut_s` to 1.5 times as many seconds of a worker's recent rate, staggered by
+slot (at least `short_piece_bytes`; before any rate is known, that to twice it):
 a lower `cc`, or a change of `p`, takes effect only as the calls in flight end, and a
 64 MiB range at a call's 18 Mbit/s (wan80, 16 calls) lasts about 30 s, so a try of fewer
 streams was judged 45-48 s after it began (docs/BENCHMARKS.md 15.28, run N2). At the hold
@@ -87,6 +87,9 @@ LIST_MIN_BYTES = 4 << 20  # before any rate is known, and at least
 LIST_MAX_FILES = 500  # globus-url-copy reads the whole list first: keep it short
 RATE_WINDOWS = 5  # the recent rate: over the last windows of the flow
 STAGGER = (0.5, 0.83, 1.17, 1.5)  # a slot's call, as a share of call_s
+PIECE_STAGGER = (1.0, 1.17, 1.33, 1.5)  # a slot's piece, as a share of cut_s (never less:
+# a call that ends before its server's first marker tells nothing until its end, so its
+# slot cannot set the next call up while it ends, `_plan_hand_over`)
 SETUP_S_FIRST = 0.5  # a call's set-up before any call of the engine has told its own
 SETUP_WEIGHT = 0.2  # each call's set-up in the running mean
 CUT_GAIN = 2.0  # a straggler is cut when keeping it takes this many times as long,
@@ -539,8 +542,8 @@ class Engine:
         """`first` as `guided` cuts it for the bytes queued, or into a piece of about
         `cut_s` seconds of a worker's recent rate while that is set, whichever piece is
         smaller (in the lock): a cut call's rest, already spread, is taken whole. Pieces
-        are staggered by slot as lists are (`_list_bytes`), so the calls do not all end
-        together; before any rate is known they are the least piece to twice it."""
+        are staggered by slot (`PIECE_STAGGER`: 1 to 1.5 times), so the calls do not all
+        end together; before any rate is known they are the least piece to twice it."""
         if first in self._rest:
             return first, None
         cuts = []
@@ -548,10 +551,10 @@ class Engine:
             queued = first.size_bytes + sum(i.size_bytes for i in self._queue)
             cuts.append(guided(first, queued, setting.cc, self._piece_bytes))
         if self.cut_s and self._short_piece_bytes:
-            stagger = STAGGER[slot % len(STAGGER)]
+            stagger = PIECE_STAGGER[slot % len(PIECE_STAGGER)]
             rate = self._worker_rate()
             share = rate * self.cut_s * stagger if rate else \
-                self._short_piece_bytes * 2 * stagger / STAGGER[-1]
+                self._short_piece_bytes * 2 * stagger / PIECE_STAGGER[-1]
             cuts.append(piece_of(first, share, self._short_piece_bytes))
         return min(cuts, key=lambda c: c[0].size_bytes, default=(first, None))
 
