@@ -265,34 +265,43 @@ def test_a_reference_pooled_over_a_load_that_came_does_not_hide_the_next_measure
     again (143.5 ± 33.9 against 171.8 ± 16.4). Pooled, the reference's spread (the two
     loads' gap) hid the next measurement again (112.9 ± 3.9) from a test by its own spread;
     judged by the path's noise, the last window of the first measurement again already
-    shows the load (129.5 against 171.8), and the next measurement would too. (Run B's link
+    shows the load (129.5 against 171.8), and the next measurement would too. The climb
+    waits for a third window of the new load, and the three measure the search's start. (Run B's link
     carried 200 Mbit/s, where a try of cc 16 now has room at the last look's bar; at 180,
     as then, no doubling can pay and the halving is tried first.)"""
     climb = Climb(Setting(8, 2, 2), LIMITS, ceiling_mbps=180.0)
     first = climb.step([155.0, 172.0, 188.5])
     assert first is not None and first.setting == Setting(4, 2, 2)  # no doubling can pay
     assert climb.step([105.0, 106.0, 103.0]) is not None  # refused: back to cc 8
-    reopened = climb.step([181.0, 120.0, 129.5])
-    assert reopened is not None and reopened.setting == Setting(8, 2, 2), reopened
-    assert reopened.reason.startswith("the last window at cc=8 p=2 pp=2 went from 171.8 to "
-                                      "129.5 Mbit/s"), reopened.reason
+    assert climb.step([181.0, 120.0, 129.5]) is None  # two windows of the new load: one more
+    reopened = climb.step([181.0, 120.0, 129.5, 112.9])
+    assert reopened is not None and reopened.reason.startswith(
+        "the last window at cc=8 p=2 pp=2 went from 171.8 to 112.9 Mbit/s"), reopened.reason
+    # the new load's three windows measured the start at cc 8 p 2, tried up from at once
+    assert "its last 3 windows measured the start, cc=8 p=2 pp=2: 120.8 " in reopened.reason
+    assert reopened.setting == Setting(16, 2, 2), reopened
     pooled_ref = Measured(Setting(8, 2, 2), 157.7, 28.4, 6)  # what run B judged against
     assert climb._apart(pooled_ref, Measured(Setting(8, 2, 2), 112.9, 3.9, 3), ())
 
 
 def test_a_load_that_comes_in_the_middle_of_a_measurement_again_reopens_the_search() -> None:
     """15.20's run E: the measurement again straddled the load's arrival (161.0 ± 31.8
-    against 183.7: -12%, within the test); its last window alone (-28%) is not."""
+    against 183.7: -12%, within the test); its last window alone (-28%) is not. The climb
+    waits for three windows of the new load, which measure the start of the search again."""
     climb = Climb(Setting(8, 3, 2), LIMITS, ceiling_mbps=200.0)
     first = climb.step([170.0, 184.0, 197.0])
     assert first is not None and first.setting == Setting(4, 3, 2), first
     back = climb.step([131.0, 125.0, 137.0])
     assert back is not None and back.setting == Setting(8, 3, 2), back
-    reopened = climb.step([190.0, 160.0, 133.0])
+    assert climb.step([190.0, 160.0, 133.0]) is None  # one window of the new load so far
+    assert climb.step([190.0, 160.0, 133.0, 118.0]) is None
+    reopened = climb.step([190.0, 160.0, 133.0, 118.0, 110.0])
     assert reopened is not None and reopened.reason.startswith(
-        "the last window at cc=8 p=3 pp=2 went from 183.7 to 133.0 Mbit/s"), reopened
-    start = climb.step([118.0, 110.0, 127.0])  # the prior under the new load
-    assert start is not None and "as at an earlier load" not in start.reason, start
+        "the last window at cc=8 p=3 pp=2 went from 183.7 to 110.0 Mbit/s"), reopened
+    # the prior under the new load, measured by its last three windows: not the earlier load
+    assert "its last 3 windows measured the start, cc=8 p=3 pp=2: 120.3 " in reopened.reason
+    assert "as at an earlier load" not in reopened.reason
+    assert reopened.setting == Setting(16, 3, 2), reopened
 
 
 def test_a_try_the_load_moved_under_is_not_judged_but_reopens_the_search() -> None:

@@ -86,7 +86,8 @@ settled. It answers a `Change` or nothing:
    already short and take a doubling more to leave it. Where the search starts again at
    the setting the flow is at, the windows that showed the load moved, those of them each
    past `drift_share` (the new load's alone), measure that start when there are `windows`
-   of them (the hold waits a window or two more for them), and the first try is made at
+   of them (the hold, or the measurement again, waits a window or two more for them, the
+   measurement again up to `max_windows`), and the first try is made at
    once: measured again after the change, the start took 15 s on wan40, settling and
    ramp included (docs/BENCHMARKS.md 15.28, run M4). Once the hold has `3 x windows`
    windows, they stop growing at the first look that saw such a drift (windows of a new
@@ -359,14 +360,17 @@ class Climb:
         if self.reference is None:
             return self._start(Measured.of(self.current, rates), "measured the start")
         if self._again:  # back at the reference after a refusal: its windows join it
-            self._again = False
             again = Measured.of(self.current, rates)
-            if self._apart(self.reference, again, (again,)):  # unless the load moved
-                return self._reopen(self.reference.mean, again.mean, "measured again at",
-                                    rates)
             last = Measured.of(self.current, rates[-1:])  # or began to, in the last window
-            if self._apart(self.reference, last, ()):
-                return self._reopen(self.reference.mean, last.mean, "the last window at")
+            for now, what, new in ((again, "measured again at", (again,)),
+                                   (last, "the last window at", ())):
+                if self._apart(self.reference, now, new):  # the load moved
+                    if self._wait_for_moved(self.reference.mean, now.mean, rates,
+                                            room=len(rates) < self.max_windows):
+                        return None
+                    self._again = False
+                    return self._reopen(self.reference.mean, now.mean, what, rates)
+            self._again = False
             self._saw(again)
             self.reference = pooled(self.current, [self.reference, again]) or again
             return self._next(f"measured {again.label()} again ({again.count} windows), "
@@ -583,13 +587,19 @@ class Climb:
         self._drifts += 1
         if self._drifts < 2:
             return None
-        # where the search starts again at this setting, a window or two more of the new
-        # load measure that start (`_reopen`), sooner than the change would settle again
-        moved = len(self._moved_since(hold.mean, now, rates))
-        if 0 < moved < self.windows and \
-                self._reopen_at(fell=now < hold.mean)[0] == self.current:
+        if self._wait_for_moved(hold.mean, now, rates, room=True):
             return None
         return self._reopen(hold.mean, now, "the rate at", rates)
+
+    def _wait_for_moved(self, before_mbps: float, now_mbps: float,
+                        rates: Sequence[float], *, room: bool) -> bool:
+        """Whether a search that would start again at this setting waits a window or two
+        more (when it has `room` for them), for `windows` windows of the new load to
+        measure its start (`_reopen`): sooner than a change would settle again and be
+        measured."""
+        moved = len(self._moved_since(before_mbps, now_mbps, rates))
+        return (room and 0 < moved < self.windows
+                and self._reopen_at(fell=now_mbps < before_mbps)[0] == self.current)
 
     def _load_moved(self, before: Measured, now_mbps: float) -> bool:
         """Whether `now_mbps` at `before`'s setting left its mean by more than `drift_z`
