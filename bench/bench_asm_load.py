@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_asm_load.py [--profile wan40] [--dataset 800x2M]
         [--schedule 0:0,30:25,60:50] [--methods asm,harp,default] [--out /tmp]
         [--history FILE.csv|none] [--best-cells CC/P/PP,... [--best-files 200]]
+        [--knob NAME=VALUE ...]
 
 Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 Mbit/s):
 
@@ -39,7 +40,9 @@ Printed: per method and phase, the job's mean throughput, the background measure
 of the link the background left over that the job took (throughput / (link rate - measured
 background)), the reaction time after each switch (defined in the output) and the first
 change of parameters after it; the job ad's optimizer record. One PNG timeline
-(--out/asm_under_load.png). Needs root, /dev/net/tun, `ip netns`, iperf3.
+(--out/asm_under_load.png). `--knob NAME=VALUE` (repeatable) sets a configuration knob of
+every daemon of the run (`STORK_LOG_LEVEL=DEBUG`: each engine call in the daemon's log).
+Needs root, /dev/net/tun, `ip netns`, iperf3.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_climb import knobs_of  # (the bench's own directory is on sys.path)
+
 from tests.support import StorkServer, wait_for
 from tests.testbed.cli import add_link_options, topologies
 from tests.testbed.dataset import Dataset, plan, problems, write
@@ -286,7 +291,8 @@ def dest_bytes(directory: Path) -> int:
 def start_server(bed: Testbed, args: argparse.Namespace, tag: str) -> StorkServer:
     link = bed.topology.links[0]
     work = args.workdir / f"run-{tag}-{time.monotonic_ns()}"
-    knobs = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}", "EOS_LINK_IS_TRUE": "true"}
+    knobs = {"STORK_LINK_MBPS": f"{link.rate_mbps:g}", "EOS_LINK_IS_TRUE": "true",
+             **args.knob}
     return StorkServer(work, knobs, prefix=bed.argv(link.b, [])).start()
 
 
@@ -664,7 +670,13 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.5, help="sampling, s (0.5)")
     parser.add_argument("--timeout", type=float, default=900, help="per run, s (900)")
     parser.add_argument("--out", type=Path, default=Path("/tmp"))
+    parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                        help="a configuration knob of every daemon of the run (repeatable)")
     args = parser.parse_args()
+    try:
+        args.knob = knobs_of(args.knob)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.workdir == Path("/tmp/stork-testbed"):  # the shared default: a directory of its own
         args.workdir = Path("/tmp/stork-asmload")
     args.schedule = parse_schedule(args.schedule)

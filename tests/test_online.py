@@ -266,9 +266,9 @@ def test_a_reference_pooled_over_a_load_that_came_does_not_hide_the_next_measure
     loads' gap) hid the next measurement again (112.9 ± 3.9) from a test by its own spread;
     judged by the path's noise, the last window of the first measurement again already
     shows the load (129.5 against 171.8), and the next measurement would too. The climb
-    waits for a third window of the new load, and the three measure the search's start. (Run B's link
-    carried 200 Mbit/s, where a try of cc 16 now has room at the last look's bar; at 180,
-    as then, no doubling can pay and the halving is tried first.)"""
+    waits for a third window of the new load, and the three measure the search's start.
+    (Run B's link carried 200 Mbit/s, where a try of cc 16 now has room at the last look's
+    bar; at 180, as then, no doubling can pay and the halving is tried first.)"""
     climb = Climb(Setting(8, 2, 2), LIMITS, ceiling_mbps=180.0)
     first = climb.step([155.0, 172.0, 188.5])
     assert first is not None and first.setting == Setting(4, 2, 2)  # no doubling can pay
