@@ -356,6 +356,23 @@ def test_while_cut_s_is_set_a_range_is_taken_as_a_piece_of_that_many_seconds() -
     assert small._guided(ranges[0], small.setting) == (ranges[0], None)
 
 
+def test_a_slow_workers_lists_hold_a_call_of_its_rate_not_a_floor() -> None:
+    """At 0.5 MiB/s a worker (p 1 under a load), a list is `call_s` of that rate, 2 MiB
+    staggered to 3: no floor of LIST_MIN_BYTES once the rate is known, which made such
+    lists last 12-16 s and a change wait for them; before any rate, LIST_MIN_BYTES."""
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB) for i in range(400)]
+    engine = Engine([Item(f) for f in work], CountingWorker, Setting(4, 1, 1),
+                    lambda *_: None, call_s=4.0, clock=lambda: 0.0)
+    taken, _ = engine._take(3, lists=True)
+    assert taken is not None and len(taken.items) == LIST_MIN_BYTES * STAGGER[3] // MB
+    engine.flow.add(0.0, 5.0, 5 * 2 * MB)  # 2 MiB/s at cc 4
+    engine.tick(5.0)
+    for slot in range(4):
+        taken, _ = engine._take(slot, lists=True)
+        assert taken is not None
+        assert len(taken.items) == max(1, math.ceil(0.5 * 4.0 * STAGGER[slot])), slot
+
+
 def test_after_a_fall_of_p_the_lists_hold_a_call_of_a_workers_streams_now() -> None:
     """A worker with a third of its streams moves about a third at most: its lists after
     p 3 -> 1 are sized at that share of what it moved, so the change back need not wait

@@ -83,7 +83,7 @@ from stork.transfer.worker import Item, ItemResult, Setting, Worker
 log = logging.getLogger(__name__)
 
 CALL_S = 4.0  # a list call lasts about this long at the worker's recent rate
-LIST_MIN_BYTES = 4 << 20  # before any rate is known, and at least
+LIST_MIN_BYTES = 4 << 20  # a list before any rate is known
 LIST_MAX_FILES = 500  # globus-url-copy reads the whole list first: keep it short
 RATE_WINDOWS = 5  # the recent rate: over the last windows of the flow
 STAGGER = (0.5, 0.83, 1.17, 1.5)  # a slot's call, as a share of call_s
@@ -571,10 +571,14 @@ class Engine:
         a call taken then ends about when the queue runs dry, so the last calls end close
         together instead of one staggered long list running alone after the others. It
         is never less than a set-up's worth of the worker's rate, so the slot's next
-        call can still be set up while it runs (`_handoff`)."""
+        call can still be set up while it runs (`_handoff`). LIST_MIN_BYTES is the list
+        before any rate is known, not a floor after: with a worker at 3-4 Mbit/s (p 1
+        under a load on wan40) a list of 4 MiB at the stagger's 1.5 took 12-16 s where the
+        controller asked for 2, and a change back to more streams waited 14 s for such
+        lists to end (docs/BENCHMARKS.md 15.29, run P4)."""
         stagger = STAGGER[slot % len(STAGGER)]
         per_worker = self._worker_rate()
         if per_worker is None:
             return LIST_MIN_BYTES * stagger
-        usual = max(per_worker * self.call_s, LIST_MIN_BYTES) * stagger
+        usual = per_worker * max(self.call_s * stagger, self._setup_s)
         return min(usual, max(self._queued_files / setting.cc, per_worker * self._setup_s))
