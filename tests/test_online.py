@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import threading
@@ -216,6 +217,44 @@ def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell
     assert start is not None and float(start[1]) < 80  # the new load's windows alone (66.7)
     assert min(streams(c.setting) for _, c in after) >= 8
     assert streams(climb.current) >= 32
+
+
+def holding_at_200() -> Climb:
+    """A climb of cc alone holding cc 8 at about 200 Mbit/s (windows spread 2.5%)."""
+    climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=200.0)
+    climb.step([195.0, 200.0, 205.0])  # the start: no room up, so down
+    climb.step([100.0, 102.0, 98.0])  # half the streams lose half: refused
+    assert climb.step([196.0, 204.0, 200.0]) is not None and climb.holding
+    return climb
+
+
+def test_a_hold_counts_a_drift_once_a_window() -> None:
+    """The daemon steps the climb twice a second, so a look may see no new window: the
+    drift that must show twice in a row is counted once per window, not once per look."""
+    climb = holding_at_200()
+    hold = [200.0 + 5 * math.sin(i) for i in range(12)]
+    assert climb.step([*hold, 110.0, 100.0, 105.0]) is None  # a drift, once
+    assert climb.step([*hold, 110.0, 100.0, 105.0]) is None  # the same windows again
+    reopened = climb.step([*hold, 110.0, 100.0, 105.0, 102.0])
+    assert reopened is not None and "the load moved" in reopened.reason, reopened
+
+
+def test_a_passing_dip_at_the_hold_is_not_taken_as_a_new_loads_start() -> None:
+    """A drift whose windows spread far more than the path's noise (calls ending together,
+    P5 in docs/BENCHMARKS.md 15.29: 131.0 ± 51.8) reopens the search at the setting held
+    and measures it again; a steady new rate (101.7 ± 2.1) is the new start at once."""
+    hold = [200.0 + 5 * math.sin(i) for i in range(12)]
+    dip = holding_at_200()
+    dip.step([*hold, 125.0, 70.0])
+    reopened = dip.step([*hold, 125.0, 70.0, 75.0])
+    assert reopened is not None and "the load moved" in reopened.reason, reopened
+    assert reopened.setting == Setting(8, 1, 1) and "measured the start" not in \
+        reopened.reason, reopened
+    steady = holding_at_200()
+    steady.step([*hold, 100.0, 104.0])
+    reopened = steady.step([*hold, 100.0, 104.0, 101.0])
+    assert reopened is not None and "its last 3 windows measured the start" in \
+        reopened.reason and reopened.setting == Setting(16, 1, 1), reopened
 
 
 def test_a_load_that_goes_reopens_the_search_from_the_prior() -> None:

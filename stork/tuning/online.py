@@ -76,7 +76,8 @@ settled. It answers a `Change` or nothing:
    p 3 lose 6.7%, and lost 31.9% for 16 s: docs/BENCHMARKS.md 15.28, run N1).
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
-   `drift_share` of its mean, twice in a row, the load changed at an unchanged setting,
+   `drift_share` of its mean, twice in a row (two looks with a new window each), the load
+   changed at an unchanged setting,
    and the search starts again for the new load: from the prior, or, when the rate fell,
    from the setting held if it has more streams than the prior. A load that came takes a
    share of the path that the flow wins back with streams, so the best setting under it
@@ -87,7 +88,9 @@ settled. It answers a `Change` or nothing:
    the setting the flow is at, the windows that showed the load moved, those of them each
    past `drift_share` (the new load's alone), measure that start when there are `windows`
    of them (the hold, or the measurement again, waits a window or two more for them, the
-   measurement again up to `max_windows`), and the first try is made at
+   measurement again up to `max_windows`) and they spread no more than `drift_z` times
+   the path's noise (a new load's rate is held; a passing dip's is not: `_steady`), and
+   the first try is made at
    once: measured again after the change, the start took 15 s on wan40, settling and
    ramp included (docs/BENCHMARKS.md 15.28, run M4). Once the hold has `3 x windows`
    windows, they stop growing at the first look that saw such a drift (windows of a new
@@ -305,6 +308,7 @@ class Climb:
         self._todo: list[tuple[str, bool]] = []
         self._trying: tuple[str, bool, bool] | None = None  # axis, up, first move that way
         self._drifts = 0
+        self._looked = 0  # the windows the hold last looked at (a drift counts once a window)
         self._again = False
         self._time: tuple[float | None, float | None] = (None, None)  # left_s, try_s
         self._regime: dict[Setting, Measured] = {}  # what the flow measured at this load
@@ -354,6 +358,9 @@ class Climb:
         (see the module)."""
         self._time = (left_s, try_s)
         if self.holding:
+            if len(rates) == self._looked:
+                return None  # no new window since the last look
+            self._looked = len(rates)
             return self._watch(rates)
         if len(rates) < self.windows:
             return None
@@ -470,7 +477,7 @@ class Climb:
                             figures)
         if passed:
             why += "; " + "; ".join(passed)
-        self.holding, self._trying = True, None
+        self.holding, self._trying, self._looked = True, None, 0
         return self._go(ref, f"{why}; holding {ref.label()}", figures, always=True)
 
     def _past_shape(self, axis: str) -> str:
@@ -661,13 +668,28 @@ class Climb:
             self._regime = {}
         moved = self._moved_since(before_mbps, now_mbps, rates) \
             if start == self.current else []
+        new = Measured.of(start, moved) if len(moved) >= self.windows else None
         self._restart(start)
-        if len(moved) >= self.windows:
-            first = self._start(Measured.of(start, moved),
-                                f"{why}; its last {len(moved)} windows measured the start")
+        if new is not None and self._steady(new):
+            first = self._start(new, f"{why}; its last {new.count} windows measured the start")
             if first is not None:
                 return Change(first.setting, first.reason, {**figures, **first.figures})
         return Change(start, why, figures)
+
+    def _steady(self, measured: Measured) -> bool:
+        """Whether `measured`'s windows spread no more than `drift_z` times the path's
+        noise (a window's relative spread, `noise`): a rate held, as under a new load,
+        and not a passing dip (on wan80 six of eight 64 MiB ranges ended within 4 s at a
+        hold, the rate read 69-127 Mbit/s for 6 s, 131.0 ± 51.8 over three windows, and
+        taken as a start it kept cc 16 at +112.9% and then cc 32: docs/BENCHMARKS.md
+        15.29, run P5). The sample spread of three windows of a steady rate passes three
+        times its true spread about once in 10,000 (chi-square, 2 degrees of freedom);
+        the path's noise is itself an estimate: at twice, the start of the synthetic load
+        step in `tests/test_online.py` (windows spread 5%, the pooled noise read 3.9%)
+        was refused."""
+        if measured.mean <= 0:
+            return False
+        return measured.stdev / measured.mean <= self.drift_z * self.noise()
 
     def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
         """Where `_reopen` starts the search again, and how it says so."""
