@@ -543,14 +543,14 @@ class DatasetRun:
 
         setting = climb[0].prior if climb else Setting(params.cc, params.p, params.pp)
         items, parts = self._parts(files, module)
+        pieces = self._piece_size(module)  # 0: this pass cuts nothing
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._called(engine, results, rows, urls, parts,
                                                             taken),
                         on_take=on_take, meter=self.meter,
                         cut_stragglers=self.sink is None,  # a sink takes its bytes once
-                        piece_bytes=self._piece_size(module),
-                        short_piece_bytes=self._piece_size(module) and
-                        self.settings.piece_min_mb << 20,
+                        piece_bytes=pieces,
+                        short_piece_bytes=pieces and self.settings.piece_min_mb << 20,
                         on_split=lambda item: parts.add(
                             item.file, destination.claim(item.file.dest_url, self.run_as)))
         with self._lock:
