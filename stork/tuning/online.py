@@ -77,9 +77,9 @@ settled. It answers a `Change` or nothing:
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
    `drift_share` of its mean, twice in a row (two looks with a new window each), the load
-   changed at an unchanged setting,
-   and the search starts again for the new load: from the prior, or, when the rate fell,
-   from the setting held if it has more streams than the prior. A load that came takes a
+   changed at an unchanged setting, and the search starts again for the new load: from
+   the prior, or, when the rate fell, from the setting held if it has more streams than
+   the prior. A load that came takes a
    share of the path that the flow wins back with streams, so the best setting under it
    has as many streams as before or more (wan40's sweep under a 50% load, 1200 x 2 MiB:
    cc 8 -> 16 -> 32 gained 17% and 16%, against 6% and 2% unloaded; docs/BENCHMARKS.md
@@ -90,12 +90,11 @@ settled. It answers a `Change` or nothing:
    of them (the hold, or the measurement again, waits a window or two more for them, the
    measurement again up to `max_windows`) and they spread no more than `drift_z` times
    the path's noise (a new load's rate is held; a passing dip's is not: `_steady`), and
-   the first try is made at
-   once: measured again after the change, the start took 15 s on wan40, settling and
-   ramp included (docs/BENCHMARKS.md 15.28, run M4). Once the hold has `3 x windows`
-   windows, they stop growing at the first look that saw such a drift (windows of a new
-   load taken into the hold would widen its spread until a drift of 15-20% never showed;
-   a hold of fewer windows is itself too noisy to keep).
+   the first try is made at once: measured again after the change, the start took 15 s
+   on wan40, settling and ramp included (docs/BENCHMARKS.md 15.28, run M4). Once the
+   hold has `3 x windows` windows, they stop growing at the first look that saw such a
+   drift (windows of a new load taken into the hold would widen its spread until a drift
+   of 15-20% never showed; a hold of fewer windows is itself too noisy to keep).
    While it searches, two measurements of one setting are compared (`_apart`: more than
    `drift_z` standard errors of their difference and `drift_share` apart, the error from
    the path's noise, `noise`: the windows' spread at one setting pooled over every
