@@ -329,17 +329,17 @@ def test_while_cut_s_is_set_a_range_is_taken_as_a_piece_of_that_many_seconds() -
     """A lower cc or a change of p waits for the calls in flight: while the tuning layer
     sets `cut_s`, a 64 MiB range is taken as a piece of `cut_s` seconds of a worker's
     recent rate (2 MiB/s x 8 s) to 1.5 times that by slot, the rest first in the
-    queue for the next worker; never below `short_piece_bytes` (before any rate is known,
-    that to twice it); and whole when `cut_s` is None."""
+    queue for the next worker; never below `short_piece_bytes`; and whole when `cut_s` is
+    None, or before any rate is known (the first wave, whose calls measure the start)."""
     f = FileWork(0, "x://s/0", "x://d/0", 256 * MB)
     ranges = split(f, 64 * MB)
     engine = Engine(ranges, CountingWorker, Setting(4, 1, 1), lambda *_: None,
                     short_piece_bytes=4 * MB, clock=lambda: 0.0)
     taken, rest = engine._take(0, lists=False)
     assert taken is not None and taken.items == (Item(f, 0, 64 * MB),)  # cut_s None: whole
-    engine.cut_s = 8.0  # before any rate is known: the least piece to twice it
-    assert [engine._guided(ranges[1], engine.setting, slot)[0].length
-            for slot in range(4)] == [6 * MB, 7 * MB, 8 * MB, 8 * MB]
+    engine.cut_s = 8.0  # before any rate is known: whole
+    assert [engine._guided(ranges[1], engine.setting, slot) for slot in range(4)] == \
+        [(ranges[1], None)] * 4
     engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
     engine.tick(5.0)
     taken, rest = engine._take(0, lists=False)  # slot 0: 2 MiB/s x 8 s

@@ -53,11 +53,15 @@ destination claimed).
 
 While the tuning layer searches it sets `cut_s`, and an item is cut the same way into a
 piece of `cut_s` to 1.5 times as many seconds of a worker's recent rate, staggered by
-slot (at least `short_piece_bytes`; before any rate is known, that to twice it):
-a lower `cc`, or a change of `p`, takes effect only as the calls in flight end, and a
-64 MiB range at a call's 18 Mbit/s (wan80, 16 calls) lasts about 30 s, so a try of fewer
-streams was judged 45-48 s after it began (docs/BENCHMARKS.md 15.28, run N2). At the hold
-`cut_s` is None and items are taken whole again (fewer calls: fewer set-ups and markers).
+slot (at least `short_piece_bytes`): a lower `cc`, or a change of `p`, takes effect only
+as the calls in flight end, and a 64 MiB range at a call's 18 Mbit/s (wan80, 16 calls)
+lasts about 30 s, so a try of fewer streams was judged 45-48 s after it began
+(docs/BENCHMARKS.md 15.28, run N2). At the hold `cut_s` is None and items are taken whole
+again (fewer calls: fewer set-ups and markers). Before any rate is known (the first wave)
+nothing is cut short: no change waits on the first calls but the start's measurement,
+which needs them long. Cut to 22-32 MiB on wan80 they ended together about one server
+marker in, their slots set up together, and the start's windows spread 18-28% of their
+mean, too noisy for a doubling to have room under the link's rate (15.29, run P10).
 
 What an answer means (done, retry alone, failed) is the caller's: `on_take` is called on the
 worker's thread before each call (to mark its files in flight), `on_results` after it with
@@ -543,19 +547,18 @@ class Engine:
         `cut_s` seconds of a worker's recent rate while that is set, whichever piece is
         smaller (in the lock): a cut call's rest, already spread, is taken whole. Pieces
         are staggered by slot (`PIECE_STAGGER`: 1 to 1.5 times), so the calls do not all
-        end together; before any rate is known they are the least piece to twice it."""
+        end together; before any rate is known nothing is cut short (see the module)."""
         if first in self._rest:
             return first, None
         cuts = []
         if self._piece_bytes and first.size_bytes >= 2 * self._piece_bytes:
             queued = first.size_bytes + sum(i.size_bytes for i in self._queue)
             cuts.append(guided(first, queued, setting.cc, self._piece_bytes))
-        if self.cut_s and self._short_piece_bytes:
+        rate = self._worker_rate() if self.cut_s and self._short_piece_bytes else None
+        if self.cut_s and rate:
             stagger = PIECE_STAGGER[slot % len(PIECE_STAGGER)]
-            rate = self._worker_rate()
-            share = rate * self.cut_s * stagger if rate else \
-                self._short_piece_bytes * 2 * stagger / PIECE_STAGGER[-1]
-            cuts.append(piece_of(first, share, self._short_piece_bytes))
+            cuts.append(piece_of(first, rate * self.cut_s * stagger,
+                                 self._short_piece_bytes))
         return min(cuts, key=lambda c: c[0].size_bytes, default=(first, None))
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
