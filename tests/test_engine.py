@@ -706,8 +706,9 @@ def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
         gridftp: GridFtpServer, gridftp_root: Path, tmp_path: Path, cut_s: float | None
 ) -> None:
     """Small files in lists and a large file in ranges; with `cut_s` (the pieces of a
-    search) each 2 MiB range is taken as two pieces of 1 MiB (a piece is rounded up to a
-    MiB, at least the half-MiB floor)."""
+    search) and a worker's rate known (a second at 1 KiB/s, before the first call: the
+    first wave is not cut before one) each 2 MiB range is taken as two pieces of 1 MiB (a
+    piece is rounded up to a MiB, at least the half-MiB floor)."""
     src = gridftp_root / f"engine-src-{cut_s}"
     src.mkdir()
     small = [make_file(src / f"s{i:03d}.dat", 64_000 + i, seed=100 + i) for i in range(40)]
@@ -732,6 +733,14 @@ def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
     engine = Engine(items, lambda: module.worker(WorkerContext(fast=True)), Setting(3, 2, 2),
                     on_results, short_piece_bytes=MB // 2)
     engine.cut_s = cut_s
+    seeded = 0
+    if cut_s is not None:
+        time.sleep(1.1)  # a whole window of the flow
+        now = engine.clock()
+        seeded = 3 * 1024
+        engine.flow.add(now - 1.0, now, seeded)
+        engine.tick(now)
+        assert engine._worker_rate() is not None
     engine.run()
     pieces = sorted(r.item.length for r in answers if r.item.is_range and r.item.length)
     assert all(r.ok for r in answers)
@@ -739,7 +748,7 @@ def test_files_and_ranges_through_real_gridftp_workers_byte_identical(
     assert sorted(whole) == list(range(len(files)))  # the large file once, when whole
     for path in [*small, large]:
         assert md5(out / path.name) == md5(path)
-    assert engine.flow.total_bytes == sum(p.stat().st_size for p in [*small, large])
+    assert engine.flow.total_bytes == sum(p.stat().st_size for p in [*small, large]) + seeded
 
 
 def test_a_list_call_of_globus_url_copy_tells_each_file_as_it_lands(

@@ -1186,3 +1186,98 @@ def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold
               write_result=lambda _: None, shared=lambda: others[0], hold=Setting(8, 1, 1),
               clock=lambda: now[0])
     assert shared.call_s == CALL_S and shared.cut_s is None
+
+
+def test_a_try_of_fewer_streams_is_refused_on_the_windows_of_its_settling() -> None:
+    """While the calls taken at the reference end, the flow carries fewer streams than the
+    reference and more than the try: a loss past 5% beyond the noise there is refused at
+    once (the try would lose more); a small loss waits for the try's own windows, and so
+    do tries of more streams, a start at a halving and a measurement again."""
+    climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=100.0)
+    first = climb.step([100.0, 98.0, 102.0])
+    assert first is not None and first.setting == Setting(4, 1, 1), first
+    assert climb.unsettled([99.0, 62.0]) is None  # fewer than `windows` windows
+    assert climb.unsettled([99.0, 95.0, 97.0]) is None  # -3.7%: the try's own windows tell
+    back = climb.unsettled([99.0, 62.0, 55.0, 52.0])
+    assert back is not None and back.setting == Setting(8, 1, 1), back
+    assert back.reason.startswith("refused: while its calls settled"), back.reason
+    assert back.figures["gain"] < -0.2 and back.figures["windows"] == 4.0
+    assert climb.too_few == 4 and Setting(4, 1, 1) not in climb._regime  # learnt, not measured
+    assert climb.unsettled([50.0, 50.0, 50.0]) is None  # the measurement again: not a try
+    up = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",))
+    first = up.step([100.0, 98.0, 102.0])
+    assert first is not None and first.setting == Setting(16, 1, 1)
+    assert up.unsettled([50.0, 50.0, 50.0]) is None  # more streams: ramping, not a loss
+    halved = Climb(Setting(8, 2, 1), LIMITS, known=known([row(8, 4, 100.0)] * 4))
+    assert halved._came_from == Setting(8, 4, 1)
+    assert halved.unsettled([50.0, 50.0, 50.0]) is None  # the flow never ran at cc 8 p 4
+
+
+class ByFileWorker(HeldWorker):
+    """A held worker whose call ends when the event of its first file's index is set."""
+
+    def __init__(self, events: dict[int, threading.Event]) -> None:
+        super().__init__(threading.Event())
+        self.events = events
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        self.events[items[0].file.index].wait(30)
+        return [ItemResult(i, True) for i in items]
+
+    def stop(self) -> None:
+        for event in self.events.values():
+            event.set()
+
+
+def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle() -> None:
+    """A real engine on a clock of the test's: from cc 4 the climb tries cc 2 (the link's
+    150 Mbit/s leaves no room for a doubling). One of the two calls it retires ends, the
+    other is still in flight, and the three calls then tell 37.5 Mbit/s each: -25% before
+    the try has settled, so it is refused then, back to cc 4, and the change says it was
+    not measured at its own setting."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork
+
+    now = [0.0]
+    events = {i: threading.Event() for i in range(8)}
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(8)]
+    engine = Engine([Item(f) for f in work], lambda: ByFileWorker(events), Setting(4, 1, 1),
+                    lambda *_: None, clock=lambda: now[0])
+    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=150.0)
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=lambda _: None, clock=lambda: now[0])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    last: dict[object, float] = {}
+
+    def move(mbps: float) -> None:  # every call in flight tells `mbps` since it last told
+        now[0] += 0.5
+        for lane, call in list(engine._calls.items()):
+            t0 = last.get(lane, call.taken.started_s)
+            engine._report(lane, t0, now[0], mbps * 1e6 / 8 * (now[0] - t0))
+            last[lane] = now[0]
+        tuner.tick()
+
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 4, 10, what="four calls in flight")
+        while climb.current == Setting(4, 1, 1) and now[0] < 30:
+            move(37.5)
+        assert climb.current == Setting(2, 1, 1), tuner.changes
+        retired = sorted((t for t in engine.in_flight() if t.slot >= 2), key=lambda t: t.slot)
+        assert len(retired) == 2
+        events[retired[0].items[0].file.index].set()
+        wait_for(lambda: len(engine.in_flight()) == 3, 10, what="one retired call ended")
+        while climb.current == Setting(2, 1, 1) and now[0] < 60:
+            assert len(engine.in_flight()) == 3  # the other retired call still moves
+            move(37.5)
+        assert climb.current == Setting(4, 1, 1), tuner.changes
+        assert tuner._measure_from is None  # judged before the try settled
+        back = tuner.changes[-1]
+        assert back["setting"] == "cc=4 p=1 pp=1"
+        assert back["reason"].startswith("refused: while its calls settled"), back
+        assert back["gain"] == pytest.approx(-0.25, abs=0.01)
+        assert "settled_after_s" not in back
+    finally:
+        engine.stop()
+        runner.join(30)

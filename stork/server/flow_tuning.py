@@ -15,7 +15,9 @@ windows, and a doubling was kept at +23.0% on that; docs/BENCHMARKS.md 15.27, ru
 Calls taken after that moment (a slot's next call, set up while its last one ends) are not
 waited for: with many workers one of them would be setting up at almost any moment.
 Once a worker finds nothing left to take, the tail of the flow says nothing of a setting
-and the tuner stops stepping.
+and the tuner stops stepping. Before a try of fewer streams has its own windows, the
+windows since it was set (the calls taken at the reference ending one by one) may already
+refuse it (`Climb.unsettled`); its change then carries no `settled_after_s`.
 
 A change of `p` waits for the calls in flight to end, so while the controller searches the
 engine's list calls are sized for `SEARCH_CALL_S` (2 s) of a worker's rate instead of the
@@ -301,21 +303,35 @@ class FlowTuner:
         if self._waiting and not self._alone(now):
             return None
         current = self.climb.current
+        full = flow.window_s * (1 - 1e-9)
         if self._measure_from is None:
             if not self._settled():
-                return None
+                return self._apply(now, self._unsettled(full))
             if self._settled_at is None:
                 self._settled_at = self.engine.clock()
                 self._took["settled_after_s"] = round(now - self._set_at, 1)
             if self.engine.unreported(self._settled_at):
-                return None  # a call still in its set-up, or before its first marker
+                # a call still in its set-up, or before its first marker
+                return self._apply(now, self._unsettled(full))
             self._measure_from = now + RAMP_S
             self._took["told_after_s"] = round(now - self._set_at, 1)
-        full = flow.window_s * (1 - 1e-9)
         self._counted = [w for w in flow.windows(self._measure_from)
                          if w.setting == current and w.seconds >= full]
         rates = [b.rate_mbps for b in blocks(self._counted)]
         change = self.climb.step(rates, left_s=self._left_s(rates), try_s=now - self._set_at)
+        if change is None and len(rates) < self.climb.windows:
+            change = self._unsettled(full)
+        return self._apply(now, change)
+
+    def _unsettled(self, full: float) -> Change | None:
+        """A try of fewer streams refused on the windows since it was set, before its own
+        count (`Climb.unsettled`: the calls taken at the reference still ending)."""
+        since = [w for w in self.engine.flow.windows(self._set_at)
+                 if w.setting == self.climb.current and w.seconds >= full]
+        return self.climb.unsettled([b.rate_mbps for b in blocks(since)])
+
+    def _apply(self, now: float, change: Change | None) -> Change | None:
+        """`change` (when the controller answered one) set on the engine and recorded."""
         self._size_calls()
         if change is None:
             return None

@@ -48,6 +48,13 @@ settled. It answers a `Change` or nothing:
    the knee the rate falls steeply, past it it is flat (in the sweeps of
    docs/BENCHMARKS.md 15 a halving of cc below the best cost 14-38%, a doubling past it at
    most 8%), so only the halving waits for the time to be judged.
+   A try of fewer streams is refused without waiting for its own windows when the
+   windows since the flow left the reference already lose past `min_gain` even with the
+   noise (`unsettled`): the calls taken at the reference end one by one, so the flow then
+   carries fewer streams than the reference and more than the try, and below the knee the
+   rate rises with streams. On wan40 a try of cc 2 from cc 4 (files of 64 MiB) lost 50.5%
+   and was refused 25.5 s after it began, most of it the wait for the retired calls to end
+   (docs/BENCHMARKS.md 15.29, run P11).
    For large files (`alike_axes`: transfers long enough that a file's own costs do not
    show, so cc and p both add whole streams) a stream count shown too few, by a halving
    refused or a doubling kept, flows or history, is not tried again along the other axis:
@@ -390,6 +397,30 @@ class Climb:
                 return self._reopen(early.mean, late.mean, "the rate while trying")
         return self._judge(Measured.of(self.current, tried))
 
+    def unsettled(self, rates: Sequence[float]) -> Change | None:
+        """A try of fewer streams judged on `rates`, the full windows since the flow left
+        the reference for it, while the calls taken at the reference still end (before
+        `step` has its windows): refused when they already lose past `min_gain` even with
+        the noise (`judge`), else nothing. Those windows carried fewer streams than the
+        reference and more than the try, and below the knee the rate rises with streams,
+        so the try itself would lose more. A lower cc waits for its retired calls to end
+        and a lower p for every call in flight: on wan40 a try of cc 2 from cc 4 (20 files
+        of 64 MiB) lost 50.5% and was refused 25.5 s after it began, most of it that wait
+        (docs/BENCHMARKS.md 15.29, run P11). Not for a start at a halving (`_halved`: the
+        flow never ran at the setting it halves), nor a measurement again; these windows
+        join no measurement (their setting was in no call throughout)."""
+        ref = self.reference
+        if self.holding or self._again or self._trying is None or ref is None \
+                or self._came_from is not None or len(rates) < self.windows \
+                or streams(self.current) >= streams(ref.setting):
+            return None
+        tried = Measured.of(self.current, rates[-self.max_windows:])
+        verdict, why, figures = judge(ref, tried, min_gain=self.min_gain, z=self.z)
+        if verdict is not Verdict.REFUSED:
+            return None
+        return self._after(verdict, tried, f"while its calls settled, with more streams in "
+                                           f"flight than it has: {why}", figures, saw=False)
+
     def _judge(self, tried: Measured) -> Change | None:
         assert self.reference is not None and self._trying is not None
         verdict, why, figures = settled(self.reference, tried, min_gain=self.min_gain,
@@ -399,13 +430,14 @@ class Climb:
         return self._after(verdict, tried, why, figures)
 
     def _after(self, verdict: Verdict, tried: Measured, why: str,
-               figures: dict[str, float]) -> Change | None:
+               figures: dict[str, float], *, saw: bool = True) -> Change | None:
         assert self._trying is not None and self.reference is not None
         axis, up, first = self._trying
         if self._came_from is not None:
             why = f"the start, half the history's {self._came_from.label()}: {why}"
             self._came_from = None
-        self._saw(tried)
+        if saw:  # `tried` measured its setting (not so the windows `unsettled` judges)
+            self._saw(tried)
         self._learn(verdict, self.reference.setting, tried.setting)
         if verdict is Verdict.KEPT:
             self.reference, self._ref_known = tried, False
