@@ -1281,3 +1281,30 @@ def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle
     finally:
         engine.stop()
         runner.join(30)
+
+
+def test_the_history_of_files_of_about_the_jobs_size_is_its_prior_within_a_class() -> None:
+    """One size class holds files of 3 MB and of 24 MB on a path of a 50 MB BDP, and they
+    want different settings: a job's history is the rows of files within a factor of two
+    of its own when there are any, else the class's."""
+    from stork.server.flow_tuning import climb_for
+    from stork.tuning.base import DatasetDescription
+
+    three, big = 3e6, 24e6
+    history = [*[row(32, 1, 300.0, size=three) for _ in range(3)],
+               *[row(32, 4, 900.0, size=big) for _ in range(3)]]
+
+    def settings_for(file_bytes: float | None) -> set[Setting]:
+        return set(measured_from_history(history, src_host="a", dest_host="b",
+                                         cls=SizeClass.SMALL, bdp_bytes=50e6, load=0,
+                                         limits=LIMITS, file_bytes=file_bytes))
+
+    assert settings_for(2.5e6) == {Setting(32, 1, 1)}
+    assert settings_for(40e6) == {Setting(32, 4, 1)}
+    both = {Setting(32, 1, 1), Setting(32, 4, 1)}
+    assert settings_for(100e3) == both and settings_for(None) == both  # none near: the class
+    dataset = DatasetDescription.of(three, 1000, rtt_s=0.04, bandwidth_bps=1e10)
+    climb, why = climb_for(list(reversed(history)), Setting(32, 1, 4), src_url="gsiftp://a/x",
+                           dest_url="gsiftp://b/y", cls=SizeClass.SMALL, bdp_bytes=50e6,
+                           load=0, items=1000, dataset=dataset)
+    assert climb.prior.p == 1 and set(climb.known) == {Setting(32, 1, 1)}, why

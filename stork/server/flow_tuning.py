@@ -160,7 +160,8 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
-                                  bdp_bytes=bdp_bytes, load=load, limits=limits)
+                                  bdp_bytes=bdp_bytes, load=load, limits=limits,
+                                  file_bytes=dataset.avg_file_bytes if dataset else None)
     by = None
     if name != Climb.name:  # another optimizer's prior: only then its numerics (and
         from stork.tuning import CONTROLLERS  # scikit-learn, 0.8 s to load) are loaded

@@ -158,6 +158,7 @@ NOISE_PRIOR = 0.10  # a window's relative spread until a job has measured its ow
 # the noisy end), over this many degrees of freedom (two measurements of 3 windows)
 NOISE_MIN_DF = 4
 HISTORY_MIN_S = 3.0  # a transfer log row shorter than this says little of its setting
+SIZE_NEAR = 2.0  # rows of files within this factor of the job's own (`measured_from_history`)
 KNEE_GAIN = 0.025  # a doubling that gained this much puts a halving past the knee (see the
 # module: chosen on the (cc, p, pp) grids of ../shared/data by `bench/bench_layout.py`)
 AXES = ("cc", "p")
@@ -795,16 +796,29 @@ def pooled(setting: Setting, parts: Iterable[Measured]) -> Measured | None:
 
 def measured_from_history(history: Iterable[TransferRecord], *, src_host: str,
                           dest_host: str, cls: SizeClass, bdp_bytes: float, load: int,
-                          limits: Limits) -> dict[Setting, Measured]:
+                          limits: Limits, file_bytes: float | None = None
+                          ) -> dict[Setting, Measured]:
     """What the transfer log knows of each setting on this path for this size class, pooled
-    (`pooled`): rows at the same known load when there are any. A row counts as its
-    `duration_s` in WINDOW_S windows with its spread (a row without one, a whole transfer,
-    as one window at its mean)."""
+    (`pooled`): of files within `SIZE_NEAR` times the job's mean `file_bytes` either way
+    when there are such rows, and of those the rows at the same known load when there are
+    any. A row counts as its `duration_s` in WINDOW_S windows with its spread (a row
+    without one, a whole transfer, as one window at its mean).
+
+    A size class is wide (small files are anything under one BDP), and what a file needs
+    changes inside it: on the Stampede->Gordon grids of ../shared/data (40 ms, 10 Gbps,
+    small below 50 MB) files of 3.1 MB moved best at p 1 and pipelining 16, files of 23.6
+    MB at p 8 and pipelining 2-8. Pooled over the class, a job of 3.1 MB files started
+    at the 23.6 MB files' p 4 pp 4 and, small files climbing cc alone, held it at 0.49-0.78
+    of the best cell (docs/BENCHMARKS.md 15.30). The factor is a doubling either way, not
+    chosen on those grids."""
     rows = [r for r in history
             if r.src_host == src_host and r.dest_host == dest_host
             and r.outcome == COMPLETED and r.duration_s >= HISTORY_MIN_S
             and r.throughput_mbps > 0
             and size_class(round(r.file_size_bytes), bdp_bytes) is cls]
+    if file_bytes:
+        rows = [r for r in rows if file_bytes / SIZE_NEAR <= r.file_size_bytes
+                <= file_bytes * SIZE_NEAR] or rows
     rows = [r for r in rows if r.sharing == load] or rows
     parts: dict[Setting, list[Measured]] = {}
     for r in rows:
