@@ -1308,3 +1308,33 @@ def test_the_history_of_files_of_about_the_jobs_size_is_its_prior_within_a_class
                            dest_url="gsiftp://b/y", cls=SizeClass.SMALL, bdp_bytes=50e6,
                            load=0, items=1000, dataset=dataset)
     assert climb.prior.p == 1 and set(climb.known) == {Setting(32, 1, 1)}, why
+
+
+def test_a_path_without_files_of_about_the_jobs_size_starts_from_other_paths() -> None:
+    """Where a start comes from, first first: this path's files of about the job's size,
+    other paths' files of about its size, this path's size class, other paths' size class,
+    the preset. Other paths give the prior alone: what the climb passes over on the flow
+    stays this path's own history."""
+    from stork.server.flow_tuning import climb_for
+    from stork.tuning.base import DatasetDescription
+
+    def prior(history: list[TransferRecord], file_bytes: float) -> tuple[Climb, str]:
+        return climb_for(list(reversed(history)), Setting(8, 1, 2), src_url="gsiftp://a/x",
+                         dest_url="gsiftp://b/y", cls=SizeClass.SMALL, bdp_bytes=50e6,
+                         load=0, items=1000,
+                         dataset=DatasetDescription.of(file_bytes, 1000, rtt_s=0.04))
+
+    here_big = [row(32, 4, 900.0, size=24e6) for _ in range(3)]  # this path, 24 MB files
+    there_small = [row(16, 1, 300.0, src="c", size=3e6) for _ in range(3)]
+    there_big = [row(4, 2, 500.0, src="c", size=24e6) for _ in range(3)]
+    climb, why = prior([*here_big, *there_small], 3e6)  # 3 MB: near elsewhere
+    assert climb.prior == Setting(16, 1, 1), why
+    assert why.startswith("no transfer of files of about this size on this path"), why
+    assert "other paths' history (1 settings measured)" in why, why
+    assert set(climb.known) == {Setting(32, 4, 1)}  # the path's own rows, not the others'
+    climb, why = prior([*here_big, *there_small], 24e6)  # near here: this path's
+    assert climb.prior.p == 4 and "other paths" not in why, why
+    climb, why = prior([*there_big], 3e6)  # nothing near: other paths' class
+    assert climb.prior == Setting(4, 2, 1) and "other paths'" in why, why
+    climb, why = prior([], 3e6)
+    assert climb.prior == Setting(8, 1, 2) and "the preset" in why, why

@@ -82,6 +82,8 @@ STEP_S = 0.5  # how often the controller looks at the flow
 RAMP_S = 1.0  # after a setting is in effect in every call, its first windows are slow start
 SEARCH_CALL_S = 2.0  # a list call's length while the controller searches (see the module)
 SEARCH_PIECE_S = 8.0  # and a piece of a range or large file (see the module)
+PRIOR_SOURCES = ((True, True), (False, True), (True, False), (False, False))  # where a
+# climb's prior comes from, first first: (this path, files of about the job's size only)
 CHANGES_KEPT = 40  # changes listed on the job's ad (the count is of all of them)
 
 
@@ -143,8 +145,12 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
               ) -> tuple[Climb, str]:
     """The controller `name` (`stork.tuning.CONTROLLERS`) of a flow of `items` items of
     size class `cls` on the path between the hosts of `src_url` and `dest_url`, and why its
-    prior: "climb" starts from the path's history in the transfer log (`history`, newest
-    first) pooled per setting, else `preset`; "harp-climb" and "asm-climb" from HARP's or
+    prior: "climb" starts from the transfer log's measurements (`history`, newest first)
+    pooled per setting, the first there are of `PRIOR_SOURCES`: this path's files of about
+    the job's size, other paths' (on the grids of ../shared/data the replay's mean share
+    rose from 0.782 to 0.827 with them; docs/BENCHMARKS.md 15.30), this path's size class,
+    other paths' size class; else `preset`. The climb passes neighbours over on this path's
+    measurements alone; "harp-climb" and "asm-climb" from HARP's or
     ASM's choice from the log alone for `dataset` (ASM with the model its scheduled analysis
     kept in the state directory). STORK_LINK_MBPS is the climb's ceiling when the operator
     says it is the path's true rate (EOS_LINK_IS_TRUE; a guessed rate must not stop a
@@ -154,14 +160,25 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     choose (default `tuning_limits`; a replay passes the levels its table measured), cc at
     most `items` either way."""
     from stork.dataset.chunks import SizeClass
-    from stork.tuning.online import Climb, measured_from_history, prior_from_history
+    from stork.tuning.online import (
+        Climb,
+        Measured,
+        measured_from_history,
+        prior_from_history,
+    )
 
     limits = (limits or tuning_limits()).at_most_cc(items)
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
-    known = measured_from_history(history, src_host=src_host, dest_host=dest_host, cls=cls,
-                                  bdp_bytes=bdp_bytes, load=load, limits=limits,
-                                  file_bytes=dataset.avg_file_bytes if dataset else None)
+    size = dataset.avg_file_bytes if dataset else None
+
+    def measured(path: bool, near_only: bool) -> dict[Setting, Measured]:
+        return measured_from_history(history, src_host=src_host if path else None,
+                                     dest_host=dest_host if path else None, cls=cls,
+                                     bdp_bytes=bdp_bytes, load=load, limits=limits,
+                                     file_bytes=size, near_only=near_only)
+
+    known = measured(True, False)
     by = None
     if name != Climb.name:  # another optimizer's prior: only then its numerics (and
         from stork.tuning import CONTROLLERS  # scikit-learn, 0.8 s to load) are loaded
@@ -174,8 +191,15 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
         prior, why = prior_from_optimizer(optimizer_named(by, settings)[0],
                                           list(reversed(history)), dataset, limits)
     else:
-        prior, why = prior_from_history(known, preset, limits=limits, axes=axes,
-                                        alike_axes=cls is SizeClass.LARGE)
+        rows, on_path = next(((m, path) for path, near_only in PRIOR_SOURCES
+                              if (m := measured(path, near_only))), ({}, True))
+        if on_path:
+            prior, why = prior_from_history(rows, preset, limits=limits, axes=axes,
+                                            alike_axes=cls is SizeClass.LARGE)
+        else:
+            prior, why = prior_from_history(rows, preset, limits=limits)
+            why = ("no transfer of files of about this size on this path in the log: "
+                   + why.replace("the path's history", "other paths' history", 1))
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
     ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
         else None

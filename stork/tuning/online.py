@@ -794,15 +794,16 @@ def pooled(setting: Setting, parts: Iterable[Measured]) -> Measured | None:
 
 # -- the prior --------------------------------------------------------------------------
 
-def measured_from_history(history: Iterable[TransferRecord], *, src_host: str,
-                          dest_host: str, cls: SizeClass, bdp_bytes: float, load: int,
-                          limits: Limits, file_bytes: float | None = None
-                          ) -> dict[Setting, Measured]:
+def measured_from_history(history: Iterable[TransferRecord], *, src_host: str | None,
+                          dest_host: str | None, cls: SizeClass, bdp_bytes: float, load: int,
+                          limits: Limits, file_bytes: float | None = None,
+                          near_only: bool = False) -> dict[Setting, Measured]:
     """What the transfer log knows of each setting on this path for this size class, pooled
     (`pooled`): of files within `SIZE_NEAR` times the job's mean `file_bytes` either way
-    when there are such rows, and of those the rows at the same known load when there are
-    any. A row counts as its `duration_s` in WINDOW_S windows with its spread (a row
-    without one, a whole transfer, as one window at its mean).
+    when there are such rows (with `near_only`, only those), and of those the rows at the
+    same known load when there are any; a host of None: any. A row counts as its
+    `duration_s` in WINDOW_S windows with its spread (a row without one, a whole transfer,
+    as one window at its mean).
 
     A size class is wide (small files are anything under one BDP), and what a file needs
     changes inside it: on the Stampede->Gordon grids of ../shared/data (40 ms, 10 Gbps,
@@ -812,13 +813,14 @@ def measured_from_history(history: Iterable[TransferRecord], *, src_host: str,
     of the best cell (docs/BENCHMARKS.md 15.30). The factor is a doubling either way, not
     chosen on those grids."""
     rows = [r for r in history
-            if r.src_host == src_host and r.dest_host == dest_host
+            if (src_host is None or r.src_host == src_host)
+            and (dest_host is None or r.dest_host == dest_host)
             and r.outcome == COMPLETED and r.duration_s >= HISTORY_MIN_S
             and r.throughput_mbps > 0
             and size_class(round(r.file_size_bytes), bdp_bytes) is cls]
     if file_bytes:
         rows = [r for r in rows if file_bytes / SIZE_NEAR <= r.file_size_bytes
-                <= file_bytes * SIZE_NEAR] or rows
+                <= file_bytes * SIZE_NEAR] or ([] if near_only else rows)
     rows = [r for r in rows if r.sharing == load] or rows
     parts: dict[Setting, list[Measured]] = {}
     for r in rows:
