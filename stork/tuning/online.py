@@ -809,7 +809,7 @@ def measured_from_history(history: Iterable[TransferRecord], *, src_host: str | 
     changes inside it: on the Stampede->Gordon grids of ../shared/data (40 ms, 10 Gbps,
     small below 50 MB) files of 3.1 MB moved best at p 1 and pipelining 16, files of 23.6
     MB at p 8 and pipelining 2-8. Pooled over the class, a job of 3.1 MB files started
-    at the 23.6 MB files' p 4 pp 4 and, small files climbing cc alone, held it at 0.49-0.78
+    at the 23.6 MB files' p 4 pp 4 and, small files climbing cc alone, held it at 0.49-0.86
     of the best cell (docs/BENCHMARKS.md 15.30). The factor is a doubling either way, not
     chosen on those grids."""
     rows = [r for r in history
