@@ -50,6 +50,7 @@ setting it settled at (`stretches`: its windows only, no change-over, slow start
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import threading
@@ -172,6 +173,7 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     size = dataset.avg_file_bytes if dataset else None
 
+    @functools.cache  # (the path's own rows are both `known` and one of PRIOR_SOURCES)
     def measured(path: bool, near_only: bool) -> dict[Setting, Measured]:
         return measured_from_history(history, src_host=src_host if path else None,
                                      dest_host=dest_host if path else None, cls=cls,
