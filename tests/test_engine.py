@@ -356,6 +356,31 @@ def test_while_cut_s_is_set_a_range_is_taken_as_a_piece_of_that_many_seconds() -
     assert small._guided(ranges[0], small.setting) == (ranges[0], None)
 
 
+def test_at_the_end_of_the_queue_a_range_is_cut_to_a_call_of_a_workers_rate() -> None:
+    """The end of the queue cuts to pieces of at least `piece_bytes` (16 BDPs of the path:
+    48 MiB here, as on wan80), or of `call_s` seconds of a worker's recent rate when that
+    is less (2 MiB/s x 4 s = 8 MiB, at least `short_piece_bytes`' 16 MiB): two 64 MiB
+    ranges left for cc 4 go as 32 MiB pieces once a rate is known, whole before."""
+    f = FileWork(0, "x://s/0", "x://d/0", 128 * MB)
+    ranges = split(f, 64 * MB)
+    engine = Engine(ranges, CountingWorker, Setting(4, 1, 1), lambda *_: None,
+                    piece_bytes=48 * MB, short_piece_bytes=16 * MB, call_s=4.0,
+                    clock=lambda: 0.0)
+    assert engine._guided(ranges[0], engine.setting) == (ranges[0], None)  # no rate yet
+    engine.flow.add(0.0, 5.0, 5 * 8 * MB)  # 8 MiB/s at cc 4: 2 MiB/s a worker
+    engine.tick(5.0)
+    taken, rest = engine._take(0, lists=False)
+    assert taken is not None and taken.items == (Item(f, 0, 32 * MB),)
+    assert rest == (ranges[0], Item(f, 32 * MB, 32 * MB))
+    engine.call_s = 40.0  # 80 MiB a call: the path's 48 MiB floor, so 64 MiB goes whole
+    assert engine._guided(ranges[1], engine.setting) == (ranges[1], None)
+    whole = Engine(ranges, CountingWorker, Setting(4, 1, 1), lambda *_: None,
+                   piece_bytes=48 * MB, clock=lambda: 0.0)  # no short_piece_bytes
+    whole.flow.add(0.0, 5.0, 5 * 8 * MB)
+    whole.tick(5.0)
+    assert whole._guided(ranges[0], whole.setting) == (ranges[0], None)
+
+
 def test_a_slow_workers_lists_hold_a_call_of_its_rate_not_a_floor() -> None:
     """At 0.5 MiB/s a worker (p 1 under a load), a list is `call_s` of that rate, 2 MiB
     staggered to 3: no floor of LIST_MIN_BYTES once the rate is known, which made such

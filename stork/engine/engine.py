@@ -44,7 +44,8 @@ where the engine ends a call it did not stop: the file or two in flight are sent
 whole (`stork.transfer.worker.cut_short`).
 
 At the end of the queue an item larger than its share (the bytes queued over `cc`) is cut
-as it is taken (`stork.engine.items.guided`, with pieces of at least `piece_bytes`): the
+as it is taken (`stork.engine.items.guided`, with pieces of at least `piece_bytes`, or
+of `call_s` seconds of a worker's recent rate when that is less: `_end_piece_bytes`): the
 worker takes its first share as a range and the rest goes back to the front of the queue,
 for the next worker to cut again, so that the last calls end close together. A whole file
 cut so is first shown to `on_split` (on the worker's thread, outside the engine's lock,
@@ -551,15 +552,31 @@ class Engine:
         if first in self._rest:
             return first, None
         cuts = []
-        if self._piece_bytes and first.size_bytes >= 2 * self._piece_bytes:
+        rate = self._worker_rate() if self._short_piece_bytes else None
+        floor = self._end_piece_bytes(rate)
+        if floor and first.size_bytes >= 2 * floor:
             queued = first.size_bytes + sum(i.size_bytes for i in self._queue)
-            cuts.append(guided(first, queued, setting.cc, self._piece_bytes))
-        rate = self._worker_rate() if self.cut_s and self._short_piece_bytes else None
+            cuts.append(guided(first, queued, setting.cc, floor))
         if self.cut_s and rate:
             stagger = PIECE_STAGGER[slot % len(PIECE_STAGGER)]
             cuts.append(piece_of(first, rate * self.cut_s * stagger,
                                  self._short_piece_bytes))
         return min(cuts, key=lambda c: c[0].size_bytes, default=(first, None))
+
+    def _end_piece_bytes(self, rate: float | None) -> int:
+        """The least piece the end of the queue cuts an item into (`guided`; 0: never):
+        `piece_bytes`, or `call_s` seconds of a worker's recent `rate` (bytes per second)
+        when that is less, at least `short_piece_bytes`. `piece_bytes` is 16 BDPs of the
+        whole path, and a call carries 1/cc of it: on wan80 (a BDP of 3 MB) the floor read
+        46 MiB against ranges of 64 MiB, so no range was ever cut, the last ones (15 s each
+        at a worker's 35 Mbit/s) ended one by one, and a 4 GiB file's last 5-10 s ran below
+        80% of its median rate, against 0-3 s on wan40, where the floor is 16 MiB
+        (docs/BENCHMARKS.md 15.31). A list call lasts `call_s` at that rate, so a piece
+        does too."""
+        if not self._piece_bytes or not rate or not self._short_piece_bytes:
+            return self._piece_bytes
+        return min(self._piece_bytes,
+                   max(self._short_piece_bytes, math.ceil(rate * self.call_s)))
 
     def _list_bytes(self, setting: Setting, slot: int) -> float:
         """About `call_s` seconds of one worker's recent share of the flow, staggered by
