@@ -257,11 +257,12 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STORK_PIECE_MIN_MB", "piece_min_mb", "16", _parse_int_min(0), LIVE,
          "The smallest piece, in MiB, the transfer engine cuts an item into at the end of "
          "a queue (its share of the bytes left over cc, so that the last calls end close "
-         "together): 16 bandwidth-delay products of the path and at least this; 0: never "
-         "cut. While an online optimizer searches, items are also cut into pieces of about "
-         "8 s of a worker's rate, at least this, so that a change takes effect sooner. A "
-         "whole file cut so is sent as byte ranges (GridFTP ends, no sink, no checksum "
-         "asked)."),
+         "together): 16 bandwidth-delay products of the path, or a call of a worker's "
+         "rate (4 s, 2 s while an optimizer searches) when that is less, and at least "
+         "this; 0: never cut. While an online optimizer searches, items are also cut "
+         "into pieces of about 8 s of a worker's rate, at least this, so that a change "
+         "takes effect sooner. A whole file cut so is sent as byte ranges (GridFTP ends, "
+         "no sink, no checksum asked)."),
     Knob("STORK_DATASET_FAST", "dataset_fast", "true", _parse_bool, LIVE,
          "Datasets run globus-url-copy with -fast (MODE E, data channels kept between files); "
          "set false for FTP servers that are not GridFTP servers."),

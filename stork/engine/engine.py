@@ -569,8 +569,9 @@ class Engine:
         when that is less, at least `short_piece_bytes`. `piece_bytes` is 16 BDPs of the
         whole path, and a call carries 1/cc of it: on wan80 (a BDP of 3 MB) the floor read
         46 MiB against ranges of 64 MiB, so no range was ever cut, the last ones (15 s each
-        at a worker's 35 Mbit/s) ended one by one, and a 4 GiB file's last 5-10 s ran below
-        80% of its median rate, against 0-3 s on wan40, where the floor is 16 MiB
+        at a worker's 35 Mbit/s) ended one by one, and under YES a 4 GiB file's last 3-13 s
+        ran below 80% of its median rate (its pieces cut while searching had spread the
+        calls' ends), against 0-3 s on wan40, where the floor is 16 MiB
         (docs/BENCHMARKS.md 15.31). A list call lasts `call_s` at that rate, so a piece
         does too."""
         if not self._piece_bytes or not rate or not self._short_piece_bytes:
