@@ -22,6 +22,7 @@ from stork.tuning.online import (
     Measured,
     Verdict,
     Z,
+    _jumped,
     judge,
     measured_from_history,
     pooled,
@@ -29,6 +30,7 @@ from stork.tuning.online import (
     prior_from_optimizer,
     settled,
     streams,
+    win_back,
 )
 from tests.support import wait_for
 
@@ -208,7 +210,10 @@ def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell
     after = [(t, c) for t, c in changes if t >= 100]
     assert before[-1].setting == Setting(8, 1, 1)
     t, reopened = after[0]
-    assert reopened.setting == Setting(16, 1, 1), reopened  # up first, never below 8
+    # up first, never below 8, and at once as far as the fall asks (`win_back`: to 1/3 of
+    # the rate, 18 times the streams would win back 90%; at most 4 times at once)
+    assert reopened.setting == Setting(32, 1, 1), reopened
+    assert "cc x4 at once" in reopened.reason, reopened.reason
     assert ("searching again from cc=8 p=1 pp=1, more streams than the prior's; its last 3 "
             "windows measured the start, cc=8 p=1 pp=1: ") in reopened.reason, reopened.reason
     assert t - 100 <= 6
@@ -217,6 +222,18 @@ def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell
     assert start is not None and float(start[1]) < 80  # the new load's windows alone (66.7)
     assert min(streams(c.setting) for _, c in after) >= 8
     assert streams(climb.current) >= 32
+
+
+def test_a_fall_asks_for_the_streams_that_win_back_ninety_percent_at_most_four_times() -> None:
+    """`win_back`: a load sharing the path by streams leaves N / (N + k) of it; the factor
+    of streams that wins back 90% of the rate before, the nearest power of two, 2 to 4."""
+    assert win_back(200.0, 170.0) == 2  # a fall to 0.85: k = 0.18 N, N' = 1.6 N
+    assert win_back(166.1, 109.9) == 4  # wan40's 50% load (15.30, Q4): N' = 4.6 N
+    assert win_back(200.0, 66.7) == 4  # to a third: N' = 18 N, four times at once at most
+    assert win_back(200.0, 200.0) == 1 and win_back(100.0, 150.0) == 1  # no fall: no jump
+    limits = Limits(max_cc=16, max_p=32, max_pp=32, max_streams=256)
+    assert _jumped(Setting(8, 1, 1), 4, limits) == Setting(16, 1, 1)  # as far as it can
+    assert _jumped(Setting(16, 1, 1), 4, limits) is None
 
 
 def holding_at_200() -> Climb:
@@ -254,7 +271,10 @@ def test_a_passing_dip_at_the_hold_is_not_taken_as_a_new_loads_start() -> None:
     steady.step([*hold, 100.0, 104.0])
     reopened = steady.step([*hold, 100.0, 104.0, 101.0])
     assert reopened is not None and "its last 3 windows measured the start" in \
-        reopened.reason and reopened.setting == Setting(16, 1, 1), reopened
+        reopened.reason and reopened.setting == Setting(32, 1, 1), reopened
+    # the dip's start, measured again, is tried up from one doubling, not as a new load
+    tried = dip.step([150.0, 152.0, 148.0])
+    assert tried is not None and tried.setting == Setting(16, 1, 1), tried
 
 
 def test_a_load_that_goes_reopens_the_search_from_the_prior() -> None:
@@ -291,7 +311,7 @@ def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_r
     # the measurement again, all of it at the new load, measured the prior's start: the
     # first try is made at once
     assert ("searching again from the prior; its last 3 windows measured the start, "
-            "cc=8 p=3 pp=2: ") in change.reason and change.setting == Setting(16, 3, 2), change
+            "cc=8 p=3 pp=2: ") in change.reason and change.setting == Setting(32, 3, 2), change
     assert change.figures["now_mbps"] < 0.75 * change.figures["hold_mbps"]
     later = [c for u, c in changes if u > t]
     assert any(c.setting.cc >= 16 for c in later), [c.reason for c in later]
@@ -318,7 +338,7 @@ def test_a_reference_pooled_over_a_load_that_came_does_not_hide_the_next_measure
         "the last window at cc=8 p=2 pp=2 went from 171.8 to 112.9 Mbit/s"), reopened.reason
     # the new load's three windows measured the start at cc 8 p 2, tried up from at once
     assert "its last 3 windows measured the start, cc=8 p=2 pp=2: 120.8 " in reopened.reason
-    assert reopened.setting == Setting(16, 2, 2), reopened
+    assert reopened.setting == Setting(32, 2, 2), reopened  # 120.8 of 171.8: x4 at once
     pooled_ref = Measured(Setting(8, 2, 2), 157.7, 28.4, 6)  # what run B judged against
     assert climb._apart(pooled_ref, Measured(Setting(8, 2, 2), 112.9, 3.9, 3), ())
 
@@ -340,7 +360,7 @@ def test_a_load_that_comes_in_the_middle_of_a_measurement_again_reopens_the_sear
     # the prior under the new load, measured by its last three windows: not the earlier load
     assert "its last 3 windows measured the start, cc=8 p=3 pp=2: 120.3 " in reopened.reason
     assert "as at an earlier load" not in reopened.reason
-    assert reopened.setting == Setting(16, 3, 2), reopened
+    assert reopened.setting == Setting(32, 3, 2), reopened  # 120.3 of 183.7: x4 at once
 
 
 def test_a_try_the_load_moved_under_is_not_judged_but_reopens_the_search() -> None:

@@ -98,7 +98,11 @@ settled. It answers a `Change` or nothing:
    measurement again up to `max_windows`) and they spread no more than `drift_z` times
    the path's noise (a new load's rate is held; a passing dip's is not: `_steady`), and
    the first try is made at once: measured again after the change, the start took 15 s
-   on wan40, settling and ramp included (docs/BENCHMARKS.md 15.28, run M4). Once the
+   on wan40, settling and ramp included (docs/BENCHMARKS.md 15.28, run M4). When the
+   rate fell so, that first try of cc up is as many doublings at once (at most two) as
+   TCP's fair share says win back `WIN_BACK` (90%) of the rate before (`win_back`): one
+   doubling at a time, each judged over 15-20 s, wan40's flow reached the best cell under
+   a 50% load (cc 32, from cc 8) 39 s after the fall was seen (15.30, run Q4). Once the
    hold has `3 x windows` windows, they stop growing at the first look that saw such a
    drift (windows of a new load taken into the hold would widen its spread until a drift
    of 15-20% never showed; a hold of fewer windows is itself too noisy to keep).
@@ -161,6 +165,9 @@ HISTORY_MIN_S = 3.0  # a transfer log row shorter than this says little of its s
 SIZE_NEAR = 2.0  # rows of files within this factor of the job's own (`measured_from_history`)
 KNEE_GAIN = 0.025  # a doubling that gained this much puts a halving past the knee (see the
 # module: chosen on the (cc, p, pp) grids of ../shared/data by `bench/bench_layout.py`)
+WIN_BACK = 0.9  # the share of a flow's rate before a load came that its first try under
+# the load aims to win back (issue 28's load target), with at most
+JUMP_MAX = 4  # this many times the streams at once (two doublings: a wrong jump costs streams)
 AXES = ("cc", "p")
 
 
@@ -206,6 +213,38 @@ def _moved(setting: Setting, axis: str, up: bool, limits: Limits) -> Setting | N
     moved = Setting(new, setting.p, setting.pp) if axis == "cc" else \
         Setting(setting.cc, new, setting.pp)
     return moved if streams(moved) <= limits.max_streams else None
+
+
+def win_back(before_mbps: float, now_mbps: float) -> int:
+    """How many times the streams a flow whose rate fell from `before_mbps` to `now_mbps`
+    at an unchanged setting tries first (see the module): a power of two from 2 to
+    JUMP_MAX, the nearest on a log scale to what wins back WIN_BACK of the rate before.
+
+    A load that shares the path by streams (TCP's fair share) leaves a flow of N streams
+    N / (N + k) of it, so a fall to a share f of the rate says the load weighs
+    k = N (1 - f) / f streams, and N' / (N' + k) = WIN_BACK asks for
+    N' = N (1 - f) / f x WIN_BACK / (1 - WIN_BACK). On wan40 a fall to 0.66 (166.1 to
+    109.9 Mbit/s at cc 8 p 3) asks for 4.6 times the streams; one doubling at a time, the
+    flow reached cc 32 39 s after the fall was seen (docs/BENCHMARKS.md 15.30, run Q4).
+    The model is TCP's, not fitted to those runs; the cap bounds what a wrong reading of
+    the fall (a dip that passed) costs."""
+    if before_mbps <= 0 or now_mbps >= before_mbps:
+        return 1
+    share = max(now_mbps / before_mbps, 1e-3)
+    need = (1 - share) / share * WIN_BACK / (1 - WIN_BACK)
+    return int(min(max(2 ** round(math.log2(max(need, 1.0))), 2), JUMP_MAX))
+
+
+def _jumped(setting: Setting, factor: int, limits: Limits) -> Setting | None:
+    """`setting` with `cc` doubled as many times as `factor` holds two (inside `limits`:
+    as far as it can go), or None when it cannot go up at all."""
+    out = None
+    for _ in range(max(int(math.log2(factor)), 1)):
+        up = _moved(out or setting, "cc", True, limits)
+        if up is None:
+            break
+        out = up
+    return out
 
 
 class Verdict(Enum):
@@ -326,6 +365,7 @@ class Climb:
     def _restart(self, start: Setting | None = None) -> None:
         """The search from `start` (default the prior), nothing measured yet."""
         self.current, self.reference, self.holding = start or self.prior, None, False
+        self._jump = 1  # the first try of cc up, this many times the streams (`win_back`)
         self._ref_known, self.too_few = False, 0
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
@@ -464,6 +504,13 @@ class Climb:
         while self._todo:
             axis, up = self._todo.pop(0)
             moved = _moved(ref, axis, up, self.limits)
+            jump, self._jump = self._jump, 1  # the start's first move only
+            if jump > 1 and axis == "cc" and up and moved is not None:
+                moved = _jumped(ref, jump, self.limits)
+                why += (f"; cc x{moved.cc // ref.cc} at once: a load that shares the path "
+                        f"by streams takes that many to win back {WIN_BACK:.0%} of the "
+                        f"rate before it") if moved is not None and moved.cc > 2 * ref.cc \
+                    else ""
             if moved is None:
                 first = True
                 continue
@@ -703,6 +750,8 @@ class Climb:
         new = Measured.of(start, moved) if len(moved) >= self.windows else None
         self._restart(start)
         if new is not None and self._steady(new):
+            if new.mean < before_mbps:  # a new load held: its first try wins the rate back
+                self._jump = win_back(before_mbps, new.mean)
             first = self._start(new, f"{why}; its last {new.count} windows measured the start")
             if first is not None:
                 return Change(first.setting, first.reason, {**figures, **first.figures})
