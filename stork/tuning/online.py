@@ -242,7 +242,7 @@ def _jumped(setting: Setting, factor: int, limits: Limits) -> Setting | None:
     for _ in range(max(int(math.log2(factor)), 1)):
         up = _moved(out or setting, "cc", True, limits)
         if up is None:
-            break
+            return out
         out = up
     return out
 
@@ -506,11 +506,11 @@ class Climb:
             moved = _moved(ref, axis, up, self.limits)
             jump, self._jump = self._jump, 1  # the start's first move only
             if jump > 1 and axis == "cc" and up and moved is not None:
-                moved = _jumped(ref, jump, self.limits)
-                why += (f"; cc x{moved.cc // ref.cc} at once: a load that shares the path "
-                        f"by streams takes that many to win back {WIN_BACK:.0%} of the "
-                        f"rate before it") if moved is not None and moved.cc > 2 * ref.cc \
-                    else ""
+                moved = _jumped(ref, jump, self.limits) or moved
+                if moved.cc > 2 * ref.cc:
+                    why += (f"; cc x{moved.cc // ref.cc} at once: a load that shares the "
+                            f"path by streams takes that many to win back "
+                            f"{WIN_BACK:.0%} of the rate before it")
             if moved is None:
                 first = True
                 continue
