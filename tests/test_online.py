@@ -365,17 +365,39 @@ def test_a_load_that_comes_in_the_middle_of_a_measurement_again_reopens_the_sear
 
 def test_a_try_the_load_moved_under_is_not_judged_but_reopens_the_search() -> None:
     """15.20's run D: a try of more streams left open while the load went; its first and
-    last windows are apart, so the search reopens instead of buying the streams."""
+    last windows are apart, so the search reopens instead of buying the streams: as soon
+    as its last two windows each are apart from its first three, the same way."""
     climb = Climb(Setting(8, 1, 1), LIMITS)
     first = climb.step([100.0, 110.0, 90.0])
     assert first is not None and first.setting == Setting(16, 1, 1)
     tried = [104.0, 96.0, 102.0, 130.0, 128.0, 131.0]
-    for n in (3, 4, 5):
-        assert climb.step(tried[:n]) is None  # open: more windows
-    reopened = climb.step(tried)
+    for n in (3, 4):
+        assert climb.step(tried[:n]) is None  # open: more windows (one window apart)
+    reopened = climb.step(tried[:5])
     assert reopened is not None and reopened.setting == Setting(8, 1, 1), reopened
-    assert reopened.reason.startswith("the rate while trying cc=16 p=1 pp=1 went from 100.7 "
-                                      "to 129.7 Mbit/s"), reopened.reason
+    assert reopened.reason.startswith("the last windows while trying cc=16 p=1 pp=1 went "
+                                      "from 100.7 to 128.0 Mbit/s"), reopened.reason
+    assert reopened.reason.endswith("searching again from the prior")  # the rate rose
+
+
+def test_a_load_that_comes_during_a_try_of_more_streams_starts_the_search_there() -> None:
+    """15.31's run L2: a try of cc 16 from cc 8 when a load came. Its last windows fall
+    apart from its first: the search starts again at the try's setting (more streams than
+    the reference and the prior), measured by the new load's windows, and the first try
+    is made at once, as many doublings as win the rate back (`win_back`)."""
+    climb = Climb(Setting(8, 3, 2), LIMITS, ceiling_mbps=200.0)
+    first = climb.step([170.0, 175.0, 180.0])
+    assert first is not None and first.setting == Setting(16, 3, 2), first
+    tried = [185.0, 183.0, 186.0, 141.0, 140.0]
+    for n in (3, 4):
+        assert climb.step(tried[:n]) is None
+    assert climb.step(tried) is None  # two windows of the new load: a third measures it
+    reopened = climb.step([*tried, 142.0])
+    assert reopened is not None and reopened.reason.startswith(
+        "the last windows while trying cc=16 p=3 pp=2 went from 184.7 to 142.0"), reopened
+    assert ("searching again from cc=16 p=3 pp=2, more streams than the prior's; its last "
+            "3 windows measured the start") in reopened.reason, reopened.reason
+    assert reopened.setting == Setting(32, 3, 2), reopened  # 141.0 of 184.7: twice
 
 
 def test_when_a_load_goes_the_tries_refused_before_it_came_are_not_made_again() -> None:

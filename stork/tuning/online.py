@@ -113,8 +113,13 @@ settled. It answers a `Change` or nothing:
    measured again after a refusal against the reference, and a try's first and last
    windows when its verdict stays open long enough to have both; and the measurement
    again's last window alone against the reference (a load that came in the middle of the
-   measurement again leaves its mean within the test, as in 15.20's run E). Apart that far,
-   the load came or went, and the search reopens. Pooled with its earlier windows, a reference
+   measurement again leaves its mean within the test, as in 15.20's run E), and a try's
+   last two windows, each alone and the same way, against its first three (on wan40 a
+   load that came during a try of cc 16 left its 8 windows within the test, and was seen
+   only at the measurement again after it, 23.6 s after it came: 15.31, run L2). Apart
+   that far, the load came or went, and the search reopens; when the rate fell, at the
+   setting of the most streams the flow was at (the try's, or the reference's) if more
+   than the prior's. Pooled with its earlier windows, a reference
    measured across a load's arrival would judge the next tries against a rate of neither
    load, and its spread, the two loads' gap, would hide the next change (on the testbed a
    50% load that came during a search left the reference at 154.5 ± 35.9 Mbit/s, between
@@ -430,6 +435,15 @@ class Climb:
             return self._next(f"measured {again.label()} again ({again.count} windows), "
                               f"{self.reference.mean:.1f} Mbit/s over "
                               f"{self.reference.count}")
+        first = Measured.of(self.current, rates[:self.windows])  # the try's first windows
+        lasts = [Measured.of(self.current, [r]) for r in rates[self.windows:][-2:]]
+        if len(lasts) == 2 and all(self._apart(first, w, (first,)) for w in lasts) \
+                and (lasts[0].mean > first.mean) == (lasts[1].mean > first.mean):
+            # its last two windows each apart from its first, the same way: the load moved
+            last = lasts[-1]
+            if self._wait_for_moved(first.mean, last.mean, rates, room=True):
+                return None
+            return self._reopen(first.mean, last.mean, "the last windows while trying", rates)
         tried = rates[-self.max_windows:]
         if len(tried) >= 2 * self.windows:  # a try left open long: did the load move?
             early = Measured.of(self.current, tried[:self.windows])
@@ -773,8 +787,11 @@ class Climb:
         return measured.stdev / measured.mean <= self.drift_z * self.noise()
 
     def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
-        """Where `_reopen` starts the search again, and how it says so."""
-        held = self.reference.setting if self.reference is not None else None
+        """Where `_reopen` starts the search again, and how it says so: when the rate fell,
+        the setting of the most streams the flow was at (the reference, or a try of more
+        streams) if more than the prior's, else the prior."""
+        at = [s for s in (self.current, self.reference and self.reference.setting) if s]
+        held = max(at, key=streams) if at else None
         if fell and held is not None and streams(held) > streams(self.prior):
             return held, f"{held.label()}, more streams than the prior's"
         return self.prior, "the prior"
