@@ -790,9 +790,9 @@ class Climb:
         """Where `_reopen` starts the search again, and how it says so: when the rate fell,
         the setting of the most streams the flow was at (the reference, or a try of more
         streams) if more than the prior's, else the prior."""
-        at = [s for s in (self.current, self.reference and self.reference.setting) if s]
-        held = max(at, key=streams) if at else None
-        if fell and held is not None and streams(held) > streams(self.prior):
+        held = max([self.current, *([self.reference.setting] if self.reference else [])],
+                   key=streams)
+        if fell and streams(held) > streams(self.prior):
             return held, f"{held.label()}, more streams than the prior's"
         return self.prior, "the prior"
 
