@@ -199,9 +199,9 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
             prior, why = prior_from_history(rows, preset, limits=limits, axes=axes,
                                             alike_axes=cls is SizeClass.LARGE)
         else:
-            prior, why = prior_from_history(rows, preset, limits=limits)
-            why = ("no transfer of files of about this size on this path in the log: "
-                   + why.replace("the path's history", "other paths' history", 1))
+            prior, why = prior_from_history(rows, preset, limits=limits,
+                                            whose="other paths' history")
+            why = "no transfer of files of about this size on this path in the log: " + why
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
     ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
         else None

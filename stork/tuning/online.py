@@ -903,9 +903,10 @@ def measured_from_history(history: Iterable[TransferRecord], *, src_host: str | 
 def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                        limits: Limits | None = None, axes: Sequence[str] = (),
                        windows: int = WINDOWS, max_windows: int = MAX_WINDOWS,
-                       min_gain: float = MIN_GAIN, alike_axes: bool = False
-                       ) -> tuple[Setting, str]:
-    """Where to start: of the settings the path's history measured (`measured_from_history`)
+                       min_gain: float = MIN_GAIN, alike_axes: bool = False,
+                       whose: str = "the path's history") -> tuple[Setting, str]:
+    """Where to start: of the settings the path's history measured (`measured_from_history`;
+    `whose` says whose history it is)
     the fewest streams within `min_gain` of the best, else `preset`; with why. Each setting
     is ranked by what it surely makes (`_lower`: its mean less `Z` standard errors), not by
     its mean: of many settings each seen a few times, the highest mean is the luckiest as
@@ -941,7 +942,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     near = [m for m in known.values()
             if bound[m.setting] >= best * (1 - min_gain) and not refused(top, m)]
     chosen = min(near, key=lambda m: (streams(m.setting), -bound[m.setting]))
-    why = (f"the path's history ({len(known)} settings measured): {chosen.label()} over "
+    why = (f"{whose} ({len(known)} settings measured): {chosen.label()} over "
            f"{chosen.count} windows, at least {bound[chosen.setting]:.1f} Mbit/s: the fewest "
            f"streams within {min_gain:.0%} of the best such bound, {best:.1f} Mbit/s")
     too_few = max((streams(m.setting) for m in known.values() if alike_axes
