@@ -27,7 +27,9 @@ against the table's bandwidth-delay product). And one for its knee (`online.KNEE
 from each (cc, p) whose doubling and halving were both measured, by how much the doubling
 gained, how often the halving lost more than 5% (along the same axis; for large files also
 along the other). And one for `online.lost_above`: when a halving lost more than 5% with
-more streams on the other axis, how often the same halving below it did too.
+more streams on the other axis, how often the same halving below it did too. And one for
+`online.FELL_SHARE`: what a doubling of cc or p lost, as shares of the doublings that lost
+less.
 """
 
 from __future__ import annotations
@@ -160,6 +162,23 @@ def losses_above(sets: Sequence[TestSet]) -> dict[tuple[SizeClass, str, bool], t
     return out
 
 
+DOUBLING_SHARES = (0.5, 0.9, 0.95, 0.975)
+
+
+def doubling_losses(sets: Sequence[TestSet]) -> dict[SizeClass, list[float]]:
+    """Size class -> what each doubling of cc or p lost (1 - its rate over the cell's; a
+    gain is a negative loss), sorted, over every (cc, p) with its doubling measured (each
+    cell the median of every repeat of every pipelining depth): how far below a setting a
+    try of twice its streams reads with no load that moved (`online.FELL_SHARE`)."""
+    out: dict[SizeClass, list[float]] = defaultdict(list)
+    for cls, rate in classed_rates(sets):
+        for (cc, p), ref in rate.items():
+            for up in ((cc * 2, p), (cc, p * 2)):
+                if up in rate and ref > 0:
+                    out[cls].append(1 - rate[up] / ref)
+    return {cls: sorted(values) for cls, values in out.items()}
+
+
 def _half(cell: tuple[int, int], axis: int) -> tuple[int, int]:
     return (cell[0] // 2, cell[1]) if axis == 0 else (cell[0], cell[1] // 2)
 
@@ -221,6 +240,17 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
                                                        not e[0][2])):
         lines.append(f"| {cls.value} | {axis} | {'lost' if above_lost else 'kept'} | {n} | "
                      f"{below} | {below / n:.2f} |")
+    losses = doubling_losses(sets)
+    lines += _head("### What a doubling of cc or p lost (every dataset): the share of "
+                   "doublings that lost less",
+                   ["size class", "doublings",
+                    *[f"{share:.1%}" for share in DOUBLING_SHARES]], 1)
+    every = sorted(v for values in losses.values() for v in values)
+    for name, values in [*[(cls.value, losses[cls]) for cls in order if cls in losses],
+                         ("every class", every)]:
+        cut = [f"{values[min(int(share * len(values)), len(values) - 1)]:.1%}"
+               for share in DOUBLING_SHARES]
+        lines.append(f"| {name} | {len(values)} | " + " | ".join(cut) + " |")
     return "\n".join(lines)
 
 
