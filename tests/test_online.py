@@ -211,7 +211,8 @@ def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell
     assert before[-1].setting == Setting(8, 1, 1)
     t, reopened = after[0]
     # up first, never below 8, and at once as far as the fall asks (`win_back`: to 1/3 of
-    # the rate, 18 times the streams would win back 90%; at most 4 times at once)
+    # the rate, 18 times the streams would win back 90%; at most 8 times at once, and cc
+    # at most 32)
     assert reopened.setting == Setting(32, 1, 1), reopened
     assert "cc x4 at once" in reopened.reason, reopened.reason
     assert ("searching again from cc=8 p=1 pp=1, more streams than the prior's; its last 3 "
@@ -224,17 +225,20 @@ def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell
     assert streams(climb.current) >= 32
 
 
-def test_a_fall_asks_for_the_streams_that_win_back_ninety_percent_at_most_four_times() -> None:
+def test_a_fall_asks_for_the_streams_that_win_back_ninety_percent_at_most_eight_times(
+) -> None:
     """`win_back`: a load sharing the path by streams leaves N / (N + k) of it; the factor
     of streams that wins back 90% of the rate before, the fewest doublings that reach it,
-    2 to 4."""
+    2 to 8."""
     assert win_back(200.0, 170.0) == 2  # a fall to 0.85: k = 0.18 N, N' = 1.6 N
-    assert win_back(166.1, 109.9) == 4  # wan40's 50% load (15.30, Q4): N' = 4.6 N
     assert win_back(187.9, 143.7) == 4  # 15.31's L3: N' = 2.8 N, one doubling falls short
-    assert win_back(200.0, 66.7) == 4  # to a third: N' = 18 N, four times at once at most
+    assert win_back(166.1, 109.9) == 8  # wan40's 50% load (15.30, Q4): N' = 4.6 N
+    assert win_back(170.5, 109.9) == 8  # 15.32's L4: N' = 5.0 N
+    assert win_back(200.0, 66.7) == 8  # to a third: N' = 18 N, eight times at once at most
     assert win_back(200.0, 200.0) == 1 and win_back(100.0, 150.0) == 1  # no fall: no jump
     limits = Limits(max_cc=16, max_p=32, max_pp=32, max_streams=256)
     assert _jumped(Setting(8, 1, 1), 4, limits) == Setting(16, 1, 1)  # as far as it can
+    assert _jumped(Setting(2, 1, 1), 8, limits) == Setting(16, 1, 1)  # three doublings
     assert _jumped(Setting(16, 1, 1), 4, limits) is None
 
 
@@ -362,7 +366,7 @@ def test_a_load_that_comes_in_the_middle_of_a_measurement_again_reopens_the_sear
     # the prior under the new load, measured by its last three windows: not the earlier load
     assert "its last 3 windows measured the start, cc=8 p=3 pp=2: 120.3 " in reopened.reason
     assert "as at an earlier load" not in reopened.reason
-    assert reopened.setting == Setting(32, 3, 2), reopened  # 120.3 of 183.7: x4 at once
+    assert reopened.setting == Setting(32, 3, 2), reopened  # 120.3 of 183.7: x8, cc 32 at most
 
 
 def test_a_try_the_load_moved_under_is_not_judged_but_reopens_the_search() -> None:
