@@ -455,6 +455,17 @@ def test_a_verdict_waits_a_window_when_the_last_one_left_the_trys_first() -> Non
         assert steady.step(tried[:n]) is None, n
     judged = steady.step([*tried, 186.0])
     assert judged is not None and judged.reason.startswith("kept: cc=16 p=3 pp=2"), judged
+    assert "waited_windows" not in judged.figures
+    # a last window apart that the next one does not confirm: judged a window later, and
+    # the record says so
+    dip = Climb(Setting(8, 3, 2), LIMITS, ceiling_mbps=200.0)
+    dip.step([170.0, 175.0, 180.0])
+    for n in range(3, 8):
+        assert dip.step(tried[:n]) is None, n
+    assert dip.step([*tried, 140.0]) is None
+    late = dip.step([*tried, 140.0, 190.0])
+    assert late is not None and late.figures["waited_windows"] == 1.0, late
+    assert "after 1 window more: the last one had left the try's first" in late.reason
 
 
 def test_when_a_load_goes_the_tries_refused_before_it_came_are_not_made_again() -> None:

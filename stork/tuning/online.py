@@ -393,6 +393,7 @@ class Climb:
         self._ref_known, self.too_few = False, 0
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
+        self._waited = 0  # windows a verdict on the try in flight waited (`step`)
         self._came_from: Setting | None = None  # the history's setting a start halves
         if (halved := self._halved()) is not None:  # the start is a try of that halving
             axis, self._came_from = halved
@@ -484,7 +485,8 @@ class Climb:
                 and self._apart(first, lasts[-1], (first,)) \
                 and settled(ref, tried, min_gain=self.min_gain, z=self.z,
                             max_windows=self.max_windows)[0] is not Verdict.OPEN:
-            return None  # the load may have moved in the last window: the next tells
+            self._waited += 1  # the load may have moved in the last window: the next tells
+            return None
         return self._judge(tried)
 
     def unsettled(self, rates: Sequence[float]) -> Change | None:
@@ -517,6 +519,10 @@ class Climb:
                                         z=self.z, max_windows=self.max_windows)
         if verdict is Verdict.OPEN:  # (open only below max_windows)
             return None  # more windows at the tried setting
+        if self._waited:
+            figures["waited_windows"] = float(self._waited)
+            why += (f" (after {self._waited} window{'s' if self._waited > 1 else ''} more: "
+                    f"the last one had left the try's first)")
         return self._after(verdict, tried, why, figures)
 
     def _after(self, verdict: Verdict, tried: Measured, why: str,
@@ -700,7 +706,7 @@ class Climb:
         the hold is said once even where it moves nothing)."""
         if setting == self.current and not always:
             return None
-        self.current = setting
+        self.current, self._waited = setting, 0
         return Change(setting, why, figures or {})
 
     def _watch(self, rates: Sequence[float]) -> Change | None:
