@@ -465,7 +465,8 @@ class Climb:
                 return None
             return self._reopen(first.mean, last.mean, "the last windows while trying", rates)
         ref = self.reference
-        tried = Measured.of(self.current, rates[-self.max_windows:])
+        recent = rates[-self.max_windows:]
+        tried = Measured.of(self.current, recent)
         if streams(self.current) > streams(ref.setting) \
                 and tried.mean < (1 - FELL_SHARE) * ref.mean \
                 and self._apart(ref, tried, (tried,)):
@@ -474,20 +475,16 @@ class Climb:
                 return None
             return self._reopen(ref.mean, tried.mean, "", rates, said=(
                 f"a try of more streams, {tried.label()}, fell from the reference's "
-                f"{ref.label()} by more than the noise and {self.drift_share:.0%} "
+                f"{ref.label()} by more than the noise and {FELL_SHARE:.0%} "
                 f"(the load moved)"))
-        if len(rates) >= 2 * self.windows:  # a try left open long: did the load move?
-            early = Measured.of(self.current, rates[-self.max_windows:][:self.windows])
-            late = Measured.of(self.current, rates[-self.windows:])
+        if len(recent) >= 2 * self.windows:  # a try left open long: did the load move?
+            early = Measured.of(self.current, recent[:self.windows])
+            late = Measured.of(self.current, recent[-self.windows:])
             if self._apart(early, late, (early, late)):
                 return self._reopen(early.mean, late.mean, "the rate while trying")
-        if lasts and len(rates) <= self.max_windows \
-                and self._apart(first, lasts[-1], (first,)) \
-                and settled(ref, tried, min_gain=self.min_gain, z=self.z,
-                            max_windows=self.max_windows)[0] is not Verdict.OPEN:
-            self._waited += 1  # the load may have moved in the last window: the next tells
-            return None
-        return self._judge(tried)
+        last_apart = bool(lasts) and len(rates) <= self.max_windows \
+            and self._apart(first, lasts[-1], (first,))
+        return self._judge(tried, wait=last_apart)
 
     def unsettled(self, rates: Sequence[float]) -> Change | None:
         """A try of fewer streams judged on `rates`, the full windows since the flow left
@@ -513,12 +510,18 @@ class Climb:
         return self._after(verdict, tried, f"while its calls settled, with more streams in "
                                            f"flight than it has: {why}", figures, saw=False)
 
-    def _judge(self, tried: Measured) -> Change | None:
+    def _judge(self, tried: Measured, *, wait: bool = False) -> Change | None:
+        """The verdict on the try, or None while it is open; with `wait` (the try's last
+        window left its first: the load may have moved in it) a verdict due waits for the
+        next window, which tells (see the module)."""
         assert self.reference is not None and self._trying is not None
         verdict, why, figures = settled(self.reference, tried, min_gain=self.min_gain,
                                         z=self.z, max_windows=self.max_windows)
         if verdict is Verdict.OPEN:  # (open only below max_windows)
             return None  # more windows at the tried setting
+        if wait:
+            self._waited += 1
+            return None
         if self._waited:
             figures["waited_windows"] = float(self._waited)
             why += (f" (after {self._waited} window{'s' if self._waited > 1 else ''} more: "
