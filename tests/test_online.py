@@ -432,6 +432,20 @@ def test_a_try_of_more_streams_that_falls_far_below_the_reference_is_a_load_that
         and refused.reason.startswith("refused"), refused
 
 
+def test_a_doubling_that_loses_seldom_reads_as_a_load_that_came() -> None:
+    """A path where each doubling of the streams loses 10% (windows spread 10%), no load:
+    over 200 seeds the fall of a try of more streams past 20% reopens the search in at
+    most 10% of the jobs (12 when this was written; 30 at a 15% fall)."""
+    def peaked(s: Setting, t: float) -> float:  # best at 8 streams, worse both ways
+        return 200.0 - 20.0 * abs(streams(s).bit_length() - 4)
+
+    fell = 0
+    for seed in range(200):
+        changes = run(Climb(Setting(8, 1, 1), LIMITS), peaked, noise=0.10, seed=seed)
+        fell += any(c.reason.startswith("a try of more streams") for _, c in changes)
+    assert fell <= 20, fell
+
+
 def test_a_verdict_waits_a_window_when_the_last_one_left_the_trys_first() -> None:
     """15.31's run L3: a load came at the end of a try of cc 16, and the try was judged on
     windows mostly before it; the next try began under the load, and the load was seen 37 s
