@@ -24,6 +24,7 @@ from stork.tuning.online import (
     Z,
     _jumped,
     judge,
+    load_streams,
     measured_from_history,
     pooled,
     prior_from_history,
@@ -242,6 +243,33 @@ def test_a_fall_asks_for_the_streams_that_win_back_ninety_percent_at_most_eight_
     assert _jumped(Setting(8, 1, 1), 4, limits) == Setting(16, 1, 1)  # as far as it can
     assert _jumped(Setting(2, 1, 1), 8, limits) == Setting(16, 1, 1)  # three doublings
     assert _jumped(Setting(16, 1, 1), 4, limits) is None
+
+
+def test_under_a_load_that_came_no_halving_is_tried_that_fair_share_says_loses() -> None:
+    """15.32's runs L5 and L6: once the search reopened on a fall, the load's weight in
+    streams is known from it (`load_streams`), and a halving TCP's fair share says loses
+    past 5% under it is not tried (there, p 3 -> 1 at cc 64 ran 8 s of the 20-40 s after
+    the load came at a loss). When the load goes, halvings are tried again."""
+    assert load_streams(48, 190.3, 130.5) == pytest.approx(22.0, abs=0.1)  # L6's fall
+    assert load_streams(8, 200.0, 200.0) == 0.0 and load_streams(8, 100.0, 150.0) == 0.0
+    limits = Limits(max_cc=64, max_p=8, max_pp=32, max_streams=512)
+    for seed in (2, 3):  # (with seed 1 p 6 is kept and the hold has no halving to try)
+        climb = Climb(Setting(8, 3, 2), limits, ceiling_mbps=200.0)
+        changes = run(climb, shared_from(60, others=32, until=180), seconds=260,
+                      seed=seed)
+        under = [c for t, c in changes if 60 <= t < 180]
+        assert streams(under[-1].setting) >= 192, under[-1]  # it won the rate back
+        reopened = next(i for i, c in enumerate(under) if "(the load moved)" in c.reason)
+        assert not any(halving(c) for c in under[reopened:]), \
+            [c.reason for c in under[reopened:]]
+        assert any("under the load that came" in c.reason for c in under), \
+            [c.reason for c in under]
+        gone = [c for t, c in changes if t >= 180]
+        assert min(streams(c.setting) for c in gone) < 24, [c.reason for c in gone]
+
+
+def halving(change: Change) -> bool:
+    return change.reason.endswith(("trying cc down", "trying p down"))
 
 
 def holding_at_200() -> Climb:

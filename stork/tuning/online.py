@@ -102,7 +102,11 @@ settled. It answers a `Change` or nothing:
    rate fell so, that first try of cc up is as many doublings at once (at most three) as
    TCP's fair share says win back `WIN_BACK` (90%) of the rate before (`win_back`): one
    doubling at a time, each judged over 15-20 s, wan40's flow reached the best cell under
-   a 50% load (cc 32, from cc 8) 39 s after the fall was seen (15.30, run Q4). Once the
+   a 50% load (cc 32, from cc 8) 39 s after the fall was seen (15.30, run Q4). The same
+   model weighs the load that came in streams (`load_streams`): until the search
+   reopens again, a halving it says would lose past `min_gain` under that load is not
+   tried (in 15.32's runs L5 and L6 a try of p 1 at cc 64 under the load lost for 8 s
+   of the 20-40 s after it came). Once the
    hold has `3 x windows` windows, they stop growing at the first look that saw such a
    drift (windows of a new load taken into the hold would widen its spread until a drift
    of 15-20% never showed; a hold of fewer windows is itself too noisy to keep).
@@ -234,6 +238,18 @@ def _moved(setting: Setting, axis: str, up: bool, limits: Limits) -> Setting | N
     return moved if streams(moved) <= limits.max_streams else None
 
 
+def load_streams(n: int, before_mbps: float, now_mbps: float) -> float:
+    """The weight, in streams, of a load that took a flow of `n` streams from
+    `before_mbps` to `now_mbps` at an unchanged setting, when it shares the path by streams
+    (TCP's fair share): a flow of n streams keeps n / (n + k) of the path, so
+    k = n (1 - f) / f for a fall to the share f (`win_back`'s model); 0 when it did not
+    fall."""
+    if before_mbps <= 0 or now_mbps >= before_mbps:
+        return 0.0
+    share = max(now_mbps / before_mbps, 1e-3)
+    return n * (1 - share) / share
+
+
 def win_back(before_mbps: float, now_mbps: float) -> int:
     """How many times the streams a flow whose rate fell from `before_mbps` to `now_mbps`
     at an unchanged setting tries first (see the module): the fewest doublings that win
@@ -254,8 +270,7 @@ def win_back(before_mbps: float, now_mbps: float) -> int:
     under that load, was kept 51 s later (15.32, run L4)."""
     if before_mbps <= 0 or now_mbps >= before_mbps:
         return 1
-    share = max(now_mbps / before_mbps, 1e-3)
-    need = (1 - share) / share * WIN_BACK / (1 - WIN_BACK)
+    need = load_streams(1, before_mbps, now_mbps) * WIN_BACK / (1 - WIN_BACK)
     return int(min(max(2 ** math.ceil(math.log2(max(need, 1.0)) - 1e-9), 2), JUMP_MAX))
 
 
@@ -390,6 +405,7 @@ class Climb:
         """The search from `start` (default the prior), nothing measured yet."""
         self.current, self.reference, self.holding = start or self.prior, None, False
         self._jump = 1  # the first try of cc up, this many times the streams (`win_back`)
+        self._load_streams = 0.0  # the weight of a load that came, in streams (`_shared`)
         self._ref_known, self.too_few = False, 0
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
@@ -580,7 +596,8 @@ class Climb:
             # the history's verdict first: the ceiling spares a try on the flow, and a
             # setting the history measured needs none
             verdict, known_why = self._from_history(moved)
-            knee = self._past_shape(axis) if not up and verdict is Verdict.OPEN else ""
+            knee = (self._past_shape(axis) or self._shared(moved)) \
+                if not up and verdict is Verdict.OPEN else ""
             if knee:  # a halving the shape of the rate refuses, as the history would
                 verdict = Verdict.REFUSED
             if verdict is Verdict.OPEN and up and (no_room := self.room(moved)):
@@ -628,6 +645,23 @@ class Climb:
                          windows=self.windows) if self.alike_axes else ""
         return knee or lost_above(self.reference.setting, seen, axis, self.limits,
                                   min_gain=self.min_gain, windows=self.windows)
+
+    def _shared(self, moved: Setting) -> str:
+        """Why a try of `moved` (fewer streams than the reference) under a load that came
+        would lose past `min_gain` without a try, or "": a load of `_load_streams` streams
+        (`load_streams`, from the fall the search reopened on) that shares the path by
+        streams leaves a flow of N streams N / (N + k) of it, so the try would make
+        (N' / (N' + k)) / (N / (N + k)) of the reference (see the module)."""
+        k = self._load_streams
+        if k <= 0 or self.reference is None:
+            return ""
+        n, fewer = streams(self.reference.setting), streams(moved)
+        kept = fewer / (fewer + k) * (n + k) / n
+        if kept >= 1 - self.min_gain:
+            return ""
+        return (f"under the load that came (about {k:.0f} streams' worth, from the fall "
+                f"the search reopened on), {fewer} streams would make {kept:.0%} of "
+                f"{n}'s rate by TCP's fair share: a loss past {self.min_gain:.0%}")
 
     def room(self, moved: Setting) -> str:
         """Why a try of `moved` (more streams) could not be kept on a link of
@@ -806,8 +840,12 @@ class Climb:
         moved = self._moved_since(before_mbps, now_mbps, rates) \
             if start == self.current else []
         new = Measured.of(start, moved) if len(moved) >= self.windows else None
+        steady = new is not None and self._steady(new)
+        load = load_streams(streams(self.current), before_mbps,
+                            new.mean if new is not None and steady else now_mbps)
         self._restart(start)
-        if new is not None and self._steady(new):
+        self._load_streams = load  # (0 when the rate rose: the load went)
+        if new is not None and steady:
             if new.mean < before_mbps:  # a new load held: its first try wins the rate back
                 self._jump = win_back(before_mbps, new.mean)
             first = self._start(new, f"{why}; its last {new.count} windows measured the start")
