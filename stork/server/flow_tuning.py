@@ -260,6 +260,7 @@ class FlowTuner:
         self._settled_at: float | None = None  # when every call ran at it (engine's clock)
         self._took: dict[str, float] = {}  # how long settling it took (`_measure_anew`)
         self._counted: list[Window] = []  # the windows that count at the current setting
+        self._logged = 0  # the windows the daemon's log has said (DEBUG)
         self.spans: list[Stretch] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -345,6 +346,10 @@ class FlowTuner:
         self._counted = [w for w in flow.windows(self._measure_from)
                          if w.setting == current and w.seconds >= full]
         rates = [b.rate_mbps for b in blocks(self._counted)]
+        if rates and len(rates) != self._logged:  # the windows as the controller sees them
+            self._logged = len(rates)  # (a late marker may still move the last ones)
+            log.debug("%s: %s at %.1f s: %s Mbit/s", self.key, current.label(),
+                      now - self._started, " ".join(f"{r:.1f}" for r in rates[-12:]))
         change = self.climb.step(rates, left_s=self._left_s(rates), try_s=now - self._set_at)
         if change is None and len(rates) < self.climb.windows:
             change = self._unsettled(full)
@@ -376,7 +381,7 @@ class FlowTuner:
         call in flight ran at it, until they had all told their first bytes, and until
         the verdict."""
         self._set_at, self._measure_from, self._settled_at = now, None, None
-        self._took = {}
+        self._took, self._logged = {}, 0
 
     def _size_calls(self) -> None:
         """The engine's calls short while the controller searches (see the module)."""
