@@ -17,7 +17,10 @@ waited for: with many workers one of them would be setting up at almost any mome
 Once a worker finds nothing left to take, the tail of the flow says nothing of a setting
 and the tuner stops stepping. Before a try of fewer streams has its own windows, the
 windows since it was set (the calls taken at the reference ending one by one) may already
-refuse it (`Climb.unsettled`); its change then carries no `settled_after_s`.
+refuse it (`Climb.unsettled`); its change then carries no `settled_after_s`. The windows
+of the setting a change left that become final only after it (the calls tell them late)
+go to the controller as they come (`Climb.late`): a load that came while a verdict was
+due shows there first.
 
 A change of `p` waits for the calls in flight to end, so while the controller searches the
 engine's list calls are sized for `SEARCH_CALL_S` (2 s) of a worker's rate instead of the
@@ -261,6 +264,8 @@ class FlowTuner:
         self._took: dict[str, float] = {}  # how long settling it took (`_measure_anew`)
         self._counted: list[Window] = []  # the windows that count at the current setting
         self._logged = 0  # the windows the daemon's log has said (DEBUG)
+        self._left: tuple[Setting, float, float, int] | None = None  # (`_apply`)
+        self._late_seen = 0  # the windows told late that the controller has read
         self.spans: list[Stretch] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -332,6 +337,8 @@ class FlowTuner:
             return None
         current = self.climb.current
         full = flow.window_s * (1 - 1e-9)
+        if (late := self._late(full)) is not None:
+            return self._apply(now, late)
         if self._measure_from is None:
             if not self._settled():
                 return self._apply(now, self._unsettled(full))
@@ -351,9 +358,24 @@ class FlowTuner:
             log.debug("%s: %s at %.1f s: %s Mbit/s", self.key, current.label(),
                       now - self._started, " ".join(f"{r:.1f}" for r in rates[-12:]))
         change = self.climb.step(rates, left_s=self._left_s(rates), try_s=now - self._set_at)
+        left = (current, self._measure_from, self.engine.clock(), len(rates)) \
+            if change is not None and change.setting != current else None
         if change is None and len(rates) < self.climb.windows:
             change = self._unsettled(full)
-        return self._apply(now, change)
+        return self._apply(now, change, left)
+
+    def _late(self, full: float) -> Change | None:
+        """The windows of the setting the flow left at the last change the controller's
+        step answered, told after that change (`Climb.late`), when one more is final."""
+        if self._left is None:
+            return None
+        setting, since, until, seen = self._left
+        told = blocks([w for w in self.engine.flow.windows(since) if w.setting == setting
+                       and w.seconds >= full and w.start_s < until])[seen:]
+        if len(told) <= self._late_seen:
+            return None
+        self._late_seen = len(told)
+        return self.climb.late([b.rate_mbps for b in told])
 
     def _unsettled(self, full: float) -> Change | None:
         """A try of fewer streams refused on the windows since it was set, before its own
@@ -362,8 +384,11 @@ class FlowTuner:
                  if w.setting == self.climb.current and w.seconds >= full]
         return self.climb.unsettled([b.rate_mbps for b in blocks(since)])
 
-    def _apply(self, now: float, change: Change | None) -> Change | None:
-        """`change` (when the controller answered one) set on the engine and recorded."""
+    def _apply(self, now: float, change: Change | None,
+               left: tuple[Setting, float, float, int] | None = None) -> Change | None:
+        """`change` (when the controller answered one) set on the engine and recorded;
+        `left`: the setting it leaves, from when its windows counted, until when, and how
+        many of them the controller read (`_late`)."""
         self._size_calls()
         if change is None:
             return None
@@ -371,6 +396,7 @@ class FlowTuner:
         self.engine.set(change.setting)
         took = {**self._took, "judged_after_s": round(now - self._set_at, 1)}
         self._measure_anew(now)
+        self._left, self._late_seen = left, 0
         self._record(now, change.setting, change.reason, {**change.figures, **took})
         self._write()
         return change

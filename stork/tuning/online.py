@@ -123,9 +123,19 @@ settled. It answers a `Change` or nothing:
    only at the measurement again after it, 23.6 s after it came: 15.31, run L2); a
    verdict due on a try whose last window alone is so apart waits for the next window,
    which tells (in 15.31's run L3 a try kept on windows mostly before a load was followed
-   by one begun under it, and the load was seen 37 s after it came). Apart that far, the
-   load came or went, and the search reopens; when the rate fell, at the setting of the
-   most streams the flow was at (the try's, or the reference's) if more than the
+   by one begun under it, and the load was seen 37 s after it came); and the windows of
+   the setting the flow left at a change that were told only after it (`late`: a
+   third-party GridFTP call tells its bytes at its server's markers, every 5 s, so a
+   verdict reads windows seconds old), the last alone against what that setting measured
+   when the flow left it (in 15.33's run L7 a load came 4.6 s before the verdict that
+   kept cc 16, the flow went on to try p 1, and the load was seen 23 s after that try
+   ended, at the measurement again, where the seconds of cc 16 after the windows of its
+   verdict had read 100-141 Mbit/s against its 190.1). A
+   search that reopens so, or on a fall whose windows cannot measure its start, measures
+   the start anew, and when that is the setting the fall was seen at and still below the
+   rate before, its first try wins it back as a held fall's does (`win_back`). Apart that
+   far, the load came or went, and the search reopens; when the rate fell, at the setting
+   of the most streams the flow was at (the try's, or the reference's) if more than the
    prior's. A try of more streams whose windows read more than `FELL_SHARE` below the
    reference, and apart from it so, reopens it too, at the try, without going back to
    measure the reference again (in 15.31's runs that measurement waited 6-10 s for the
@@ -399,6 +409,7 @@ class Climb:
         self._regime: dict[Setting, Measured] = {}  # what the flow measured at this load
         self._regimes: list[dict[Setting, Measured]] = []  # and at the loads before
         self._noise_ss, self._noise_df = 0.0, 0  # the windows' relative spread (`noise`)
+        self._left: Measured | None = None  # the setting the flow left, as measured (`late`)
         self._restart()
 
     def _restart(self, start: Setting | None = None) -> None:
@@ -406,6 +417,7 @@ class Climb:
         self.current, self.reference, self.holding = start or self.prior, None, False
         self._jump = 1  # the first try of cc up, this many times the streams (`win_back`)
         self._load_streams = 0.0  # the weight of a load that came, in streams (`_shared`)
+        self._fell: tuple[Setting, float] | None = None  # a fall seen there, from (`_start`)
         self._ref_known, self.too_few = False, 0
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
@@ -444,6 +456,34 @@ class Climb:
         """`rates`: the full windows at `current` since it settled (oldest first); `left_s`,
         `try_s`: the seconds of data left and those measuring `current` took, when known
         (see the module)."""
+        at = self.current
+        change = self._step(rates, left_s=left_s, try_s=try_s)
+        if change is not None:  # the setting left, as measured: what `late` compares with
+            self._left = Measured.of(at, rates) \
+                if change.setting != at and len(rates) >= self.windows else None
+        return change
+
+    def late(self, rates: Sequence[float]) -> Change | None:
+        """`rates`: the windows of the setting the flow left at the last change `step`
+        answered, that the tools told only after it (oldest first): a GridFTP third-party
+        call tells its bytes at its server's markers, every 5 s, so the last windows a
+        verdict reads are seconds old. The last of them alone `_apart` from what that
+        setting measured when the flow left it, the load moved while the verdict was
+        given, and the search reopens at once (see the module), without waiting for the
+        measurement the flow is in now."""
+        left = self._left
+        if left is None or not rates:
+            return None
+        last = Measured.of(left.setting, rates[-1:])
+        if not self._apart(left, last, ()):
+            return None
+        self._left = None
+        return self._reopen(left.mean, last.mean, "", seen_at=left.setting, said=(
+            f"a window at {left.setting.label()} told after the flow left it, "
+            f"{last.mean:.1f} Mbit/s, left its {left.label()} (the load moved)"))
+
+    def _step(self, rates: Sequence[float], *, left_s: float | None,
+              try_s: float | None) -> Change | None:
         self._time = (left_s, try_s)
         if self.holding:
             if len(rates) == self._looked:
@@ -523,6 +563,7 @@ class Climb:
         verdict, why, figures = judge(ref, tried, min_gain=self.min_gain, z=self.z)
         if verdict is not Verdict.REFUSED:
             return None
+        self._left = None  # (the windows it judged carried both settings)
         return self._after(verdict, tried, f"while its calls settled, with more streams in "
                                            f"flight than it has: {why}", figures, saw=False)
 
@@ -808,6 +849,13 @@ class Climb:
         """`measured`, at the start of a search, is its reference; the first try from it."""
         self.reference = measured
         why = f"{what}, {measured.label()}"
+        fell, self._fell = self._fell, None
+        if fell is not None and fell[0] == measured.setting and measured.mean < fell[1]:
+            # the search reopened on a fall at this setting, its start measured anew:
+            # under the new load the first try wins the rate back (see `_reopen`)
+            self._jump = win_back(fell[1], measured.mean)
+            self._load_streams = load_streams(streams(measured.setting), fell[1],
+                                              measured.mean)
         if (earlier := self._same_load(measured)) is not None:
             self.known = dict(earlier)
             why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
@@ -816,7 +864,8 @@ class Climb:
         return self._next(why)
 
     def _reopen(self, before_mbps: float, now_mbps: float, what: str,
-                rates: Sequence[float] = (), *, said: str = "") -> Change:
+                rates: Sequence[float] = (), *, said: str = "",
+                seen_at: Setting | None = None) -> Change:
         """The search again for the new load (see the module), from the prior, or when
         the rate fell from the reference's setting if it has more streams; without the
         history's figures (they were of the load before). `rates`: the windows at the
@@ -841,10 +890,13 @@ class Climb:
             if start == self.current else []
         new = Measured.of(start, moved) if len(moved) >= self.windows else None
         steady = new is not None and self._steady(new)
-        load = load_streams(streams(self.current), before_mbps,
+        seen_at = seen_at or self.current
+        load = load_streams(streams(seen_at), before_mbps,
                             new.mean if new is not None and steady else now_mbps)
         self._restart(start)
         self._load_streams = load  # (0 when the rate rose: the load went)
+        if now_mbps < before_mbps and not steady:  # its start, measured anew, tells
+            self._fell = (seen_at, before_mbps)
         if new is not None and steady:
             if new.mean < before_mbps:  # a new load held: its first try wins the rate back
                 self._jump = win_back(before_mbps, new.mean)
