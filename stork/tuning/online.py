@@ -472,10 +472,17 @@ class Climb:
         given, and the search reopens at once (see the module), without waiting for the
         measurement the flow is in now."""
         left = self._left
-        if left is None or not rates:
-            return None
+        if left is None or not rates or self._again or self.reference is None \
+                or self.reference.setting != left.setting:
+            return None  # (a refused try's: the reference measured again tells)
         last = Measured.of(left.setting, rates[-1:])
-        if not self._apart(left, last, ()):
+        # one window alone, often early in a job: the path's noise with NOISE_PRIOR counted
+        # as NOISE_MIN_DF degrees of freedom (a few windows' spread reads low as often as
+        # not), and past FELL_SHARE (see the module)
+        noise = math.sqrt((self._noise_ss + NOISE_MIN_DF * NOISE_PRIOR ** 2)
+                          / (self._noise_df + NOISE_MIN_DF))
+        moved = abs(last.mean / left.mean - 1) if left.mean > 0 else 0.0
+        if moved <= max(self.drift_z * noise * math.sqrt(1 / left.count + 1), FELL_SHARE):
             return None
         self._left = None
         return self._reopen(left.mean, last.mean, "", seen_at=left.setting, said=(
@@ -850,12 +857,12 @@ class Climb:
         self.reference = measured
         why = f"{what}, {measured.label()}"
         fell, self._fell = self._fell, None
-        if fell is not None and fell[0] == measured.setting and measured.mean < fell[1]:
-            # the search reopened on a fall at this setting, its start measured anew:
-            # under the new load the first try wins the rate back (see `_reopen`)
-            self._jump = win_back(fell[1], measured.mean)
+        if fell is not None and fell[0] == measured.setting:
+            # the search reopened on a fall at this setting, its start measured anew: it
+            # weighs the load, and under it the first try wins the rate back (`_reopen`)
             self._load_streams = load_streams(streams(measured.setting), fell[1],
                                               measured.mean)
+            self._jump = win_back(fell[1], measured.mean)
         if (earlier := self._same_load(measured)) is not None:
             self.known = dict(earlier)
             why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
@@ -876,7 +883,10 @@ class Climb:
         measuring the start again took 15 s under a load that had come 40 s before:
         docs/BENCHMARKS.md 15.28, run M4). Else the change is said even where the flow is
         at its start already, so the windows of the old load are not counted for the
-        new."""
+        new, and a fall is weighed (`load_streams`, `win_back`) on the start measured anew
+        when that is the setting it was seen at (`seen_at`: where a window told late fell,
+        `late`; else the setting in effect), or else, but for a window told late, on
+        `now_mbps`."""
         figures = {"hold_mbps": round(before_mbps, 3), "now_mbps": round(now_mbps, 3)}
         start, whence = self._reopen_at(fell=now_mbps < before_mbps)
         said = said or (f"{what} {self.current.label()} went from {before_mbps:.1f} to "
@@ -890,13 +900,14 @@ class Climb:
             if start == self.current else []
         new = Measured.of(start, moved) if len(moved) >= self.windows else None
         steady = new is not None and self._steady(new)
-        seen_at = seen_at or self.current
-        load = load_streams(streams(seen_at), before_mbps,
-                            new.mean if new is not None and steady else now_mbps)
+        seen = seen_at or self.current
+        load = load_streams(streams(seen), before_mbps, new.mean) \
+            if new is not None and steady else \
+            0.0 if seen_at is not None else load_streams(streams(seen), before_mbps, now_mbps)
         self._restart(start)
         self._load_streams = load  # (0 when the rate rose: the load went)
         if now_mbps < before_mbps and not steady:  # its start, measured anew, tells
-            self._fell = (seen_at, before_mbps)
+            self._fell = (seen, before_mbps)
         if new is not None and steady:
             if new.mean < before_mbps:  # a new load held: its first try wins the rate back
                 self._jump = win_back(before_mbps, new.mean)
