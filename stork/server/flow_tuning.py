@@ -375,7 +375,10 @@ class FlowTuner:
         if len(told) <= self._late_seen:
             return None
         self._late_seen = len(told)
-        return self.climb.late([b.rate_mbps for b in told])
+        rates = [b.rate_mbps for b in told]
+        log.debug("%s: %s told late: %s Mbit/s", self.key, setting.label(),
+                  " ".join(f"{r:.1f}" for r in rates))
+        return self.climb.late(rates)
 
     def _unsettled(self, full: float) -> Change | None:
         """A try of fewer streams refused on the windows since it was set, before its own
