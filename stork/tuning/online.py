@@ -467,18 +467,18 @@ class Climb:
         """`rates`: the windows of the setting the flow left at the last change `step`
         answered, that the tools told only after it (oldest first): a GridFTP third-party
         call tells its bytes at its server's markers, every 5 s, so the last windows a
-        verdict reads are seconds old. The last of them alone `_apart` from what that
-        setting measured when the flow left it, the load moved while the verdict was
-        given, and the search reopens at once (see the module), without waiting for the
-        measurement the flow is in now."""
+        verdict reads are seconds old. Where the flow left the reference, the last of them
+        alone is tested against what the reference measured: past `FELL_SHARE` and
+        `drift_z` standard errors (one window, often early in a job: the path's noise with
+        `NOISE_PRIOR` counted as `NOISE_MIN_DF` degrees of freedom), the load moved while
+        the verdict was given, and the search reopens at once (see the module), without
+        waiting for the measurement the flow is in now. A refused try's are not tested:
+        the reference measured again tells."""
         left = self._left
         if left is None or not rates or self._again or self.reference is None \
                 or self.reference.setting != left.setting:
-            return None  # (a refused try's: the reference measured again tells)
+            return None
         last = Measured.of(left.setting, rates[-1:])
-        # one window alone, often early in a job: the path's noise with NOISE_PRIOR counted
-        # as NOISE_MIN_DF degrees of freedom (a few windows' spread reads low as often as
-        # not), and past FELL_SHARE (see the module)
         noise = math.sqrt((self._noise_ss + NOISE_MIN_DF * NOISE_PRIOR ** 2)
                           / (self._noise_df + NOISE_MIN_DF))
         moved = abs(last.mean / left.mean - 1) if left.mean > 0 else 0.0
@@ -901,9 +901,12 @@ class Climb:
         new = Measured.of(start, moved) if len(moved) >= self.windows else None
         steady = new is not None and self._steady(new)
         seen = seen_at or self.current
-        load = load_streams(streams(seen), before_mbps, new.mean) \
-            if new is not None and steady else \
-            0.0 if seen_at is not None else load_streams(streams(seen), before_mbps, now_mbps)
+        if new is not None and steady:
+            load = load_streams(streams(seen), before_mbps, new.mean)
+        elif seen_at is None:
+            load = load_streams(streams(seen), before_mbps, now_mbps)
+        else:  # one window told late: the start measured anew weighs it (`_start`)
+            load = 0.0
         self._restart(start)
         self._load_streams = load  # (0 when the rate rose: the load went)
         if now_mbps < before_mbps and not steady:  # its start, measured anew, tells
