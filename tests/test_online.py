@@ -292,6 +292,15 @@ def test_a_load_seen_in_the_windows_told_after_a_verdict_reopens_the_search_at_o
     jumped = climb.step([135.0, 136.0, 134.0])
     assert jumped is not None and jumped.setting == Setting(64, 3, 2), jumped
     assert "cc x4 at once" in jumped.reason, jumped.reason
+    # 15.33's L10: the start's first window a ramp, the try's last under the load; the
+    # setting left is judged without its farthest window (`trimmed`), and so is the noise
+    l10 = Climb(Setting(8, 3, 2), limits, ceiling_mbps=200.0)
+    l10.step([139.2, 170.6, 175.5])
+    kept = l10.step([200.6, 187.5, 193.1, 187.9, 190.4, 189.4, 183.5, 149.7])
+    assert kept is not None and kept.setting == Setting(16, 1, 2), kept
+    seen = l10.late([140.0])
+    assert seen is not None and seen.setting == Setting(16, 3, 2) and \
+        "left its cc=16 p=3 pp=2: 190.3 ± 5.4 Mbit/s" in seen.reason, seen
     # with no late window apart, the try goes on and is judged on its own windows
     calm = Climb(Setting(8, 3, 2), limits, ceiling_mbps=200.0)
     calm.step([165.0, 170.0, 160.0])

@@ -127,17 +127,19 @@ settled. It answers a `Change` or nothing:
    the setting the flow left at a change that were told only after it (`late`: a
    third-party GridFTP call tells its bytes at its server's markers, every 5 s, so a
    verdict reads windows seconds old), the last alone against what that setting measured
-   when the flow left it (in 15.33's run L7 a load came 4.6 s before the verdict that
-   kept cc 16, the flow went on to try p 1, and the load was seen 23 s after that try
-   ended, at the measurement again, where the seconds of cc 16 after the windows of its
-   verdict had read 100-141 Mbit/s against its 190.1). A
-   search that reopens so, or on a fall whose windows cannot measure its start, measures
-   the start anew, and when that is the setting the fall was seen at and still below the
-   rate before, its first try wins it back as a held fall's does (`win_back`). Apart that
-   far, the load came or went, and the search reopens; when the rate fell, at the setting
-   of the most streams the flow was at (the try's, or the reference's) if more than the
-   prior's. A try of more streams whose windows read more than `FELL_SHARE` below the
-   reference, and apart from it so, reopens it too, at the try, without going back to
+   when the flow left it, from five windows on without the one farthest from their median
+   (`trimmed`: a ramp or a load's first window would widen the bar). In 15.33's run L7 a
+   load came 4.6 s before the verdict that kept cc 16, the flow went on to try p 1, and
+   the load was seen 23 s after that try ended, at the measurement again, where the
+   seconds of cc 16 after the windows of its verdict had read 100-141 Mbit/s against its
+   190.1. Apart that far, the load came or went, and the search reopens; when the rate
+   fell, at the setting of the most streams the flow was at (the try's, or the
+   reference's) if more than the prior's. A search that reopens on a window told late, or
+   on a fall whose windows cannot measure its start, measures the start anew, and when
+   that is the setting the fall was seen at and still below the rate before, its first
+   try wins it back as a held fall's does (`win_back`). A try of more streams whose
+   windows read more than `FELL_SHARE` below the reference, and apart from it so,
+   reopens the search too, at the try, without going back to
    measure the reference again (in 15.31's runs that measurement waited 6-10 s for the
    calls taken at the refused setting to end, and took 19.5-22.5 s in all): twice the
    streams seldom lose that much with nothing else changed (of the doublings of cc or p
@@ -201,6 +203,7 @@ JUMP_MAX = 8  # this many times the streams at once (three doublings: a wrong ju
 FELL_SHARE = 0.20  # a try of more streams this far below the reference: a load came (see
 # the module; of 1080 doublings of cc or p on the (cc, p, pp) grids of ../shared/data, 97.5%
 # lost less than 19.1%: `bench/bench_layout.py`'s last table)
+TRIM_FROM = 5  # windows of a setting from which `trimmed` leaves the farthest out
 AXES = ("cc", "p")
 
 
@@ -410,6 +413,7 @@ class Climb:
         self._regimes: list[dict[Setting, Measured]] = []  # and at the loads before
         self._noise_ss, self._noise_df = 0.0, 0  # the windows' relative spread (`noise`)
         self._left: Measured | None = None  # the setting the flow left, as measured (`late`)
+        self._late_noise: list[Measured] = []  # the settings left, trimmed (`late`)
         self._restart()
 
     def _restart(self, start: Setting | None = None) -> None:
@@ -459,8 +463,10 @@ class Climb:
         at = self.current
         change = self._step(rates, left_s=left_s, try_s=try_s)
         if change is not None:  # the setting left, as measured: what `late` compares with
-            self._left = Measured.of(at, rates) \
+            self._left = trimmed(at, rates) \
                 if change.setting != at and len(rates) >= self.windows else None
+            if self._left is not None:
+                self._late_noise.append(self._left)
         return change
 
     def late(self, rates: Sequence[float]) -> Change | None:
@@ -468,19 +474,22 @@ class Climb:
         answered, that the tools told only after it (oldest first): a GridFTP third-party
         call tells its bytes at its server's markers, every 5 s, so the last windows a
         verdict reads are seconds old. Where the flow left the reference, the last of them
-        alone is tested against what the reference measured: past `FELL_SHARE` and
-        `drift_z` standard errors (one window, often early in a job: the path's noise with
-        `NOISE_PRIOR` counted as `NOISE_MIN_DF` degrees of freedom), the load moved while
-        the verdict was given, and the search reopens at once (see the module), without
-        waiting for the measurement the flow is in now. A refused try's are not tested:
-        the reference measured again tells."""
+        alone is tested against what the reference measured (`trimmed`): past
+        `FELL_SHARE` and `drift_z` standard errors (one window, often early in a job: the
+        spread of the settings left, each `trimmed`, with `NOISE_PRIOR` counted as
+        `NOISE_MIN_DF` degrees of freedom), the load moved while the verdict was given,
+        and the search reopens at once (see the module), without waiting for the
+        measurement the flow is in now. A refused try's are not tested: the reference
+        measured again tells. In 15.33's run L10 the start's first window (a ramp) and the
+        try's last (the load's first) made the path's noise read 9.5% where the try's
+        other windows spread 2.8%, and the bar 30.2%; the load took 29.3%."""
         left = self._left
         if left is None or not rates or self._again or self.reference is None \
                 or self.reference.setting != left.setting:
             return None
         last = Measured.of(left.setting, rates[-1:])
-        noise = math.sqrt((self._noise_ss + NOISE_MIN_DF * NOISE_PRIOR ** 2)
-                          / (self._noise_df + NOISE_MIN_DF))
+        noise = pooled_noise(self._late_noise, NOISE_MIN_DF * NOISE_PRIOR ** 2,
+                             NOISE_MIN_DF)
         moved = abs(last.mean / left.mean - 1) if left.mean > 0 else 0.0
         if moved <= max(self.drift_z * noise * math.sqrt(1 / left.count + 1), FELL_SHARE):
             return None
@@ -981,6 +990,17 @@ class Climb:
 def _spread(m: Measured) -> float:
     """The sum of squares of `m`'s windows about their mean, as shares of it."""
     return (m.count - 1) * (m.stdev / m.mean) ** 2 if m.count > 1 and m.mean > 0 else 0.0
+
+
+def trimmed(setting: Setting, rates: Sequence[float]) -> Measured:
+    """`rates` measured at `setting`, from `TRIM_FROM` windows on without the one farthest
+    from their median: a window across a change (a ramp, a load that came in the last
+    one) would widen a setting's spread many times (see `Climb.late`)."""
+    if len(rates) >= TRIM_FROM:
+        middle = statistics.median(rates)
+        rates = list(rates)
+        rates.remove(max(rates, key=lambda r: abs(r - middle)))
+    return Measured.of(setting, rates)
 
 
 def pooled_noise(parts: Iterable[Measured], ss: float = 0.0, df: int = 0) -> float:
