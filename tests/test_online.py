@@ -7,6 +7,7 @@ import random
 import re
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -34,6 +35,10 @@ from stork.tuning.online import (
     win_back,
 )
 from tests.support import wait_for
+
+if TYPE_CHECKING:
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
 
 LIMITS = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=256)
 Surface = Callable[[Setting, float], float]  # (setting, time) -> true rate in Mbit/s
@@ -1424,26 +1429,34 @@ class ByFileWorker(HeldWorker):
             event.set()
 
 
+def tuned_at_cc4(worker: Callable[[], Worker], now: list[float]
+                 ) -> tuple[Engine, Climb, FlowTuner, threading.Thread]:
+    """A real engine of 8 files of 1 GiB at cc 4 on the test's clock (`now`), its workers
+    made by `worker`, stepped by a climb of cc alone on a link of 150 Mbit/s; running."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork
+
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(8)]
+    engine = Engine([Item(f) for f in work], worker, Setting(4, 1, 1), lambda *_: None,
+                    clock=lambda: now[0])
+    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=150.0)
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=lambda _: None, clock=lambda: now[0])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    return engine, climb, tuner, runner
+
+
 def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle() -> None:
     """A real engine on a clock of the test's: from cc 4 the climb tries cc 2 (the link's
     150 Mbit/s leaves no room for a doubling). One of the two calls it retires ends, the
     other is still in flight, and the three calls then tell 37.5 Mbit/s each: -25% before
     the try has settled, so it is refused then, back to cc 4, and the change says it was
     not measured at its own setting."""
-    from stork.engine import Engine
-    from stork.server.flow_tuning import FlowTuner
-    from stork.transfer.worker import FileWork
-
     now = [0.0]
     events = {i: threading.Event() for i in range(8)}
-    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(8)]
-    engine = Engine([Item(f) for f in work], lambda: ByFileWorker(events), Setting(4, 1, 1),
-                    lambda *_: None, clock=lambda: now[0])
-    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=150.0)
-    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
-                      write_result=lambda _: None, clock=lambda: now[0])
-    runner = threading.Thread(target=engine.run)
-    runner.start()
+    engine, climb, tuner, runner = tuned_at_cc4(lambda: ByFileWorker(events), now)
     last: dict[object, float] = {}
 
     def move(mbps: float) -> None:  # every call in flight tells `mbps` since it last told
@@ -1484,20 +1497,9 @@ def test_a_tuner_gives_the_climb_the_windows_told_after_it_left_a_setting() -> N
     told by then, and the climb tries cc 2 (the link's 150 Mbit/s leaves no room up). The
     rate had halved in the last 4 s before that change; once those windows of cc 4 are
     told, the search reopens at cc 4 at once, before cc 2 has a window of its own."""
-    from stork.engine import Engine
-    from stork.server.flow_tuning import FlowTuner
-    from stork.transfer.worker import FileWork
-
     now = [0.0]
     done = threading.Event()
-    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(8)]
-    engine = Engine([Item(f) for f in work], lambda: HeldWorker(done), Setting(4, 1, 1),
-                    lambda *_: None, clock=lambda: now[0])
-    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=150.0)
-    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
-                      write_result=lambda _: None, clock=lambda: now[0])
-    runner = threading.Thread(target=engine.run)
-    runner.start()
+    engine, climb, tuner, runner = tuned_at_cc4(lambda: HeldWorker(done), now)
     lag, load_at = 4.0, [math.inf]
 
     def moved(t0: float, t1: float) -> float:  # bytes of one of 4 calls: 150 Mbit/s, 75 after
