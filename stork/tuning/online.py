@@ -867,8 +867,9 @@ class Climb:
         why = f"{what}, {measured.label()}"
         fell, self._fell = self._fell, None
         if fell is not None and fell[0] == measured.setting:
-            # the search reopened on a fall at this setting, its start measured anew: it
-            # weighs the load, and under it the first try wins the rate back (`_reopen`)
+            # the search reopened on a fall at this setting, its start measured (by the
+            # new load's windows, or anew): it weighs the load, and under it the first try
+            # wins the rate back (`_reopen`)
             self._load_streams = load_streams(streams(measured.setting), fell[1],
                                               measured.mean)
             self._jump = win_back(fell[1], measured.mean)
@@ -908,21 +909,13 @@ class Climb:
         moved = self._moved_since(before_mbps, now_mbps, rates) \
             if start == self.current else []
         new = Measured.of(start, moved) if len(moved) >= self.windows else None
-        steady = new is not None and self._steady(new)
         seen = seen_at or self.current
-        if new is not None and steady:
-            load = load_streams(streams(seen), before_mbps, new.mean)
-        elif seen_at is None:
-            load = load_streams(streams(seen), before_mbps, now_mbps)
-        else:  # one window told late: the start measured anew weighs it (`_start`)
-            load = 0.0
         self._restart(start)
-        self._load_streams = load  # (0 when the rate rose: the load went)
-        if now_mbps < before_mbps and not steady:  # its start, measured anew, tells
-            self._fell = (seen, before_mbps)
-        if new is not None and steady:
-            if new.mean < before_mbps:  # a new load held: its first try wins the rate back
-                self._jump = win_back(before_mbps, new.mean)
+        if now_mbps < before_mbps:  # weighed where its start is measured (`_start`), or
+            self._fell = (seen, before_mbps)  # when that is elsewhere, on what fell there
+            if start != seen and seen_at is None:
+                self._load_streams = load_streams(streams(seen), before_mbps, now_mbps)
+        if new is not None and self._steady(new):
             first = self._start(new, f"{why}; its last {new.count} windows measured the start")
             if first is not None:
                 return Change(first.setting, first.reason, {**figures, **first.figures})
