@@ -893,10 +893,10 @@ class Climb:
         measuring the start again took 15 s under a load that had come 40 s before:
         docs/BENCHMARKS.md 15.28, run M4). Else the change is said even where the flow is
         at its start already, so the windows of the old load are not counted for the
-        new, and a fall is weighed (`load_streams`, `win_back`) on the start measured anew
-        when that is the setting it was seen at (`seen_at`: where a window told late fell,
-        `late`; else the setting in effect), or else, but for a window told late, on
-        `now_mbps`."""
+        new. A fall is weighed (`load_streams`, `win_back`) on the start's measurement,
+        by those windows or anew, when the start is the setting it was seen at (`seen_at`:
+        where a window told late fell, `late`; else the setting in effect); a start
+        elsewhere weighs it on `now_mbps`, but for a window told late."""
         figures = {"hold_mbps": round(before_mbps, 3), "now_mbps": round(now_mbps, 3)}
         start, whence = self._reopen_at(fell=now_mbps < before_mbps)
         said = said or (f"{what} {self.current.label()} went from {before_mbps:.1f} to "
