@@ -413,7 +413,7 @@ class Climb:
         self._regimes: list[dict[Setting, Measured]] = []  # and at the loads before
         self._noise_ss, self._noise_df = 0.0, 0  # the windows' relative spread (`noise`)
         self._left: Measured | None = None  # the setting the flow left, as measured (`late`)
-        self._late_noise: list[Measured] = []  # the settings left, trimmed (`late`)
+        self._late_ss, self._late_df = 0.0, 0  # the spread of the settings left (`late`)
         self._restart()
 
     def _restart(self, start: Setting | None = None) -> None:
@@ -466,7 +466,8 @@ class Climb:
             self._left = trimmed(at, rates) \
                 if change.setting != at and len(rates) >= self.windows else None
             if self._left is not None:
-                self._late_noise.append(self._left)
+                self._late_ss += _spread(self._left)
+                self._late_df += self._left.count - 1
         return change
 
     def late(self, rates: Sequence[float]) -> Change | None:
@@ -488,8 +489,8 @@ class Climb:
                 or self.reference.setting != left.setting:
             return None
         last = Measured.of(left.setting, rates[-1:])
-        noise = pooled_noise(self._late_noise, NOISE_MIN_DF * NOISE_PRIOR ** 2,
-                             NOISE_MIN_DF)
+        noise = pooled_noise((), self._late_ss + NOISE_MIN_DF * NOISE_PRIOR ** 2,
+                             self._late_df + NOISE_MIN_DF)
         moved = abs(last.mean / left.mean - 1) if left.mean > 0 else 0.0
         if moved <= max(self.drift_z * noise * math.sqrt(1 / left.count + 1), FELL_SHARE):
             return None
