@@ -183,6 +183,32 @@ def test_a_halving_the_data_would_end_before_judging_is_not_made() -> None:
     assert "kept from the history" in change.reason
 
 
+def test_a_history_too_noisy_to_decide_leaves_the_try_to_the_flow() -> None:
+    """The grids' 1.074 GB files on Stampede->Gordon: the other datasets of the path had
+    cc 16 p 32 at +0.3% of cc 8 p 32, each over 12 windows spread 40-46%, and the climb
+    took that open verdict, decided on its point estimate (the fewer streams win), as a
+    refusal: it held cc 8 p 32 at 0.74 of the best cell. A history that noisy decides
+    nothing the flow's own windows (5% here) can measure: the flow tries the doubling and
+    keeps it. A history as quiet as the flow still passes the try over."""
+    cc8, cc16 = Setting(8, 32, 2), Setting(16, 32, 2)
+
+    limits = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=1024)
+
+    def surface(s: Setting, t: float) -> float:  # cc 8 and 16 as the dataset measured them
+        return 4870.0 * s.cc / 8 if s.cc <= 8 else 6870.0
+
+    noisy = {cc8: Measured(cc8, 4533.2, 1801.9, 12), cc16: Measured(cc16, 4546.7, 2112.4, 12)}
+    climb = Climb(cc8, limits, known=noisy)
+    changes = run(climb, surface, seconds=60, seed=3)
+    assert changes[0][1].setting == cc16 and "trying cc up" in changes[0][1].reason, changes
+    assert climb.current.cc >= 16
+    quiet = {cc8: Measured(cc8, 4533.2, 200.0, 12), cc16: Measured(cc16, 4546.7, 220.0, 12)}
+    held = Climb(cc8, limits, known=quiet)
+    first = run(held, surface, seconds=20, seed=3)[0][1]
+    assert "cc=16 p=32 pp=2 refused from the history" in first.reason, first.reason
+    assert first.setting != cc16
+
+
 def test_noise_does_not_buy_streams() -> None:
     """On a flat surface with 15% noise, more streams are almost never kept: over 40 seeds
     the climb ends at the prior's streams or fewer in most runs."""

@@ -39,7 +39,9 @@ settled. It answers a `Change` or nothing:
    path's history (`known`, `measured_from_history`) already refuses against the reference
    is passed over without moving the flow; the reference it is judged against is the
    reference's windows now and, when the history has them, then, pooled (`pooled`): a load
-   that changed between the two shows as noise instead of as a gain.
+   that changed between the two shows as noise instead of as a gain. A history whose
+   windows of the neighbour spread more than `drift_z` times the path's noise refuses
+   nothing it leaves within the noise: the flow tries it (`_from_history`).
    A try of fewer streams is made only when the data left would outlast it: when the
    caller says how many seconds of data are left at the reference's rate (`left_s`) and
    how long measuring the setting now in effect took (`try_s`), a halving the data would
@@ -783,7 +785,13 @@ class Climb:
         """What the path's history says of `setting` against the reference: the verdict of
         `judge` on its pooled windows (OPEN when it knows too little), and with as many
         windows as a try may take (`max_windows`) an open one decided as a try's would be
-        (the fewer streams win)."""
+        (the fewer streams win), unless the history's windows of `setting` spread more than
+        `drift_z` times the path's noise (`_steady`): a history pooled over datasets or
+        loads that far apart decides nothing the flow's own windows can measure, and the
+        neighbour is tried (on the grids of ../shared/data the 1.074 GB files of
+        Stampede->Gordon held cc 8 p 32 at 0.74 of the best cell, the other datasets'
+        cc 16 p 32 passed over at +0.3% with windows spread 46%; docs/BENCHMARKS.md
+        15.34)."""
         known = self.known.get(setting)
         if known is None or known.count < self.windows or self.reference is None:
             return Verdict.OPEN, ""
@@ -791,6 +799,9 @@ class Climb:
         then = None if self._ref_known else self.known.get(ref.setting)
         if then is not None:  # the reference then and now: a load that moved is noise
             ref = pooled(ref.setting, [ref, then]) or ref
+        verdict, why, _ = judge(ref, known, min_gain=self.min_gain, z=self.z)
+        if verdict is Verdict.OPEN and not self._steady(known):
+            return verdict, why  # too noisy to decide a try the flow can measure itself
         verdict, why, _ = settled(ref, known, min_gain=self.min_gain, z=self.z,
                                   max_windows=self.max_windows)
         return verdict, why
