@@ -447,7 +447,7 @@ def replay_climb(history: Sequence[TransferRecord], t: TestSet, view: View, limi
     from stork.dataset.chunks import size_class
     from stork.server.flow_tuning import RAMP_S, climb_for
     from stork.transfer.worker import Setting
-    from stork.tuning.online import WINDOW_S
+    from stork.tuning.verdicts import WINDOW_S
 
     r = t.rows[0]
     d = t.description()

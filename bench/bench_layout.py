@@ -23,10 +23,10 @@ A last table, over every dataset whatever its size, answers one for the online c
 (`stork.tuning.online.Climb`'s `alike_axes`): from each (cc, p) whose two halvings, (cc/2, p)
 and (cc, p/2), were both measured, when one of them lost more than 5%, how often the other
 lost more than 5% too; by the datasets' size class (`chunks.size_class`, the file size
-against the table's bandwidth-delay product). And one for its knee (`online.KNEE_GAIN`):
+against the table's bandwidth-delay product). And one for its knee (`path_history.KNEE_GAIN`):
 from each (cc, p) whose doubling and halving were both measured, by how much the doubling
 gained, how often the halving lost more than 5% (along the same axis; for large files also
-along the other). And one for `online.lost_above`: when a halving lost more than 5% with
+along the other). And one for `path_history.lost_above`: when a halving lost more than 5% with
 more streams on the other axis, how often the same halving below it did too. And one for
 `online.FELL_SHARE`: what a doubling of cc or p lost, as shares of the doublings that lost
 less.
@@ -145,7 +145,7 @@ def losses_above(sets: Sequence[TestSet]) -> dict[tuple[SizeClass, str, bool], t
     the other axis) -> (pairs, of which the halving below lost more than 5%), over every
     (cc, p) whose halving along the axis was measured, each paired with every (cc, p') with
     p' > p (or (cc', p) with cc' > cc) whose same halving was measured too (each cell the
-    median of every repeat of every pipelining depth): `online.lost_above`'s evidence."""
+    median of every repeat of every pipelining depth): `path_history.lost_above`'s evidence."""
     out: dict[tuple[SizeClass, str, bool], tuple[int, int]] = {}
     for cls, rate in classed_rates(sets):
         for cell, here in rate.items():

@@ -15,24 +15,22 @@ from stork.dataset.chunks import SizeClass
 from stork.transfer.worker import Item, ItemResult, Report, Setting, Worker
 from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import Limits
-from stork.tuning.online import (
+from stork.tuning.online import Change, Climb, _jumped, load_streams, win_back
+from stork.tuning.path_history import (
+    measured_from_history,
+    prior_from_history,
+    prior_from_optimizer,
+)
+from stork.tuning.verdicts import (
     MAX_WINDOWS,
     MIN_GAIN,
-    Change,
-    Climb,
     Measured,
     Verdict,
     Z,
-    _jumped,
     judge,
-    load_streams,
-    measured_from_history,
     pooled,
-    prior_from_history,
-    prior_from_optimizer,
     settled,
     streams,
-    win_back,
 )
 from tests.support import wait_for
 

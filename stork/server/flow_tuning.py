@@ -122,7 +122,7 @@ def shortest_tuned_s(budget: float) -> float:
     judged try (RAMP_S, then WINDOWS windows) must fit in `budget` (EOS_SAMPLING_BUDGET) of
     it, as two EOS samples must; a shorter file runs at the preset untouched, as the EOS
     answers one without sampling (`FileRun`). 0 with no budget: every file is tuned."""
-    from stork.tuning.online import WINDOW_S, WINDOWS
+    from stork.tuning.verdicts import WINDOW_S, WINDOWS
 
     return (RAMP_S + WINDOWS * WINDOW_S) / budget if budget > 0 else 0.0
 
@@ -136,7 +136,7 @@ def shares_path(chunk: Chunk, link_mbps: float) -> bool:
     files of 64 MiB), a chunk at its preset cc 8 went to a prior of cc 2 a second in, and
     the prior took effect only as the 64 MiB calls taken at cc 8 ended: its start was
     measured 37 s in (docs/BENCHMARKS.md 15.25)."""
-    from stork.tuning.online import WINDOW_S
+    from stork.tuning.verdicts import WINDOW_S
 
     window_bytes = WINDOW_S * link_mbps * 1e6 / 8
     return len(chunk.indexes) > chunk.params.cc or chunk.total_bytes >= window_bytes
@@ -164,12 +164,9 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     choose (default `tuning_limits`; a replay passes the levels its table measured), cc at
     most `items` either way."""
     from stork.dataset.chunks import SizeClass
-    from stork.tuning.online import (
-        Climb,
-        Measured,
-        measured_from_history,
-        prior_from_history,
-    )
+    from stork.tuning.online import Climb
+    from stork.tuning.path_history import measured_from_history, prior_from_history
+    from stork.tuning.verdicts import Measured
 
     limits = (limits or tuning_limits()).at_most_cc(items)
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
@@ -191,7 +188,7 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
         by = CONTROLLERS.get(name)
     if by is not None and dataset is not None and settings is not None:
         from stork.server.tuning import optimizer_named
-        from stork.tuning.online import prior_from_optimizer
+        from stork.tuning.path_history import prior_from_optimizer
 
         prior, why = prior_from_optimizer(optimizer_named(by, settings)[0],
                                           list(reversed(history)), dataset, limits)
@@ -214,7 +211,7 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
 
 def blocks(windows: list[Window]) -> list[Window]:
     """The flow's windows joined into the controller's (`WINDOW_S`, whole ones only)."""
-    from stork.tuning.online import WINDOW_S
+    from stork.tuning.verdicts import WINDOW_S
 
     out: list[Window] = []
     group: list[Window] = []

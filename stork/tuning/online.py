@@ -167,37 +167,46 @@ Each change carries its reason and its figures, which the job's ad records. The 
 (`stork.server.flow_tuning`) resets the rates after a change it applies, and counts a
 window only once every call in flight was taken at the new setting (a change of `p`
 applies to a worker's next call).
+
+A setting's windows and the verdict on a try (`judge`, `settled`, `pooled`, `trimmed`)
+are in `stork.tuning.verdicts`; what the transfer log says of the path
+(`measured_from_history`, `prior_from_history`, `past_knee`, `lost_above`) in
+`stork.tuning.path_history`.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
-from stork.dataset.chunks import SizeClass, size_class
 from stork.transfer.worker import Setting
-from stork.translog import COMPLETED, TransferRecord
-from stork.tuning.base import DatasetDescription, Limits, Optimizer, ProbeResult
+from stork.tuning.base import Limits
+from stork.tuning.path_history import lost_above, past_knee
+from stork.tuning.verdicts import (
+    AXES,
+    MAX_WINDOWS,
+    MIN_GAIN,
+    NOISE_MIN_DF,
+    NOISE_PRIOR,
+    WINDOW_S,
+    WINDOWS,
+    Measured,
+    Verdict,
+    Z,
+    judge,
+    neighbour,
+    pooled,
+    pooled_noise,
+    settled,
+    spread_ss,
+    streams,
+    trimmed,
+)
 
-WINDOW_S = 2.0  # the windows it judges (the tools report every second or two, a list call
-# of small files as each lands: rates over one second are lumpy)
-WINDOWS = 3  # full windows measured at a setting before it is judged,
-MAX_WINDOWS = 8  # and at most, while the difference stays within the noise
-MIN_GAIN = 0.05  # a gain smaller than this is no gain (and fewer streams win)
-Z = 2.0  # standard errors of the difference a gain must clear
 DRIFT_Z = 3.0  # a hold's drift: this many spreads of its windows,
 DRIFT_SHARE = 0.15  # and this share of its mean, twice in a row
-NOISE_PRIOR = 0.10  # a window's relative spread until a job has measured its own (the
-# testbed's windows at one setting spread 2.7-9.5% of their mean in BENCHMARKS 15.18-15.20:
-# the noisy end), over this many degrees of freedom (two measurements of 3 windows)
-NOISE_MIN_DF = 4
-HISTORY_MIN_S = 3.0  # a transfer log row shorter than this says little of its setting
-SIZE_NEAR = 2.0  # rows of files within this factor of the job's own (`measured_from_history`)
-KNEE_GAIN = 0.025  # a doubling that gained this much puts a halving past the knee (see the
-# module: chosen on the (cc, p, pp) grids of ../shared/data by `bench/bench_layout.py`)
 WIN_BACK = 0.9  # the share of a flow's rate before a load came that its first try under
 # the load aims to win back (issue 28's load target), with at most
 JUMP_MAX = 8  # this many times the streams at once (three doublings: a wrong jump costs
@@ -205,26 +214,6 @@ JUMP_MAX = 8  # this many times the streams at once (three doublings: a wrong ju
 FELL_SHARE = 0.20  # a try of more streams this far below the reference: a load came (see
 # the module; of 1080 doublings of cc or p on the (cc, p, pp) grids of ../shared/data, 97.5%
 # lost less than 19.1%: `bench/bench_layout.py`'s last table)
-TRIM_FROM = 5  # windows of a setting from which `trimmed` leaves the farthest out
-AXES = ("cc", "p")
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A setting's windows: their mean and spread (Mbit/s)."""
-
-    setting: Setting
-    mean: float
-    stdev: float
-    count: int
-
-    @classmethod
-    def of(cls, setting: Setting, rates: Sequence[float]) -> Measured:
-        stdev = statistics.stdev(rates) if len(rates) > 1 else 0.0
-        return cls(setting, statistics.fmean(rates), stdev, len(rates))
-
-    def label(self) -> str:
-        return f"{self.setting.label()}: {self.mean:.1f} ± {self.stdev:.1f} Mbit/s"
 
 
 @dataclass(frozen=True)
@@ -234,23 +223,6 @@ class Change:
     setting: Setting
     reason: str
     figures: dict[str, float] = field(default_factory=dict)
-
-
-def streams(setting: Setting) -> int:
-    return setting.cc * setting.p
-
-
-def _moved(setting: Setting, axis: str, up: bool, limits: Limits) -> Setting | None:
-    """`setting` with `axis` doubled (up) or halved, inside `limits`; None when it cannot
-    move that way."""
-    value = getattr(setting, axis)
-    top = limits.max_cc if axis == "cc" else limits.max_p
-    new = min(value * 2, top) if up else max(value // 2, 1)
-    if new == value:
-        return None
-    moved = Setting(new, setting.p, setting.pp) if axis == "cc" else \
-        Setting(setting.cc, new, setting.pp)
-    return moved if streams(moved) <= limits.max_streams else None
 
 
 def load_streams(n: int, before_mbps: float, now_mbps: float) -> float:
@@ -294,79 +266,11 @@ def _jumped(setting: Setting, factor: int, limits: Limits) -> Setting | None:
     as far as it can go), or None when it cannot go up at all."""
     out = None
     for _ in range(max(int(math.log2(factor)), 1)):
-        up = _moved(out or setting, "cc", True, limits)
+        up = neighbour(out or setting, "cc", True, limits)
         if up is None:
             return out
         out = up
     return out
-
-
-class Verdict(Enum):
-    KEPT = "kept"
-    REFUSED = "refused"
-    OPEN = "open"  # the difference is within the noise: more windows may tell
-
-
-def judge(ref: Measured, tried: Measured, *, min_gain: float, z: float
-          ) -> tuple[Verdict, str, dict[str, float]]:
-    """`tried` against `ref`: more streams are kept when the gain, less the noise (`z`
-    standard errors of the difference, from the spread of each one's windows), still
-    reaches `min_gain`, and refused when even the gain plus the noise does not; fewer
-    streams are kept when the loss, noise included, stays within `min_gain` (with gains
-    within 5%, the fewer streams win), and refused when it passes it even less the noise.
-    Between the two the verdict is open (a test repeated as windows come in: so strict a
-    bar keeps the repeated looks from buying streams on noise)."""
-    gain = tried.mean / ref.mean - 1 if ref.mean > 0 else math.inf
-    noise = z * math.sqrt(ref.stdev ** 2 / ref.count + tried.stdev ** 2 / tried.count)
-    share = noise / ref.mean if ref.mean > 0 else 0.0
-    figures = {"reference_mbps": round(ref.mean, 3), "tried_mbps": round(tried.mean, 3),
-               "gain": round(gain, 4), "noise": round(share, 4),
-               "windows": float(tried.count)}
-    what = f"{tried.label()} ({tried.count} windows) against {ref.label()}: {gain:+.1%}"
-    if streams(tried.setting) > streams(ref.setting):
-        if gain - share >= min_gain:
-            return Verdict.KEPT, (f"{what}, at least {min_gain:.0%} even less the noise "
-                                  f"({share:.1%})"), figures
-        if gain + share < min_gain:
-            return Verdict.REFUSED, (f"{what}, below {min_gain:.0%} even with the noise "
-                                     f"({share:.1%})"), figures
-        return Verdict.OPEN, f"{what}, within the noise ({share:.1%})", figures
-    if gain - share >= -min_gain:
-        return Verdict.KEPT, (f"{what} with fewer streams, within {min_gain:.0%} even less "
-                              f"the noise ({share:.1%})"), figures
-    if gain + share < -min_gain:
-        return Verdict.REFUSED, (f"{what} with fewer streams, a loss past {min_gain:.0%} "
-                                 f"even with the noise ({share:.1%})"), figures
-    return Verdict.OPEN, f"{what} with fewer streams, within the noise ({share:.1%})", figures
-
-
-def settled(ref: Measured, tried: Measured, *, min_gain: float, z: float,
-            max_windows: int) -> tuple[Verdict, str, dict[str, float]]:
-    """`judge`, with a verdict still open when `tried` has `max_windows` windows or more
-    decided on the point estimate, as the climb decides a try left open that long: fewer
-    streams are kept when they lose no more than `min_gain`; more streams when their gain
-    less one standard error of the difference (`judge`'s noise over `z`) still reaches
-    `min_gain`, else they are refused. While open, `judge` asks for `z` standard errors,
-    so the repeated looks buy no streams on noise; at the last look a verdict must be
-    given, and a try open that long has had its first and last windows compared for a load
-    that moved (`Climb.step`). One standard error and not none: the tries that reach the
-    last look are those whose early windows looked well (a poor start is refused at
-    once), so their gain reads high (on a flat surface with windows spread 5%, a bar of the
-    gain alone past 5% and past the noise kept p 2 at +5.1% and +5.8% in
-    `tests/test_online.py::test_a_load_step_reopens_the_search_from_the_prior`)."""
-    verdict, why, figures = judge(ref, tried, min_gain=min_gain, z=z)
-    if verdict is Verdict.OPEN and tried.count >= max_windows:
-        fewer = streams(tried.setting) < streams(ref.setting)
-        gain, noise = figures["gain"], figures["noise"]
-        kept = gain >= -min_gain if fewer else gain - noise / z >= min_gain
-        verdict = Verdict.KEPT if kept else Verdict.REFUSED
-        why += f"; still open after {tried.count} windows: " + (
-            "the fewer streams win" if kept and fewer else
-            f"a gain past {min_gain:.0%} by one standard error ({noise / z:.1%}): kept"
-            if kept else
-            f"a loss of {-gain:.1%}, past {min_gain:.0%}: kept the reference" if fewer
-            else "the fewer streams win: kept the reference")
-    return verdict, why, figures
 
 
 class Climb:
@@ -450,7 +354,7 @@ class Climb:
             return None
         for axis in self.axes:  # (a halving of p 3 is p 1, whose doubling is p 2)
             above = [m for s, m in self.known.items() if m.count >= self.windows
-                     and _moved(s, axis, False, self.limits) == self.prior]
+                     and neighbour(s, axis, False, self.limits) == self.prior]
             if above:  # (p 2 and p 3 both halve to p 1: the faster is the reference)
                 return axis, max(above, key=lambda m: m.mean).setting
         return None
@@ -468,7 +372,7 @@ class Climb:
             self._left = trimmed(at, rates) \
                 if change.setting != at and len(rates) >= self.windows else None
             if self._left is not None:
-                self._late_ss += _spread(self._left)
+                self._late_ss += spread_ss(self._left)
                 self._late_df += self._left.count - 1
         return change
 
@@ -637,7 +541,7 @@ class Climb:
         passed: list[str] = []
         while self._todo:
             axis, up = self._todo.pop(0)
-            moved = _moved(ref, axis, up, self.limits)
+            moved = neighbour(ref, axis, up, self.limits)
             jump, self._jump = self._jump, 1  # the start's first move only
             if jump > 1 and axis == "cc" and up and moved is not None:
                 moved = _jumped(ref, jump, self.limits) or moved
@@ -973,7 +877,7 @@ class Climb:
     def _saw(self, measured: Measured) -> None:
         """The flow measured `measured` at the load of now (and its spread is the path's
         noise: `noise`)."""
-        self._noise_ss += _spread(measured)
+        self._noise_ss += spread_ss(measured)
         self._noise_df += max(measured.count - 1, 0)
         before = self._regime.get(measured.setting)
         self._regime[measured.setting] = \
@@ -990,220 +894,3 @@ class Climb:
                     and not self._apart(then, start, (start,)):
                 return regime
         return None
-
-
-def _spread(m: Measured) -> float:
-    """The sum of squares of `m`'s windows about their mean, as shares of it."""
-    return (m.count - 1) * (m.stdev / m.mean) ** 2 if m.count > 1 and m.mean > 0 else 0.0
-
-
-def trimmed(setting: Setting, rates: Sequence[float]) -> Measured:
-    """`rates` measured at `setting`, from `TRIM_FROM` windows on without the one farthest
-    from their median: a window across a change (a ramp, a load that came in the last
-    one) would widen a setting's spread many times (see `Climb.late`)."""
-    if len(rates) >= TRIM_FROM:
-        middle = statistics.median(rates)
-        rates = list(rates)
-        rates.remove(max(rates, key=lambda r: abs(r - middle)))
-    return Measured.of(setting, rates)
-
-
-def pooled_noise(parts: Iterable[Measured], ss: float = 0.0, df: int = 0) -> float:
-    """The spread of one window at an unchanged setting as a share of its mean, pooled over
-    `parts` (each one's windows about its own mean) and `ss` over `df` degrees of freedom
-    already counted; `NOISE_PRIOR` below `NOISE_MIN_DF` degrees of freedom."""
-    for m in parts:
-        ss, df = ss + _spread(m), df + max(m.count - 1, 0)
-    return math.sqrt(ss / df) if df >= NOISE_MIN_DF else NOISE_PRIOR
-
-
-def pooled(setting: Setting, parts: Iterable[Measured]) -> Measured | None:
-    """Measurements of one setting taken apart, as one: their windows' mean and spread
-    (within each and between them)."""
-    parts = [m for m in parts if m.count > 0]
-    count = sum(m.count for m in parts)
-    if not count:
-        return None
-    mean = sum(m.mean * m.count for m in parts) / count
-    squares = sum((m.count - 1) * m.stdev ** 2 + m.count * (m.mean - mean) ** 2
-                  for m in parts)
-    return Measured(setting, mean, math.sqrt(squares / (count - 1)) if count > 1 else 0.0,
-                    count)
-
-
-# -- the prior --------------------------------------------------------------------------
-
-def measured_from_history(history: Iterable[TransferRecord], *, src_host: str | None,
-                          dest_host: str | None, cls: SizeClass, bdp_bytes: float, load: int,
-                          limits: Limits, file_bytes: float | None = None,
-                          near_only: bool = False) -> dict[Setting, Measured]:
-    """What the transfer log knows of each setting on this path for this size class, pooled
-    (`pooled`): of files within `SIZE_NEAR` times the job's mean `file_bytes` either way
-    when there are such rows (with `near_only`, only those), and of those the rows at the
-    same known load when there are any; a host of None: any. A row counts as its
-    `duration_s` in WINDOW_S windows with its spread (a row without one, a whole transfer,
-    as one window at its mean).
-
-    A size class is wide (small files are anything under one BDP), and what a file needs
-    changes inside it: on the Stampede->Gordon grids of ../shared/data (40 ms, 10 Gbps,
-    small below 50 MB) files of 3.1 MB moved best at p 1 and pipelining 16, files of 23.6
-    MB at p 8 and pipelining 2-8. Pooled over the class, a job of 3.1 MB files started
-    at the 23.6 MB files' p 4 pp 4 and, small files climbing cc alone, held it at 0.49-0.86
-    of the best cell (docs/BENCHMARKS.md 15.30). The factor is a doubling either way, not
-    chosen on those grids."""
-    rows = [r for r in history
-            if (src_host is None or r.src_host == src_host)
-            and (dest_host is None or r.dest_host == dest_host)
-            and r.outcome == COMPLETED and r.duration_s >= HISTORY_MIN_S
-            and r.throughput_mbps > 0
-            and size_class(round(r.file_size_bytes), bdp_bytes) is cls]
-    if file_bytes:
-        rows = [r for r in rows if file_bytes / SIZE_NEAR <= r.file_size_bytes
-                <= file_bytes * SIZE_NEAR] or ([] if near_only else rows)
-    rows = [r for r in rows if r.sharing == load] or rows
-    parts: dict[Setting, list[Measured]] = {}
-    for r in rows:
-        setting = Setting(r.cc, r.p, r.pp)
-        if setting.cc <= limits.max_cc and setting.p <= limits.max_p \
-                and streams(setting) <= limits.max_streams:
-            windows = max(int(r.duration_s / WINDOW_S), 1) if r.spread_mbps is not None else 1
-            parts.setdefault(setting, []).append(
-                Measured(setting, r.throughput_mbps, r.spread_mbps or 0.0, windows))
-    out = {s: pooled(s, ms) for s, ms in parts.items()}
-    return {s: m for s, m in out.items() if m is not None}
-
-
-def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
-                       limits: Limits | None = None, axes: Sequence[str] = (),
-                       windows: int = WINDOWS, max_windows: int = MAX_WINDOWS,
-                       min_gain: float = MIN_GAIN, alike_axes: bool = False,
-                       whose: str = "the path's history") -> tuple[Setting, str]:
-    """Where to start: of the settings the path's history measured (`measured_from_history`;
-    `whose` says whose history it is)
-    the fewest streams within `min_gain` of the best, else `preset`; with why. Each setting
-    is ranked by what it surely makes (`_lower`: its mean less `Z` standard errors), not by
-    its mean: of many settings each seen a few times, the highest mean is the luckiest as
-    often as the best (on the grids of ../shared/data, where a table's datasets are each
-    other's history, the prior by the mean chose cc 8 p 32 pp 32 for the 1 GiB files from
-    12 windows at 4538 ± 2212 Mbit/s, 0.44 of the best cell; docs/BENCHMARKS.md 13.5).
-    A setting the climb would refuse against the best-ranked one (`settled`: a loss past
-    `min_gain`, on the point estimate once measured over `max_windows`) is not chosen
-    however close its bound: its own noise pulls the bound of the best down as much as its
-    own (on wan40 a job refused cc 4 p 4 at -6.2% over 8 windows, and the next job started
-    from it; docs/BENCHMARKS.md 15.25).
-
-    With `axes` (and `limits`), a halving of that setting along the first of them that the
-    history has not measured over `windows` windows is where the job starts instead: the
-    climb judges it as a try against the history's measurement of that setting. A
-    job too short to judge a halving in its middle (the tail rule) can still measure one at
-    its start, so the path's next jobs know whether fewer streams would do; each job on the
-    path measures at most one setting it has not. With `alike_axes` (large files, see the
-    module) no halving is started at whose streams are no more than those of a setting the
-    history shows losing to the chosen one (`judge` refuses it)."""
-    if not known:
-        return preset, (f"no transfer of this size class on this path in the log: the "
-                        f"preset {preset.label()}")
-    share = pooled_noise(known.values())
-    bound = {s: _lower(m, share) for s, m in known.items()}
-    best = max(bound.values())
-    top = max(known.values(), key=lambda m: bound[m.setting])
-
-    def refused(ref: Measured, m: Measured) -> bool:
-        return m is not ref and settled(ref, m, min_gain=min_gain, z=Z,
-                                        max_windows=max_windows)[0] is Verdict.REFUSED
-
-    near = [m for m in known.values()
-            if bound[m.setting] >= best * (1 - min_gain) and not refused(top, m)]
-    chosen = min(near, key=lambda m: (streams(m.setting), -bound[m.setting]))
-    why = (f"{whose} ({len(known)} settings measured): {chosen.label()} over "
-           f"{chosen.count} windows, at least {bound[chosen.setting]:.1f} Mbit/s: the fewest "
-           f"streams within {min_gain:.0%} of the best such bound, {best:.1f} Mbit/s")
-    too_few = max((streams(m.setting) for m in known.values() if alike_axes
-                   and streams(m.setting) < streams(chosen.setting) and m.count >= windows
-                   and refused(chosen, m)),
-                  default=0)
-    for axis in axes:
-        assert limits is not None, "a halving is bounded by the limits"
-        fewer = _moved(chosen.setting, axis, False, limits)
-        if fewer is not None and streams(fewer) <= too_few:
-            why += f"; not starting at {fewer.label()}: {too_few} streams already lost"
-            continue
-        if fewer is not None and (knee := past_knee(chosen, known, axis, limits,
-                                                    alike=alike_axes, windows=windows)):
-            why += f"; not starting at {fewer.label()}: {knee}"
-            continue
-        if fewer is not None and (above := lost_above(chosen.setting, known, axis, limits,
-                                                      min_gain=min_gain, windows=windows)):
-            why += f"; not starting at {fewer.label()}: {above}"
-            continue
-        if fewer is not None and (fewer not in known or known[fewer].count < windows):
-            return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
-                           f"history has not measured")
-    return chosen.setting, why
-
-
-def lost_above(setting: Setting, known: Mapping[Setting, Measured], axis: str,
-               limits: Limits, *, min_gain: float, windows: int) -> str:
-    """Why halving `setting` along `axis` would lose past `min_gain` without a try, or "":
-    the history measured that halving from a setting with the same `axis` and as much of
-    the other axis or more, and it lost more than `min_gain` (point estimates, each over
-    `windows` windows or more). With fewer streams on the other axis, each step of `axis`
-    carries more of the rate, so the halving loses more: on the (cc, p, pp) grids of
-    ../shared/data, after such a loss the halving below it lost more than 5% in 88-89% of
-    the cases along cc and 81-89% along p for medium and large files (99% along cc for
-    small ones), against 22-35% where the halving above kept within 5%
-    (`bench/bench_layout.py`)."""
-    other = "p" if axis == "cc" else "cc"
-    for s, m in known.items():
-        if getattr(s, axis) != getattr(setting, axis) \
-                or getattr(s, other) < getattr(setting, other) or m.count < windows:
-            continue
-        half = _moved(s, axis, False, limits)
-        h = known.get(half) if half is not None else None
-        if h is not None and h.count >= windows and m.mean > 0 \
-                and h.mean / m.mean - 1 < -min_gain:
-            return (f"halving {axis} lost {h.mean / m.mean - 1:+.1%} already at "
-                    f"{s.label()} ({h.label()}), with as many streams on {other} or more")
-    return ""
-
-
-def past_knee(ref: Measured, known: Mapping[Setting, Measured], axis: str, limits: Limits,
-              *, alike: bool, windows: int) -> str:
-    """Why halving `ref`'s setting along `axis` would lose past `MIN_GAIN` without a try,
-    or "": a doubling of it (along `axis`; with `alike`, large files, along either, as both
-    add whole streams) measured over `windows` windows or more made `KNEE_GAIN` more than
-    it (the point estimates). The rate rises with streams ever more slowly up to the knee,
-    so a doubling that still gained puts the setting at the knee or below it, where half
-    its streams lose more: on the (cc, p, pp) grids of ../shared/data, after a doubling
-    that gained 2.5% or more the halving lost more than 5% in 90% of the cases for large
-    files (79% along the other axis), 92% for medium and 79% for small ones, against
-    22-71% after one that gained less (`bench/bench_layout.py`)."""
-    if ref.mean <= 0:
-        return ""
-    for a in (AXES if alike else (axis,)):
-        up = _moved(ref.setting, a, True, limits)
-        m = known.get(up) if up is not None else None
-        if m is not None and m.count >= windows and m.mean / ref.mean - 1 >= KNEE_GAIN:
-            return (f"past the knee: twice the streams, {m.label()}, made "
-                    f"{m.mean / ref.mean - 1:+.1%} of {ref.setting.label()}'s "
-                    f"{ref.mean:.1f}, {KNEE_GAIN:.1%} or more")
-    return ""
-
-
-def _lower(m: Measured, share: float) -> float:
-    """What `m`'s setting surely makes: its mean less Z standard errors (its own spread, or
-    the history's `share` of its mean when that is wider: one lucky row is not a rate)."""
-    return m.mean - Z * max(m.stdev, share * m.mean) / math.sqrt(m.count)
-
-
-def prior_from_optimizer(optimizer: Optimizer, history: Sequence[TransferRecord],
-                         dataset: DatasetDescription, limits: Limits) -> tuple[Setting, str]:
-    """A probing optimizer's choice from the transfer log alone, as a controller's prior:
-    every probe it asks for is answered as sending nothing (`ProbeResult.empty`), so it
-    stops probing and decides from its history (HARP's surfaces, ASM's cluster for the
-    load); with why. `history` oldest first."""
-    decision = optimizer.optimize(history, dataset, limits,
-                                  lambda params, size_bytes: ProbeResult(params, 0.0))
-    p = decision.params
-    return Setting(p.cc, p.p, p.pp), (f"{optimizer.name}'s choice from the transfer log: "
-                                      f"{decision.reason}")

@@ -31,8 +31,8 @@ OPTIMIZERS: dict[str, type[Optimizer]] = {
 # controllers of a running flow (`stork.tuning.online.Climb`): not an `Optimizer`, they are
 # stepped on the engine's measurements (`stork.server.flow_tuning`). Each name says where
 # its prior comes from: the optimizer of OPTIMIZERS whose choice from the transfer log alone
-# (`online.prior_from_optimizer`: HARP's surfaces, ASM's load-matched cluster) it starts at,
-# or None for the path's own history pooled per setting (`online.prior_from_history`)
+# (`path_history.prior_from_optimizer`: HARP's surfaces, ASM's load-matched cluster) it starts at,
+# or None for the path's own history pooled per setting (`path_history.prior_from_history`)
 CONTROLLERS: dict[str, str | None] = {Climb.name: None, "harp-climb": HarpOptimizer.name,
                                       "asm-climb": AsmOptimizer.name}
 
