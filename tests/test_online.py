@@ -187,7 +187,10 @@ def test_a_history_too_noisy_to_decide_leaves_the_try_to_the_flow() -> None:
     took that open verdict, decided on its point estimate (the fewer streams win), as a
     refusal: it held cc 8 p 32 at 0.74 of the best cell. A history that noisy decides
     nothing the flow's own windows (5% here) can measure: the flow tries the doubling and
-    keeps it. A history as quiet as the flow still passes the try over."""
+    keeps it. A history as quiet as the flow still passes the try over, and so does one
+    spread as wan40's was (a try its last job left open after 8 windows, its windows
+    spread 10.2%) on a path whose own windows spread 0.2%: the floor of the bar is the
+    noise a path is assumed to have before it measures its own."""
     cc8, cc16 = Setting(8, 32, 2), Setting(16, 32, 2)
 
     limits = Limits(max_cc=32, max_p=32, max_pp=32, max_streams=1024)
@@ -205,6 +208,14 @@ def test_a_history_too_noisy_to_decide_leaves_the_try_to_the_flow() -> None:
     first = run(held, surface, seconds=20, seed=3)[0][1]
     assert "cc=16 p=32 pp=2 refused from the history" in first.reason, first.reason
     assert first.setting != cc16
+    cc4, up = Setting(4, 4, 1), Setting(8, 4, 1)
+    wan40 = {up: Measured(up, 196.5, 20.0, 9), cc4: Measured(cc4, 192.7, 19.5, 9)}  # +2%
+    quiet_path = Climb(cc4, Limits(max_cc=8, max_p=4, max_pp=1, max_streams=32), axes=("cc",),
+                       known=wan40)
+    change = quiet_path.step([193.0, 193.5, 192.6, 193.2, 192.8, 193.4])  # the start
+    assert quiet_path.noise() < 0.005
+    assert change is not None and "cc=8 p=4 pp=1 refused from the history" in change.reason
+    assert change.setting != up, change
 
 
 def test_noise_does_not_buy_streams() -> None:

@@ -40,8 +40,9 @@ settled. It answers a `Change` or nothing:
    is passed over without moving the flow; the reference it is judged against is the
    reference's windows now and, when the history has them, then, pooled (`pooled`): a load
    that changed between the two shows as noise instead of as a gain. A history whose
-   windows of the neighbour spread more than `drift_z` times the path's noise refuses
-   nothing it leaves within the noise: the flow tries it (`_from_history`).
+   windows of the neighbour spread more than `drift_z` times the path's noise (at least
+   `NOISE_PRIOR`) refuses nothing it leaves within the noise: the flow tries it
+   (`_from_history`).
    A try of fewer streams is made only when the data left would outlast it: when the
    caller says how many seconds of data are left at the reference's rate (`left_s`) and
    how long measuring the setting now in effect took (`try_s`), a halving the data would
@@ -690,12 +691,14 @@ class Climb:
         `judge` on its pooled windows (OPEN when it knows too little), and with as many
         windows as a try may take (`max_windows`) an open one decided as a try's would be
         (the fewer streams win), unless the history's windows of `setting` spread more than
-        `drift_z` times the path's noise (`_steady`): a history pooled over datasets or
-        loads that far apart decides nothing the flow's own windows can measure, and the
-        neighbour is tried (on the grids of ../shared/data the 1.074 GB files of
+        `drift_z` times the path's noise, and at least `NOISE_PRIOR`: a history pooled over
+        datasets or loads that far apart decides nothing the flow can measure itself, and
+        the neighbour is tried (on the grids of ../shared/data the 1.074 GB files of
         Stampede->Gordon held cc 8 p 32 at 0.74 of the best cell, the other datasets'
-        cc 16 p 32 passed over at +0.3% with windows spread 46%; docs/BENCHMARKS.md
-        15.34)."""
+        cc 16 p 32 passed over at +0.3% with windows spread 46%; docs/BENCHMARKS.md 15.34).
+        The floor keeps a quiet path from trying again what its last job left open after
+        `max_windows` (on wan40 cc 4 p 4 at -5.1%, its windows spread 10.2% against the
+        start's 0.4%: 15.34's run D64)."""
         known = self.known.get(setting)
         if known is None or known.count < self.windows or self.reference is None:
             return Verdict.OPEN, ""
@@ -704,8 +707,9 @@ class Climb:
         if then is not None:  # the reference then and now: a load that moved is noise
             ref = pooled(ref.setting, [ref, then]) or ref
         verdict, why, _ = judge(ref, known, min_gain=self.min_gain, z=self.z)
-        if verdict is Verdict.OPEN and not self._steady(known):
-            return verdict, why  # too noisy to decide a try the flow can measure itself
+        if verdict is Verdict.OPEN and known.mean > 0 and known.stdev / known.mean \
+                > self.drift_z * max(self.noise(), NOISE_PRIOR):  # too noisy to decide
+            return verdict, why
         verdict, why, _ = settled(ref, known, min_gain=self.min_gain, z=self.z,
                                   max_windows=self.max_windows)
         return verdict, why
