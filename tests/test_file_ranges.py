@@ -174,6 +174,7 @@ def test_the_last_ranges_of_a_file_are_cut_into_pieces_and_every_byte_sent_once(
         assert job["state"] == "COMPLETED", job
         assert filecmp.cmp(src, dest, shallow=False)
         assert job["result"]["range_bytes"] == 8 * MB
+        assert job["result"]["streams_used"] == 2  # two ranges in flight, one stream each
         spans = sorted((int(option(r, "-partial-offset") or -1),
                         int(option(r, "-partial-length") or -1)) for r in invocations(calls))
         assert spans[0][0] == 0 and sum(n for _, n in spans) == size

@@ -441,7 +441,8 @@ class Attempts:
 
     def _outcome(self, plan: Plan, result: AttemptResult) -> AttemptOutcome:
         """The facts the judge needs (this is where the destination is looked at)."""
-        facts = AttemptOutcome(plan.attempt_no, result, plan.dest_url, streams=plan.streams,
+        streams = result.streams if result.streams is not None else plan.streams
+        facts = AttemptOutcome(plan.attempt_no, result, plan.dest_url, streams=streams,
                                bytes_before=plan.bytes_in_destination)
         if result.killed_reason is not None:
             return facts

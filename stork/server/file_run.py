@@ -305,9 +305,11 @@ class FileRun:
             failure = RetryableTransferError(
                 f"{size - done} bytes of the file were not sent (no range answered for "
                 f"them)")
+        ran = engine.setting.cc * engine.setting.p  # the ranges in flight at the end, each p
         if failure is not None:
-            return AttemptResult(1, str(failure), done - before, seconds, failure=failure)
-        return AttemptResult(0, "", done - before, seconds)
+            return AttemptResult(1, str(failure), done - before, seconds, failure=failure,
+                                 streams=ran)
+        return AttemptResult(0, "", done - before, seconds, streams=ran)
 
     def _bdp(self) -> float:
         return self.settings.link_mbps * 1e6 / 8 * (self._rtt_s() or 0.0)

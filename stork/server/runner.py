@@ -42,6 +42,7 @@ class AttemptResult:
     duration_s: float
     killed_reason: StopReason | None = None  # set when Stork stopped the child
     failure: TransferError | None = None  # judged already (an engine run's failed range)
+    streams: int | None = None  # an engine run's streams at its end (cc x p), not the plan's
 
 
 class AttemptProcess:
