@@ -707,9 +707,8 @@ class Climb:
         if then is not None:  # the reference then and now: a load that moved is noise
             ref = pooled(ref.setting, [ref, then]) or ref
         verdict, why, _ = judge(ref, known, min_gain=self.min_gain, z=self.z)
-        if verdict is Verdict.OPEN and known.mean > 0 and known.stdev / known.mean \
-                > self.drift_z * max(self.noise(), NOISE_PRIOR):  # too noisy to decide
-            return verdict, why
+        if verdict is Verdict.OPEN and not self._steady(known, floor=NOISE_PRIOR):
+            return verdict, why  # too noisy to decide
         verdict, why, _ = settled(ref, known, min_gain=self.min_gain, z=self.z,
                                   max_windows=self.max_windows)
         return verdict, why
@@ -841,9 +840,10 @@ class Climb:
                 return Change(first.setting, first.reason, {**figures, **first.figures})
         return Change(start, why, figures)
 
-    def _steady(self, measured: Measured) -> bool:
+    def _steady(self, measured: Measured, floor: float = 0.0) -> bool:
         """Whether `measured`'s windows spread no more than `drift_z` times the path's
-        noise (a window's relative spread, `noise`): a rate held, as under a new load,
+        noise (a window's relative spread, `noise`; at least `floor`, `_from_history`'s
+        bar): a rate held, as under a new load,
         and not a passing dip (on wan80 six of eight 64 MiB ranges ended within 4 s at a
         hold, the rate read 69-127 Mbit/s for 6 s, 131.0 ± 51.8 over three windows, and
         taken as a start it kept cc 16 at +112.9% and then cc 32: docs/BENCHMARKS.md
@@ -854,7 +854,7 @@ class Climb:
         was refused."""
         if measured.mean <= 0:
             return False
-        return measured.stdev / measured.mean <= self.drift_z * self.noise()
+        return measured.stdev / measured.mean <= self.drift_z * max(self.noise(), floor)
 
     def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
         """Where `_reopen` starts the search again, and how it says so: when the rate fell,
