@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import statistics
 import threading
 import time
@@ -326,29 +327,26 @@ class FlowTuner:
     def tick(self) -> Change | None:
         """One look at the flow: the controller's step on the windows that count."""
         now = self.clock()
-        flow = self.engine.flow
         self.engine.tick(now)
         if not self.engine.left() and self.engine.workers() < self.engine.setting.cc:
             return None  # the tail (a worker found nothing to take): nothing more to tune
         if self._waiting and not self._alone(now):
             return None
         current = self.climb.current
-        full = flow.window_s * (1 - 1e-9)
-        if (late := self._late(full)) is not None:
+        if (late := self._late()) is not None:
             return self._apply(now, late)
         if self._measure_from is None:
             if not self._settled():
-                return self._apply(now, self._unsettled(full))
+                return self._apply(now, self._unsettled())
             if self._settled_at is None:
                 self._settled_at = self.engine.clock()
                 self._took["settled_after_s"] = round(now - self._set_at, 1)
             if self.engine.unreported(self._settled_at):
                 # a call still in its set-up, or before its first marker
-                return self._apply(now, self._unsettled(full))
+                return self._apply(now, self._unsettled())
             self._measure_from = now + RAMP_S
             self._took["told_after_s"] = round(now - self._set_at, 1)
-        self._counted = [w for w in flow.windows(self._measure_from)
-                         if w.setting == current and w.seconds >= full]
+        self._counted = self._full_windows(current, self._measure_from)
         rates = [b.rate_mbps for b in blocks(self._counted)]
         if rates and len(rates) != self._logged:  # the windows as the controller sees them
             self._logged = len(rates)  # (a late marker may still move the last ones)
@@ -358,17 +356,23 @@ class FlowTuner:
         left = (current, self._measure_from, self.engine.clock(), len(rates)) \
             if change is not None and change.setting != current else None
         if change is None and len(rates) < self.climb.windows:
-            change = self._unsettled(full)
+            change = self._unsettled()
         return self._apply(now, change, left)
 
-    def _late(self, full: float) -> Change | None:
+    def _full_windows(self, setting: Setting, since: float,
+                      until: float = math.inf) -> list[Window]:
+        """The flow's whole windows at `setting` from `since`, begun before `until`."""
+        full = self.engine.flow.window_s * (1 - 1e-9)
+        return [w for w in self.engine.flow.windows(since) if w.setting == setting
+                and w.seconds >= full and w.start_s < until]
+
+    def _late(self) -> Change | None:
         """The windows of the setting the flow left at the last change the controller's
         step answered, told after that change (`Climb.late`), when one more is final."""
         if self._left is None:
             return None
         setting, since, until, seen = self._left
-        told = blocks([w for w in self.engine.flow.windows(since) if w.setting == setting
-                       and w.seconds >= full and w.start_s < until])[seen:]
+        told = blocks(self._full_windows(setting, since, until))[seen:]
         if len(told) <= self._late_seen:
             return None
         self._late_seen = len(told)
@@ -377,11 +381,10 @@ class FlowTuner:
                   " ".join(f"{r:.1f}" for r in rates))
         return self.climb.late(rates)
 
-    def _unsettled(self, full: float) -> Change | None:
+    def _unsettled(self) -> Change | None:
         """A try of fewer streams refused on the windows since it was set, before its own
         count (`Climb.unsettled`: the calls taken at the reference still ending)."""
-        since = [w for w in self.engine.flow.windows(self._set_at)
-                 if w.setting == self.climb.current and w.seconds >= full]
+        since = self._full_windows(self.climb.current, self._set_at)
         return self.climb.unsettled([b.rate_mbps for b in blocks(since)])
 
     def _apply(self, now: float, change: Change | None,
