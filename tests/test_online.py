@@ -174,8 +174,9 @@ def test_a_halving_the_data_would_end_before_judging_is_not_made() -> None:
     up = Climb(Setting(8, 1, 1), LIMITS)
     change = decide(up, 5.0)
     assert change is not None and change.setting == Setting(16, 1, 1)
-    known = {Setting(4, 1, 1): Measured(Setting(4, 1, 1), 190.0, 2.0, 8)}
-    vouched = Climb(Setting(8, 1, 1), LIMITS, ceiling_mbps=200.0, known=known)
+    known = {Setting(4, 1, 1): Measured(Setting(4, 1, 1), 190.0, 2.0, 8),
+             Setting(8, 1, 1): Measured(Setting(8, 1, 1), 190.0, 2.0, 8)}  # (no doubling
+    vouched = Climb(Setting(8, 1, 1), LIMITS, ceiling_mbps=200.0, known=known)  # start)
     change = decide(vouched, 5.0)
     assert change is not None and change.setting == Setting(4, 1, 1)
     assert "kept from the history" in change.reason
@@ -716,8 +717,8 @@ def test_prior_does_not_start_where_the_climb_refused_a_loss_past_five_percent()
     s8, s4 = Setting(8, 4, 1), Setting(4, 4, 1)
     history = {s8: Measured(s8, 186.331, 6.829, 3), s4: Measured(s4, 174.714, 17.95, 8)}
     prior, why = prior_from_history(history, Setting(8, 4, 1), limits=LIMITS,
-                                    axes=("cc", "p"), alike_axes=True)
-    assert prior == s8, why
+                                    axes=("cc", "p"), alike_axes=True, ceiling_mbps=200.0)
+    assert prior == s8, why  # (and the link's 200 Mbit/s leaves no room for cc 16 p 4)
     assert "16 streams already lost" in why, why
     # the same figures over fewer windows than a try may take: still open, fewer streams
     # are where the job starts (and the climb measures them again)
@@ -855,12 +856,63 @@ def test_a_job_on_a_known_path_starts_at_a_halving_the_history_has_not_measured(
     assert prior_from_history(medium, Setting(8, 4, 2), limits=LIMITS,
                               axes=("cc", "p"))[0] == Setting(8, 2, 2)
     ones = {Setting(1, 1, 1): Measured(Setting(1, 1, 1), 90.0, 2.0, 5)}
-    assert prior_from_history(ones, Setting(8, 4, 2), limits=LIMITS,
-                              axes=("cc", "p"))[0] == Setting(1, 1, 1)
+    assert prior_from_history(ones, Setting(8, 4, 2), limits=LIMITS, axes=("cc", "p"),
+                              ceiling_mbps=92.0)[0] == Setting(1, 1, 1)
     # a halving seen over fewer windows than a setting is judged on is not yet measured
     thin = {**medium, Setting(8, 2, 2): Measured(Setting(8, 2, 2), 120.0, 2.0, 2)}
     assert prior_from_history(thin, Setting(8, 4, 2), limits=LIMITS,
                               axes=("cc", "p"))[0] == Setting(8, 2, 2)
+
+
+def test_a_job_on_a_known_path_starts_at_a_doubling_when_nothing_fewer_is_left() -> None:
+    """With every halving of the history's choice measured, the next job starts at its
+    doubling, unmeasured, where the link's rate leaves room for it to be kept: on wan80 the
+    default dataset's jobs (25 s) tried cc 64 from cc 32 at 12 s and ended before it was
+    judged, so no job on the path ever measured it (docs/BENCHMARKS.md 15.34, run W80)."""
+    wide = Limits(max_cc=64, max_p=32, max_pp=32, max_streams=256)
+    measured = known([row(32, 1, 188.0), row(16, 1, 117.0)])
+    prior, why = prior_from_history(measured, Setting(32, 1, 4), limits=wide,
+                                    axes=("cc",), ceiling_mbps=300.0)
+    assert prior == Setting(64, 1, 1), why
+    assert "twice its cc, which the history has not measured" in why
+    # the link's rate leaves no room: the choice itself
+    prior, why = prior_from_history(measured, Setting(32, 1, 4), limits=wide,
+                                    axes=("cc",), ceiling_mbps=192.0)
+    assert prior == Setting(32, 1, 1) and "could not be kept" in why, why
+    # a halving not yet measured comes first
+    assert prior_from_history(known([row(32, 1, 188.0)]), Setting(32, 1, 4), limits=wide,
+                              axes=("cc",), ceiling_mbps=300.0)[0] == Setting(16, 1, 1)
+    # as many streams along the other axis measured, not chosen: not tried again
+    medium = {s: Measured(s, mbps, 2.0, 5) for s, mbps in
+              [(Setting(8, 4, 2), 190.0), (Setting(4, 4, 2), 150.0),
+               (Setting(8, 2, 2), 150.0), (Setting(8, 8, 2), 192.0)]}
+    prior, why = prior_from_history(medium, Setting(8, 4, 2), limits=LIMITS,
+                                    axes=("cc", "p"))
+    assert prior == Setting(8, 4, 2), why
+    assert "as many streams or more already measured, cc=8 p=8 pp=2" in why
+    # and no move at all from other paths' history (no axes)
+    assert prior_from_history(measured, Setting(32, 1, 4), limits=wide,
+                              ceiling_mbps=300.0)[0] == Setting(32, 1, 1)
+
+
+def test_a_job_started_at_a_doubling_judges_it_against_where_it_came_from() -> None:
+    """A prior that doubles cc of a setting the history measured is a try of that doubling
+    against the history's measurement: kept when it gains past the noise (and the climb
+    doubles on), refused (back to the setting) when it gains within 5%."""
+    came_from = Setting(32, 1, 1)
+    history = {came_from: Measured(came_from, 188.0, 12.0, 3),
+               Setting(16, 1, 1): Measured(Setting(16, 1, 1), 117.0, 12.0, 3)}
+    wide = Limits(max_cc=64, max_p=32, max_pp=32, max_streams=256)
+    gains = Climb(Setting(64, 1, 1), wide, axes=("cc",), known=history)
+    changes = run(gains, lambda s, t: 290.0 if s.cc >= 64 else 188.0, seconds=30, noise=0.03)
+    assert changes[0][1].reason.startswith("kept: the start, twice the history's cc=32"), \
+        changes
+    assert gains.current.cc >= 64 and came_from not in [c.setting for _, c in changes]
+    flat = Climb(Setting(64, 1, 1), wide, axes=("cc",), known=history)
+    changes = run(flat, lambda s, t: 190.0 if s.cc >= 32 else 117.0, seconds=60, noise=0.03)
+    assert changes[0][1].setting == came_from, changes
+    assert changes[0][1].reason.startswith("refused: the start, twice the history's cc=32")
+    assert flat.holding and flat.current == came_from, changes
 
 
 def test_pooled_measurements_keep_the_spread_within_and_between() -> None:

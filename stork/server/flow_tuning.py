@@ -182,6 +182,8 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
                                      file_bytes=size, near_only=near_only)
 
     known = measured(True, False)
+    ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
+        else None
     by = None
     if name != Climb.name:  # another optimizer's prior: only then its numerics (and
         from stork.tuning import CONTROLLERS  # scikit-learn, 0.8 s to load) are loaded
@@ -198,14 +200,13 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
                               if (m := measured(path, near_only))), ({}, True))
         if on_path:
             prior, why = prior_from_history(rows, preset, limits=limits, axes=axes,
-                                            alike_axes=cls is SizeClass.LARGE)
+                                            alike_axes=cls is SizeClass.LARGE,
+                                            ceiling_mbps=ceiling)
         else:
             prior, why = prior_from_history(rows, preset, limits=limits,
                                             whose="other paths' history")
             why = "no transfer of files of about this size on this path in the log: " + why
     prior = Setting(min(prior.cc, limits.max_cc), prior.p, prior.pp)
-    ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
-        else None
     return Climb(prior, limits, axes=axes, known=known, ceiling_mbps=ceiling, name=name,
                  alike_axes=cls is SizeClass.LARGE), why
 

@@ -8,15 +8,16 @@ settled. It answers a `Change` or nothing:
 
 1. At the prior it measures `windows` windows: the reference.
 2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling
-   first, and judges each against the reference (`judge`). A prior that is a halving of a
-   setting the history measured (`_halved`) is itself a try: the start is judged against
-   the history's measurement of the setting it came from, as a try of fewer streams would
-   be (taken as kept, the setting it came from would have had to prove a gain beyond the
-   noise of a few windows at the start: on wan40 a start at cc 2 p 4 measured 142.9 ± 52.0
-   Mbit/s against the history's 180.5 for cc 4 p 4, and the job held cc 2 for its whole
-   82 s; docs/BENCHMARKS.md 15.25). A setting with more streams is kept only when its gain
-   less the noise (`z` standard errors of the difference of the two means, from the spread
-   of the windows at each setting) still reaches `min_gain`; one with fewer streams when
+   first, and judges each against the reference (`judge`). A prior that is a halving (or
+   a doubling) of a setting the history measured (`_moved_start`) is itself a try: the
+   start is judged against the history's measurement of the setting it came from, as a
+   try of fewer (more) streams would be (a halving taken as kept, the setting it came
+   from would have had to prove a gain beyond the noise of a few windows at the start: on
+   wan40 a start at cc 2 p 4 measured 142.9 ± 52.0 Mbit/s against the history's 180.5 for
+   cc 4 p 4, and the job held cc 2 for its whole 82 s; docs/BENCHMARKS.md 15.25). A
+   setting with more streams is kept only when its gain less the noise (`z` standard
+   errors of the difference of the two means, from the spread of the windows at each
+   setting) still reaches `min_gain`; one with fewer streams when
    its loss, noise included, stays within `min_gain` (with gains within 5%, the fewer
    streams win). While the difference is within the noise the tried
    setting is measured longer, up to `max_windows`, and then decided on the point estimate
@@ -198,6 +199,7 @@ from stork.tuning.verdicts import (
     Z,
     judge,
     neighbour,
+    no_room,
     pooled,
     pooled_noise,
     settled,
@@ -333,31 +335,33 @@ class Climb:
         self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
         self._trying, self._drifts, self._again = None, 0, False
         self._waited = 0  # windows a verdict on the try in flight waited (`step`)
-        self._came_from: Setting | None = None  # the history's setting a start halves
-        if (halved := self._halved()) is not None:  # the start is a try of that halving
-            axis, self._came_from = halved
+        self._came_from: Setting | None = None  # the history's setting a start moved from
+        if (moved := self._moved_start()) is not None:  # the start is a try of that move
+            axis, up, self._came_from = moved
             self.reference, self._ref_known = self.known[self._came_from], True
-            self._todo.remove((axis, False))
-            self._trying = (axis, False, True)
+            self._todo.remove((axis, up))
+            self._trying = (axis, up, True)
         self._drift_base = 0  # the hold's windows a drift is judged against (`_watch`)
 
-    def _halved(self) -> tuple[str, Setting] | None:
-        """The axis along which the prior is a halving of a setting the history measured
-        over `windows` windows, and that setting, when the history has not measured the
-        prior itself (where `prior_from_history` starts a job on a known path), else None.
-        The start is then a try of that halving against the history's measurement of the
-        setting it came from (see the module): kept, the climb halves on and then tries
-        the other axes halving first (not doubling first, which would try twice the
-        streams of a setting the path's history already holds enough); refused, it goes
-        back to that setting and measures it again."""
+    def _moved_start(self) -> tuple[str, bool, Setting] | None:
+        """The axis along which the prior halves (or else doubles: up) a setting the
+        history measured over `windows` windows, and that setting, when the history has
+        not measured the prior itself (where `prior_from_history` starts a job on a known
+        path), else None. The start is then a try of that move against the history's
+        measurement of the setting it came from (see the module). A halving kept, the
+        climb halves on and then tries the other axes halving first (not doubling first,
+        which would try twice the streams of a setting the path's history already holds
+        enough); a doubling kept, it doubles on; refused, it goes back to that setting and
+        measures it again."""
         here = self.known.get(self.prior)
         if here is not None and here.count >= self.windows:
             return None
-        for axis in self.axes:  # (a halving of p 3 is p 1, whose doubling is p 2)
-            above = [m for s, m in self.known.items() if m.count >= self.windows
-                     and neighbour(s, axis, False, self.limits) == self.prior]
-            if above:  # (p 2 and p 3 both halve to p 1: the faster is the reference)
-                return axis, max(above, key=lambda m: m.mean).setting
+        for up in (False, True):
+            for axis in self.axes:  # (a halving of p 3 is p 1, whose doubling is p 2)
+                came = [m for s, m in self.known.items() if m.count >= self.windows
+                        and neighbour(s, axis, up, self.limits) == self.prior]
+                if came:  # (p 2 and p 3 both halve to p 1: the faster is the reference)
+                    return axis, up, max(came, key=lambda m: m.mean).setting
         return None
 
     # -- the step -------------------------------------------------------------------------
@@ -475,7 +479,7 @@ class Climb:
         so the try itself would lose more. A lower cc waits for its retired calls to end
         and a lower p for every call in flight: on wan40 a try of cc 2 from cc 4 (20 files
         of 64 MiB) lost 50.5% and was refused 25.5 s after it began, most of it that wait
-        (docs/BENCHMARKS.md 15.29, run P11). Not for a start at a halving (`_halved`: the
+        (docs/BENCHMARKS.md 15.29, run P11). Not for a start at a halving (`_moved_start`: the
         flow never ran at the setting it halves), nor a measurement again; these windows
         join no measurement (their setting was in no call throughout)."""
         ref = self.reference
@@ -514,7 +518,8 @@ class Climb:
         assert self._trying is not None and self.reference is not None
         axis, up, first = self._trying
         if self._came_from is not None:
-            why = f"the start, half the history's {self._came_from.label()}: {why}"
+            why = (f"the start, {'twice' if up else 'half'} the history's "
+                   f"{self._came_from.label()}: {why}")
             self._came_from = None
         if saw:  # `tried` measured its setting (not so the windows `unsettled` judges)
             self._saw(tried)
@@ -565,8 +570,8 @@ class Climb:
                 if not up and verdict is Verdict.OPEN else ""
             if knee:  # a halving the shape of the rate refuses, as the history would
                 verdict = Verdict.REFUSED
-            if verdict is Verdict.OPEN and up and (no_room := self.room(moved)):
-                passed.append(f"{moved.label()} not tried: {no_room}")
+            if verdict is Verdict.OPEN and up and (full := self.room(moved)):
+                passed.append(f"{moved.label()} not tried: {full}")
                 first = True
                 continue
             self._trying = (axis, up, first)
@@ -630,21 +635,11 @@ class Climb:
 
     def room(self, moved: Setting) -> str:
         """Why a try of `moved` (more streams) could not be kept on a link of
-        `ceiling_mbps`, or "" when it could: `settled` would not keep even the best it
-        could measure, the link's rate with the least noise it could carry (the reference's
-        spread over `max_windows`, its last look: one standard error of the difference)."""
-        ref = self.reference
-        if self.ceiling_mbps is None or ref is None or ref.mean <= 0:
+        `ceiling_mbps`, or "" when it could (`no_room`, against the reference)."""
+        if self.reference is None:
             return ""
-        best = Measured(moved, self.ceiling_mbps, ref.stdev, self.max_windows)
-        verdict, _, figures = settled(ref, best, min_gain=self.min_gain, z=self.z,
-                                      max_windows=self.max_windows)
-        if verdict is Verdict.KEPT:
-            return ""
-        error = figures["noise"] / self.z
-        return (f"the link's {self.ceiling_mbps:.0f} Mbit/s is {figures['gain']:+.1%} of the "
-                f"reference's {ref.mean:.1f}, not {self.min_gain:.0%} beyond one standard "
-                f"error ({error:.1%}): {streams(moved)} streams could not be kept")
+        return no_room(self.reference, moved, self.ceiling_mbps, min_gain=self.min_gain,
+                       z=self.z, max_windows=self.max_windows)
 
     def _short_of_time(self) -> str:
         """Why a try cannot be judged before the data runs out, or "" (see the module): it
@@ -680,7 +675,7 @@ class Climb:
         after a refused move (both axes multiply the same streams: once twice the streams
         along one axis bought nothing, twice the streams along the other would ask for the
         same count; once half lost the rate, so would half along the other), and at a prior
-        that halves a setting the history holds (`_halved`)."""
+        that halves a setting the history holds (`_moved_start`)."""
         same = [(a, u) for a, u in self._todo if a == axis]
         rest = [(a, u) for a, u in self._todo if a != axis]
         rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] == up))

@@ -26,6 +26,7 @@ from stork.tuning.verdicts import (
     Verdict,
     Z,
     neighbour,
+    no_room,
     pooled,
     pooled_noise,
     settled,
@@ -82,6 +83,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                        limits: Limits | None = None, axes: Sequence[str] = (),
                        windows: int = WINDOWS, max_windows: int = MAX_WINDOWS,
                        min_gain: float = MIN_GAIN, alike_axes: bool = False,
+                       ceiling_mbps: float | None = None,
                        whose: str = "the path's history") -> tuple[Setting, str]:
     """Where to start: of the settings the path's history measured (`measured_from_history`;
     `whose` says whose history it is)
@@ -104,7 +106,18 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     its start, so the path's next jobs know whether fewer streams would do; each job on the
     path measures at most one setting it has not. With `alike_axes` (large files, see
     `stork.tuning.online`) no halving is started at whose streams are no more than those
-    of a setting the history shows losing to the chosen one (`judge` refuses it)."""
+    of a setting the history shows losing to the chosen one (`judge` refuses it).
+    With no halving to start at, the job starts at a doubling of the chosen setting along
+    the first axis that the history has not measured, where the link's rate
+    (`ceiling_mbps`, when known) leaves room for it to be kept (`no_room`) and the history
+    measured no setting of as many streams or more (such a setting was not chosen, so it
+    made no more than `min_gain` above the choice, and the rate rises with streams ever
+    more slowly up to the knee and is flat past it): a doubling the
+    climb tries in a job too short to judge it never reaches the history (on wan80 each of
+    the default dataset's 25-s jobs tried cc 64 from cc 32 at 12 s and ended in the try,
+    where the fixed runs held 280-295 Mbit/s in most seconds at cc 64 and 204-286 at cc 32:
+    docs/BENCHMARKS.md 15.34, run W80), so the path would hold the setting below its best
+    for good. Halvings first: of two settings within `min_gain` the fewer streams win."""
     if not known:
         return preset, (f"no transfer of this size class on this path in the log: the "
                         f"preset {preset.label()}")
@@ -144,6 +157,22 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
         if fewer is not None and (fewer not in known or known[fewer].count < windows):
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
+    for axis in axes:  # nothing fewer to measure: twice the streams, where they could pay
+        more = neighbour(chosen.setting, axis, True, limits) if limits is not None else None
+        if more is None or (more in known and known[more].count >= windows):
+            continue
+        if (full := no_room(chosen, more, ceiling_mbps, min_gain=min_gain, z=Z,
+                            max_windows=max_windows)):
+            why += f"; not starting at {more.label()}: {full}"
+            continue
+        wider = [m for m in known.values() if streams(m.setting) >= streams(more)
+                 and m.count >= windows]
+        if wider:  # (measured and not chosen: not `min_gain` better than the choice)
+            why += (f"; not starting at {more.label()}: as many streams or more already "
+                    f"measured, {wider[0].setting.label()}")
+            continue
+        return more, (f"{why}; starting at {more.label()}, twice its {axis}, which the "
+                      f"history has not measured")
     return chosen.setting, why
 
 

@@ -135,6 +135,25 @@ def settled(ref: Measured, tried: Measured, *, min_gain: float, z: float,
     return verdict, why, figures
 
 
+def no_room(ref: Measured, moved: Setting, ceiling_mbps: float | None, *, min_gain: float,
+            z: float, max_windows: int) -> str:
+    """Why a try of `moved` (more streams than `ref`) could not be kept on a link of
+    `ceiling_mbps`, or "" when it could (or the link's rate is not known): `settled` would
+    not keep even the best it could measure, the link's rate with the least noise it could
+    carry (`ref`'s spread over `max_windows`, its last look: one standard error of the
+    difference)."""
+    if ceiling_mbps is None or ref.mean <= 0:
+        return ""
+    best = Measured(moved, ceiling_mbps, ref.stdev, max_windows)
+    verdict, _, figures = settled(ref, best, min_gain=min_gain, z=z, max_windows=max_windows)
+    if verdict is Verdict.KEPT:
+        return ""
+    error = figures["noise"] / z
+    return (f"the link's {ceiling_mbps:.0f} Mbit/s is {figures['gain']:+.1%} of the "
+            f"reference's {ref.mean:.1f}, not {min_gain:.0%} beyond one standard "
+            f"error ({error:.1%}): {streams(moved)} streams could not be kept")
+
+
 def spread_ss(m: Measured) -> float:
     """The sum of squares of `m`'s windows about their mean, as shares of it."""
     return (m.count - 1) * (m.stdev / m.mean) ** 2 if m.count > 1 and m.mean > 0 else 0.0
