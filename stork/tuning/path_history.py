@@ -158,7 +158,8 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
     for axis in axes:  # nothing fewer to measure: twice the streams, where they could pay
-        more = neighbour(chosen.setting, axis, True, limits) if limits is not None else None
+        assert limits is not None, "a doubling is bounded by the limits"
+        more = neighbour(chosen.setting, axis, True, limits)
         if more is None or (more in known and known[more].count >= windows):
             continue
         if (full := no_room(chosen, more, ceiling_mbps, min_gain=min_gain, z=Z,
