@@ -245,6 +245,10 @@ KNOBS: tuple[Knob, ...] = (
          "STORK_LINK_MBPS is the path's true bottleneck rate: the online optimizers take it "
          "as the most a try could measure, and do not try more streams where even the link's "
          "rate would not be a gain past the noise. Leave false when the link's rate is a guess."),
+    Knob("STORK_LINK_MTU", "link_mtu", "1500", _parse_int_min(576), LIVE,
+         "The path's MTU in bytes. With EOS_LINK_IS_TRUE, the most a flow can carry is "
+         "STORK_LINK_MBPS x (MTU - 52) / MTU: each packet's IP and TCP headers (TCP "
+         "timestamps included) take 52 bytes of it. Set 9000 on a path of jumbo frames."),
     Knob("STORK_ENGINE", "engine", "flow", _parse_choice("flow", "batch"), LIVE,
          "How transfers move: flow (the transfer engine: a dataset's files and a large "
          "file's byte ranges kept in flight, nothing waits for a batch) or batch (the "
@@ -424,6 +428,7 @@ class Settings:
     max_files_per_job: int
     link_mbps: float
     eos_link_is_true: bool
+    link_mtu: int
     engine: str
     range_min_mb: int
     piece_min_mb: int

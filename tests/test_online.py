@@ -28,6 +28,7 @@ from stork.tuning.verdicts import (
     Verdict,
     Z,
     judge,
+    payload_mbps,
     pooled,
     settled,
     streams,
@@ -1164,7 +1165,26 @@ def test_the_daemon_gives_the_climb_the_link_as_its_ceiling_only_when_told_it_is
         return climb.ceiling_mbps
 
     assert ceiling({"_STORK_LINK_MBPS": "200"}) is None  # a rate that may be a guess
-    assert ceiling({"_STORK_LINK_MBPS": "200", "_STORK_EOS_LINK_IS_TRUE": "true"}) == 200.0
+    told = {"_STORK_LINK_MBPS": "200", "_STORK_EOS_LINK_IS_TRUE": "true"}
+    # less each packet's 52 bytes of IP and TCP headers: 1448 of 1500, 8948 of 9000
+    assert ceiling(told) == pytest.approx(200.0 * 1448 / 1500)
+    assert ceiling({**told, "_STORK_LINK_MTU": "9000"}) == pytest.approx(200.0 * 8948 / 9000)
+
+
+def test_a_flow_at_the_links_data_rate_tries_no_more_streams() -> None:
+    """wan40's job 4 in docs/BENCHMARKS.md 15.35 (256 KiB files, a 200 Mbit/s link carried
+    by an emulator that counts IP packets of 1500 bytes) measured its start, cc 32, at
+    189.0 ± 0.9 Mbit/s and tried cc 64 to the end: the link's whole rate was 5.8% above
+    the start, so a try had room; its data rate, 193.1 Mbit/s, is 2.2% above, and none
+    could be kept."""
+    start, rates = Setting(32, 1, 4), [188.0, 189.0, 190.0]
+    wide = Limits(max_cc=64, max_p=32, max_pp=32, max_streams=256)
+    whole = Climb(start, wide, axes=("cc",), ceiling_mbps=200.0).step(rates)
+    assert whole is not None and whole.setting == Setting(64, 1, 4), whole
+    data = Climb(start, wide, axes=("cc",), ceiling_mbps=payload_mbps(200.0, 1500))
+    change = data.step(rates)
+    assert change is not None and change.setting == Setting(16, 1, 4), change
+    assert "64 streams could not be kept" in change.reason, change.reason
 
 
 def test_only_large_files_climb_with_their_axes_alike() -> None:

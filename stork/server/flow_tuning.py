@@ -159,15 +159,16 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     ASM's choice from the log alone for `dataset` (ASM with the model its scheduled analysis
     kept in the state directory). STORK_LINK_MBPS is the climb's ceiling when the operator
     says it is the path's true rate (EOS_LINK_IS_TRUE; a guessed rate must not stop a
-    climb). Small files climb on cc alone (more streams per small file
-    buy nothing); the others on cc, then p, large files with the two axes alike (a stream
-    count lost along one is not tried along the other: `Climb`). `limits`: what it may
+    climb), less its packets' headers at STORK_LINK_MTU (`payload_mbps`). Small files
+    climb on cc alone (more streams per small file buy nothing); the others on cc, then
+    p, large files with the two axes alike (a stream count lost along one is not tried
+    along the other: `Climb`). `limits`: what it may
     choose (default `tuning_limits`; a replay passes the levels its table measured), cc at
     most `items` either way."""
     from stork.dataset.chunks import SizeClass
     from stork.tuning.online import Climb
     from stork.tuning.path_history import measured_from_history, prior_from_history
-    from stork.tuning.verdicts import Measured
+    from stork.tuning.verdicts import Measured, payload_mbps
 
     limits = (limits or tuning_limits()).at_most_cc(items)
     axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
@@ -182,8 +183,8 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
                                      file_bytes=size, near_only=near_only)
 
     known = measured(True, False)
-    ceiling = settings.link_mbps if settings is not None and settings.eos_link_is_true \
-        else None
+    ceiling = payload_mbps(settings.link_mbps, settings.link_mtu) \
+        if settings is not None and settings.eos_link_is_true else None
     by = None
     if name != Climb.name:  # another optimizer's prior: only then its numerics (and
         from stork.tuning import CONTROLLERS  # scikit-learn, 0.8 s to load) are loaded

@@ -135,6 +135,20 @@ def settled(ref: Measured, tried: Measured, *, min_gain: float, z: float,
     return verdict, why, figures
 
 
+TCP_IP_HEADER_BYTES = 52  # an IPv4 packet's IP (20) and TCP (20, timestamps 12) headers
+
+
+def payload_mbps(link_mbps: float, mtu: int) -> float:
+    """The most data a TCP flow can carry on a link of `link_mbps` whose packets are at
+    most `mtu` bytes: each packet's headers (`TCP_IP_HEADER_BYTES`) take their share of
+    the rate, 3.5% at a 1500-byte MTU. Framing below IP (an Ethernet header, preamble and
+    gap) is not taken off: where the link's rate counts it the flow carries less still, so
+    this stays a bound no flow passes. On the testbed (whose emulator counts IP packets at
+    MTU 1500: 193.1 Mbit/s of 200) the best windows measured 191.6 Mbit/s on lan10 and
+    95.9 of 100 on lossy20 (docs/BENCHMARKS.md 15.35)."""
+    return link_mbps * (mtu - TCP_IP_HEADER_BYTES) / mtu
+
+
 def no_room(ref: Measured, moved: Setting, ceiling_mbps: float | None, *, min_gain: float,
             z: float, max_windows: int) -> str:
     """Why a try of `moved` (more streams than `ref`) could not be kept on a link of
@@ -149,7 +163,7 @@ def no_room(ref: Measured, moved: Setting, ceiling_mbps: float | None, *, min_ga
     if verdict is Verdict.KEPT:
         return ""
     error = figures["noise"] / z
-    return (f"the link's {ceiling_mbps:.0f} Mbit/s is {figures['gain']:+.1%} of the "
+    return (f"the link's data rate, {ceiling_mbps:.1f} Mbit/s, is {figures['gain']:+.1%} of the "
             f"reference's {ref.mean:.1f}, not {min_gain:.0%} beyond one standard "
             f"error ({error:.1%}): {streams(moved)} streams could not be kept")
 
