@@ -880,9 +880,9 @@ def test_a_job_on_a_known_path_starts_at_a_doubling_when_nothing_fewer_is_left()
     prior, why = prior_from_history(measured, Setting(32, 1, 4), limits=wide,
                                     axes=("cc",), ceiling_mbps=192.0)
     assert prior == Setting(32, 1, 1) and "could not be kept" in why, why
-    # a halving not yet measured comes first
+    # a halving not yet measured comes first where the link's rate is not known
     assert prior_from_history(known([row(32, 1, 188.0)]), Setting(32, 1, 4), limits=wide,
-                              axes=("cc",), ceiling_mbps=300.0)[0] == Setting(16, 1, 1)
+                              axes=("cc",))[0] == Setting(16, 1, 1)
     # as many streams along the other axis measured, not chosen: not tried again
     medium = {s: Measured(s, mbps, 2.0, 5) for s, mbps in
               [(Setting(8, 4, 2), 190.0), (Setting(4, 4, 2), 150.0),
@@ -894,6 +894,33 @@ def test_a_job_on_a_known_path_starts_at_a_doubling_when_nothing_fewer_is_left()
     # and no move at all from other paths' history (no axes)
     assert prior_from_history(measured, Setting(32, 1, 4), limits=wide,
                               ceiling_mbps=300.0)[0] == Setting(32, 1, 1)
+
+
+def test_a_job_on_a_path_short_of_its_links_rate_starts_at_a_doubling_first() -> None:
+    """wan80's job 1 (docs/BENCHMARKS.md 15.35, run W80) measured cc 32 at 178.7 ± 11.6
+    Mbit/s over 3 windows, far below the link's data rate (289.6 of 300 Mbit/s); job 2
+    started at half of it, cc 16, and lost 38.6%. Where the link leaves room for the
+    doubling to be kept, the doubling comes first; the halving where it leaves none, or
+    where the link's rate is not known."""
+    wide = Limits(max_cc=64, max_p=32, max_pp=32, max_streams=256)
+    s32 = Setting(32, 1, 12)
+    history = {s32: Measured(s32, 178.7, 11.6, 3)}
+    prior, why = prior_from_history(history, s32, limits=wide, axes=("cc",),
+                                    ceiling_mbps=payload_mbps(300.0, 1500))
+    assert prior == Setting(64, 1, 12), why
+    assert why.endswith("starting at cc=64 p=1 pp=12, twice its cc, which the history has "
+                        "not measured"), why
+    assert prior_from_history(history, s32, limits=wide, axes=("cc",))[0] \
+        == Setting(16, 1, 12)
+    prior, why = prior_from_history(history, s32, limits=wide, axes=("cc",),
+                                    ceiling_mbps=185.0)
+    assert prior == Setting(16, 1, 12) and "could not be kept" in why, why
+    # the doubling measured and refused, the next job starts at the halving
+    s64 = Setting(64, 1, 12)
+    refused = {**history, s64: Measured(s64, 181.0, 10.0, 3)}
+    prior, why = prior_from_history(refused, s32, limits=wide, axes=("cc",),
+                                    ceiling_mbps=payload_mbps(300.0, 1500))
+    assert prior == Setting(16, 1, 12), why
 
 
 def test_a_job_started_at_a_doubling_judges_it_against_where_it_came_from() -> None:

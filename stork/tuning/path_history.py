@@ -107,17 +107,25 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     path measures at most one setting it has not. With `alike_axes` (large files, see
     `stork.tuning.online`) no halving is started at whose streams are no more than those
     of a setting the history shows losing to the chosen one (`judge` refuses it).
-    With no halving to start at, the job starts at a doubling of the chosen setting along
-    the first axis that the history has not measured, where the link's rate
-    (`ceiling_mbps`, when known) leaves room for it to be kept (`no_room`) and the history
-    measured no setting of as many streams or more (such a setting was not chosen, so it
-    made no more than `min_gain` above the choice, and the rate rises with streams ever
-    more slowly up to the knee and is flat past it): a doubling the
-    climb tries in a job too short to judge it never reaches the history (on wan80 each of
-    the default dataset's 25-s jobs tried cc 64 from cc 32 at 12 s and ended in the try,
-    where the fixed runs held 280-295 Mbit/s in most seconds at cc 64 and 204-286 at cc 32:
-    docs/BENCHMARKS.md 15.34, run W80), so the path would hold the setting below its best
-    for good. Halvings first: of two settings within `min_gain` the fewer streams win."""
+    A job may start at a doubling of the chosen setting instead, along the first axis that
+    the history has not measured, where the link's rate (`ceiling_mbps`, when known)
+    leaves room for it to be kept (`no_room`) and the history measured no setting of as
+    many streams or more (such a setting was not chosen, so it made no more than
+    `min_gain` above the choice, and the rate rises with streams ever more slowly up to
+    the knee and is flat past it): a doubling the climb tries in a job too short to judge
+    it never reaches the history (on wan80 each of the default dataset's 25-s jobs tried
+    cc 64 from cc 32 at 12 s and ended in the try, where the fixed runs held 280-295
+    Mbit/s in most seconds at cc 64 and 204-286 at cc 32: docs/BENCHMARKS.md 15.34, run
+    W80), so the path would hold the setting below its best for good. Where the link's
+    rate is known and leaves that room, the doubling comes first, as in the climb: a flow
+    short of the link by more than a doubling must gain has not shown that it has streams
+    to spare, and below the knee the rate rises with streams (on the grids of
+    ../shared/data, whose flows are far below their links' 10 Gbit/s, a halving of a cell
+    kept its rate within 5% in 31% of 5184 cells and made 0.851 of it on average, a
+    doubling gained more than 5% in 68% and made 1.260; on wan80 a start at half of cc 32
+    lost 38.6%: docs/BENCHMARKS.md 15.35, run W80); the halving is tried by a later job,
+    once the doubling is measured. Where the link's rate is not known, or leaves no room,
+    halvings first: of two settings within `min_gain` the fewer streams win."""
     if not known:
         return preset, (f"no transfer of this size class on this path in the log: the "
                         f"preset {preset.label()}")
@@ -140,6 +148,33 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                    and streams(m.setting) < streams(chosen.setting) and m.count >= windows
                    and refused(chosen, m)),
                   default=0)
+
+    def doubled(why: str) -> tuple[Setting | None, str]:
+        """The first doubling of the choice to start at (see above), else None; with why
+        the others are not."""
+        for axis in axes:
+            assert limits is not None, "a doubling is bounded by the limits"
+            more = neighbour(chosen.setting, axis, True, limits)
+            if more is None or (more in known and known[more].count >= windows):
+                continue
+            if (full := no_room(chosen, more, ceiling_mbps, min_gain=min_gain, z=Z,
+                                max_windows=max_windows)):
+                why += f"; not starting at {more.label()}: {full}"
+                continue
+            wider = [m for m in known.values() if streams(m.setting) >= streams(more)
+                     and m.count >= windows]
+            if wider:  # (measured and not chosen: not `min_gain` better than the choice)
+                why += (f"; not starting at {more.label()}: as many streams or more "
+                        f"already measured, {wider[0].setting.label()}")
+                continue
+            return more, (f"{why}; starting at {more.label()}, twice its {axis}, which "
+                          f"the history has not measured")
+        return None, why
+
+    if ceiling_mbps is not None:  # the link leaves room for more: more streams first
+        more, why = doubled(why)
+        if more is not None:
+            return more, why
     for axis in axes:
         assert limits is not None, "a halving is bounded by the limits"
         fewer = neighbour(chosen.setting, axis, False, limits)
@@ -157,23 +192,10 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
         if fewer is not None and (fewer not in known or known[fewer].count < windows):
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
-    for axis in axes:  # nothing fewer to measure: twice the streams, where they could pay
-        assert limits is not None, "a doubling is bounded by the limits"
-        more = neighbour(chosen.setting, axis, True, limits)
-        if more is None or (more in known and known[more].count >= windows):
-            continue
-        if (full := no_room(chosen, more, ceiling_mbps, min_gain=min_gain, z=Z,
-                            max_windows=max_windows)):
-            why += f"; not starting at {more.label()}: {full}"
-            continue
-        wider = [m for m in known.values() if streams(m.setting) >= streams(more)
-                 and m.count >= windows]
-        if wider:  # (measured and not chosen: not `min_gain` better than the choice)
-            why += (f"; not starting at {more.label()}: as many streams or more already "
-                    f"measured, {wider[0].setting.label()}")
-            continue
-        return more, (f"{why}; starting at {more.label()}, twice its {axis}, which the "
-                      f"history has not measured")
+    if ceiling_mbps is None:  # nothing fewer to measure: twice the streams
+        more, why = doubled(why)
+        if more is not None:
+            return more, why
     return chosen.setting, why
 
 
