@@ -1227,6 +1227,31 @@ def test_only_large_files_climb_with_their_axes_alike() -> None:
     assert [alike(c) for c in SizeClass] == [c is SizeClass.LARGE for c in SizeClass]
 
 
+def test_small_files_climb_p_only_where_they_may_start_with_more_than_one_stream() -> None:
+    """A chunk's class follows the round trip measured at its attempt's start: files near
+    the bandwidth-delay product run as medium in one job (p 2, 2 streams per file) and as
+    small in the next, which takes that prior. On lan10 (docs/BENCHMARKS.md 15.36) such a
+    small chunk held cc 16 p 2 to its end where the medium ones before had kept p 1."""
+    from stork.server.flow_tuning import climb_for
+    from stork.tuning.base import DatasetDescription
+
+    def climb(history: list[TransferRecord]) -> Climb:
+        return climb_for(list(reversed(history)), Setting(32, 1, 4), src_url="gsiftp://a/x",
+                         dest_url="gsiftp://b/y", cls=SizeClass.SMALL, bdp_bytes=300e3,
+                         load=0, items=1000,
+                         dataset=DatasetDescription.of(256 << 10, 1000, rtt_s=0.01))[0]
+
+    assert climb([]).axes == ("cc",)  # the small-file preset: one stream per file
+    assert climb([row(16, 1, 190.0), row(32, 1, 185.0)]).axes == ("cc",)
+    medium = climb([row(16, 2, 190.0), row(8, 2, 176.0)])
+    assert medium.axes == ("cc", "p") and medium.prior == Setting(16, 1, 1), medium.prior
+    # (the prior halves p of the history's choice, a try of p 1 judged against cc 16 p 2)
+    changes = run(medium, lambda s, t: 190.0 if s.cc >= 16 else 176.0, seconds=30,
+                  noise=0.01)
+    assert changes and changes[0][1].reason.startswith(
+        "kept: the start, half the history's cc=16 p=2"), changes
+
+
 def test_a_plain_climb_loads_no_probing_optimizer() -> None:
     """climb's prior is the path's history: starting it loads neither the probing
     optimizers nor scikit-learn (0.8 s here, which every first tuned job of a daemon paid

@@ -59,7 +59,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stork.config import ONLINE_OPTIMIZERS, Settings
@@ -160,10 +160,15 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     kept in the state directory). STORK_LINK_MBPS is the climb's ceiling when the operator
     says it is the path's true rate (EOS_LINK_IS_TRUE; a guessed rate must not stop a
     climb), less its packets' headers at STORK_LINK_MTU (`payload_mbps`). Small files
-    climb on cc alone (more streams per small file buy nothing); the others on cc, then
-    p, large files with the two axes alike (a stream count lost along one is not tried
-    along the other: `Climb`). `limits`: what it may
-    choose (default `tuning_limits`; a replay passes the levels its table measured), cc at
+    climb on cc alone (more streams per small file buy nothing), unless where they may
+    start (the preset, the rows of the prior's history) has more than one stream per
+    file: then on p too, as the others (a chunk's class follows the round trip measured at
+    its attempt's start, so files near the bandwidth-delay product are small in one job
+    and medium in the next, and take the prior the medium ones measured: on lan10 and
+    `short` such small chunks held p 2 and p 4 to their end, docs/BENCHMARKS.md 15.36).
+    The others climb on cc, then p, large files with the two axes alike (a stream count
+    lost along one is not tried along the other: `Climb`). `limits`: what it may choose
+    (default `tuning_limits`; a replay passes the levels its table measured), cc at
     most `items` either way."""
     from stork.dataset.chunks import SizeClass
     from stork.tuning.online import Climb
@@ -171,7 +176,11 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
     from stork.tuning.verdicts import Measured, payload_mbps
 
     limits = (limits or tuning_limits()).at_most_cc(items)
-    axes = ("cc",) if cls is SizeClass.SMALL else ("cc", "p")
+
+    def axes_from(starts: Iterable[Setting]) -> tuple[str, ...]:
+        small = cls is SizeClass.SMALL and all(s.p == 1 for s in starts)
+        return ("cc",) if small else ("cc", "p")
+
     src_host, dest_host = (parse_url(u).host or "localhost" for u in (src_url, dest_url))
     size = dataset.avg_file_bytes if dataset else None
 
@@ -196,9 +205,11 @@ def climb_for(history: Sequence[TransferRecord], preset: Setting, *, src_url: st
 
         prior, why = prior_from_optimizer(optimizer_named(by, settings)[0],
                                           list(reversed(history)), dataset, limits)
+        axes = axes_from([prior])
     else:
         rows, on_path = next(((m, path) for path, near_only in PRIOR_SOURCES
                               if (m := measured(path, near_only))), ({}, True))
+        axes = axes_from([preset, *rows])
         if on_path:
             prior, why = prior_from_history(rows, preset, limits=limits, axes=axes,
                                             alike_axes=cls is SizeClass.LARGE,
