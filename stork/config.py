@@ -242,9 +242,10 @@ KNOBS: tuple[Knob, ...] = (
          "The path's bandwidth in Mbit/s, for a dataset's size classes: bandwidth x the "
          "round trip time measured at the attempt's start is the bandwidth-delay product."),
     Knob("EOS_LINK_IS_TRUE", "eos_link_is_true", "false", _parse_bool, LIVE,
-         "STORK_LINK_MBPS is the path's true bottleneck rate: the online optimizers take it "
-         "as the most a try could measure, and do not try more streams where even the link's "
-         "rate would not be a gain past the noise. Leave false when the link's rate is a guess."),
+         "STORK_LINK_MBPS is the path's true bottleneck rate: the online optimizers take it, "
+         "less its packets' headers (STORK_LINK_MTU), as the most a try could measure, and do "
+         "not try more streams where even that rate would not be a gain past the noise. "
+         "Leave false when the link's rate is a guess."),
     Knob("STORK_LINK_MTU", "link_mtu", "1500", _parse_int_min(576), LIVE,
          "The path's MTU in bytes. With EOS_LINK_IS_TRUE, the most a flow can carry is "
          "STORK_LINK_MBPS x (MTU - 52) / MTU: each packet's IP and TCP headers (TCP "

@@ -33,10 +33,11 @@ settled. It answers a `Change` or nothing:
    twice the streams of a setting just shown to be more than enough; it is tried only when
    halving that axis is refused at once. A refused move turns the other axes the other way
    first for the same reason (`_turn`). A doubling the link cannot pay for is not tried
-   (when the link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS): the most a try could
-   measure is the link's rate, and when that is not `min_gain` above the reference beyond
-   one standard error of a try at its last look (`room`), no try could be kept, so its
-   seconds at twice the streams are spared and the other way is tried. A neighbour the
+   (when the link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS less its packets'
+   headers, `payload_mbps`): the most a try could measure is the link's data rate, and
+   when that is not `min_gain` above the reference beyond one standard error of a try at
+   its last look (`room`), no try could be kept, so its seconds at twice the streams are
+   spared and the other way is tried. A neighbour the
    path's history (`known`, `measured_from_history`) already refuses against the reference
    is passed over without moving the flow; the reference it is judged against is the
    reference's windows now and, when the history has them, then, pooled (`pooled`): a load
