@@ -101,7 +101,7 @@ from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
 from stork.transfer.localfacts import local_facts
 from stork.transfer.registry import GFAL_SCHEMES
 from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
-from stork.transfer.rtt import connect_s, network_end
+from stork.transfer.rtt import network_end, path_rtt_s
 from stork.transfer.tokens import NO_TOKENS, TokenFacts
 from stork.transfer.worker import (
     FileWork,
@@ -146,16 +146,17 @@ def through_gfal(src_url: str, dest_url: str) -> bool:
 
 
 def round_trip_s(urls: list[str]) -> float | None:
-    """The path's round trip (`stork.transfer.rtt`): the longer of the daemon's TCP connects
-    to the servers named; 1e-4 for a pass with no server at all (both ends on this machine),
-    None when a server did not answer (the longer leg may be the one missing)."""
-    times = []
-    for end in dict.fromkeys(e for url in urls if (e := network_end(url)) is not None):
-        seconds = connect_s(*end, timeout_s=RTT_PROBE_TIMEOUT_S)
-        if seconds is None:
-            return None
-        times.append(max(seconds, 1e-4))
-    return max(times, default=1e-4)  # 1e-4: both ends on this machine
+    """The path's round trip (`stork.transfer.rtt.path_rtt_s`: the longer leg's shortest of
+    a few TCP connects, so that one connect delayed by a lost SYN or by the scheduler is not
+    taken for the path: a single connect read 1046 ms on the 20 ms lossy20 path, and
+    10.3-11.1 ms on lan10, where 256 KiB files sit at the bandwidth-delay product and
+    changed size class from job to job; docs/BENCHMARKS.md 15.37); 1e-4 for a pass with no
+    server at all (both ends on this machine), None when a server did not answer (the
+    longer leg may be the one missing)."""
+    if all(network_end(url) is None for url in urls):
+        return 1e-4  # both ends on this machine
+    seconds = path_rtt_s(urls, timeout_s=RTT_PROBE_TIMEOUT_S)
+    return None if seconds is None else max(seconds, 1e-4)
 
 
 def dest_sizes(urls: list[str], run_as: RunAs | None,
