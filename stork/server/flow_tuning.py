@@ -426,9 +426,11 @@ class FlowTuner:
         self._took, self._logged = {}, 0
 
     def _size_calls(self) -> None:
-        """The engine's calls short while the controller searches (see the module)."""
+        """The engine's calls short while the controller searches a climb that may change
+        `p` (see the module)."""
         searching = not self._waiting and not self.climb.holding
-        self.engine.call_s = min(self._hold_call_s, SEARCH_CALL_S) if searching \
+        short = searching and "p" in self.climb.axes
+        self.engine.call_s = min(self._hold_call_s, SEARCH_CALL_S) if short \
             else self._hold_call_s
         self.engine.cut_s = SEARCH_PIECE_S if searching else None
 
