@@ -27,8 +27,15 @@ engine's list calls are sized for `SEARCH_CALL_S` (2 s) of a worker's rate inste
 engine's `call_s` (4 s), which they get back at the hold. On wan40 the measurement at p 3
 after a refused try of p 1 came 24-25 s after the change back: 7 s of it its ramp and
 three windows, the rest mostly the wait for the calls taken at p 1 to end
-(docs/BENCHMARKS.md 15.28, runs M1-M2); 2-s calls moved as much as 4-s ones on wan80 at
-cc 32 and 64 (15.10). For the same reason a range or a large file is taken as a piece of
+(docs/BENCHMARKS.md 15.28, runs M1-M2). A climb of cc alone (small files) keeps the
+engine's `call_s`: more workers start at once and fewer retire as their calls end, so no
+change of it waits for long calls, and short calls cost a flow of small files its rate: on
+wan80 one at cc 32 ran at 137-215 Mbit/s from its 6th to its 13th second on 2-s calls, where
+the preset's 4-s calls at the same cc ran at 178-277 (15.35, run W80), and the climb's
+measurement of cc 32 read 181.9 Mbit/s against 237.5 on 4-s calls (15.36's run W80b against
+15.37's W80), so that cc 64 looked 48.7% better where the fixed cells differ by 2-7%.
+(15.10 had found 2-s and 4-s calls level on wan80's fixed cells.) For the same reason a
+range or a large file is taken as a piece of
 `SEARCH_PIECE_S` (8 s) of a worker's rate while it searches (`Engine.cut_s`, where the
 engine cuts items at all): on wan80 a try of fewer streams waited about 30 s for the 64 MiB
 ranges in flight, and was judged 45-48 s after it began (15.28, run N2). Not shorter: a
