@@ -29,7 +29,8 @@ gained, how often the halving lost more than 5% (along the same axis; for large 
 along the other). And one for `path_history.lost_above`: when a halving lost more than 5% with
 more streams on the other axis, how often the same halving below it did too. And one for
 `online.FELL_SHARE`: what a doubling of cc or p lost, as shares of the doublings that lost
-less.
+less. And one for `verdicts.halving_order`: near a dataset's best, how often halving cc and
+halving p each kept the rate.
 """
 
 from __future__ import annotations
@@ -112,6 +113,30 @@ def halvings(sets: Sequence[TestSet]) -> dict[SizeClass, tuple[int, int]]:
             n, both = out.get(cls, (0, 0))
             out[cls] = (n + sum(lost), both + 2 * all(lost))
     return out
+
+
+NEAR_BEST = 0.8  # `halving_axes` looks at cells within this share of their dataset's best
+
+
+def halving_axes(sets: Sequence[TestSet]) -> dict[SizeClass, tuple[int, int, int, float, float]]:
+    """Size class -> (cells, of which halving cc kept the rate within 5%, of which halving
+    p did, the mean share halving cc kept, and p), over every (cc, p) with both at 2 or
+    more, both halvings measured and at least `NEAR_BEST` of its dataset's best cell (where
+    a climb halves; each cell the median of every repeat of every pipelining depth):
+    `verdicts.halving_order`'s evidence."""
+    found: dict[SizeClass, list[tuple[float, float]]] = defaultdict(list)
+    for cls, rate in classed_rates(sets):
+        best = max(rate.values(), default=0.0)
+        for (cc, p), ref in rate.items():
+            fewer_cc, fewer_p = rate.get((cc // 2, p)), rate.get((cc, p // 2))
+            if cc < 2 or p < 2 or fewer_cc is None or fewer_p is None \
+                    or ref <= 0 or ref < NEAR_BEST * best:
+                continue
+            found[cls].append((fewer_cc / ref, fewer_p / ref))
+    return {cls: (len(pairs), sum(c >= 1 - WITHIN for c, _ in pairs),
+                  sum(q >= 1 - WITHIN for _, q in pairs),
+                  statistics.fmean(c for c, _ in pairs), statistics.fmean(q for _, q in pairs))
+            for cls, pairs in found.items()}
 
 
 KNEE_BUCKETS = ((-math.inf, 0.0), (0.0, 0.025), (0.025, 0.05), (0.05, math.inf))
@@ -220,6 +245,14 @@ def report(sets: Sequence[TestSet], min_mb: float, totals: Sequence[int]) -> str
     for cls, (n, both) in sorted(halvings(sets).items(), key=lambda e: order.index(e[0])):
         if n:
             lines.append(f"| {cls.value} | {n} | {both} | {both / n:.2f} |")
+    lines += _head(f"### Halving cc or p near the best (cells within {NEAR_BEST:.0%} of "
+                   "their dataset's best, every dataset)",
+                   ["size class", "cells", "halving cc kept within 5%", "halving p kept",
+                    "cc kept on average", "p kept on average"], 1)
+    for cls, (n, cc_kept, p_kept, cc_mean, p_mean) in sorted(
+            halving_axes(sets).items(), key=lambda e: order.index(e[0])):
+        lines.append(f"| {cls.value} | {n} | {cc_kept / n:.2f} | {p_kept / n:.2f} | "
+                     f"{cc_mean:.3f} | {p_mean:.3f} |")
     lines += _head("### After a doubling that gained this much, a halving that lost more "
                    "than 5% (every dataset)",
                    ["size class", "halving along", "doubling gained", "cells", "halving lost",

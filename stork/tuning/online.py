@@ -7,14 +7,15 @@ measured rates (Mbit/s, one per full window of the flow) at the setting in effec
 settled. It answers a `Change` or nothing:
 
 1. At the prior it measures `windows` windows: the reference.
-2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling
-   first, and judges each against the reference (`judge`). A prior that is a halving (or
-   a doubling) of a setting the history measured (`_moved_start`) is itself a try: the
-   start is judged against the history's measurement of the setting it came from, as a
-   try of fewer (more) streams would be (a halving taken as kept, the setting it came
+2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling first,
+   and judges each against the reference (`judge`); of two halvings still to try, small and
+   medium files try p's first (`halving_order`, `_halvings_in_order`). A prior that is a
+   halving (or a doubling) of a setting the history measured (`_moved_start`) is itself a
+   try: the start is judged against the history's measurement of the setting it came from,
+   as a try of fewer (more) streams would be (a halving taken as kept, the setting it came
    from would have had to prove a gain beyond the noise of a few windows at the start: on
-   wan40 a start at cc 2 p 4 measured 142.9 ± 52.0 Mbit/s against the history's 180.5 for
-   cc 4 p 4, and the job held cc 2 for its whole 82 s; docs/BENCHMARKS.md 15.25). A
+   wan40 a start at cc 2 p 4 measured 142.9 ± 52.0 Mbit/s against the history's 180.5 for cc
+   4 p 4, and the job held cc 2 for its whole 82 s; docs/BENCHMARKS.md 15.25). A
    setting with more streams is kept only when its gain less the noise (`z` standard
    errors of the difference of the two means, from the spread of the windows at each
    setting) still reaches `min_gain`; one with fewer streams when
@@ -198,6 +199,7 @@ from stork.tuning.verdicts import (
     Measured,
     Verdict,
     Z,
+    halving_order,
     judge,
     neighbour,
     no_room,
@@ -299,6 +301,7 @@ class Climb:
         self.prior = prior
         self.limits = limits
         self.axes = tuple(axes)
+        self.halving = halving_order(self.axes, alike_axes)  # the order it halves them in
         self.windows = windows
         self.max_windows = max_windows
         self.min_gain = min_gain
@@ -333,7 +336,8 @@ class Climb:
         self._load_streams = 0.0  # the weight of a load that came, in streams (`_shared`)
         self._fell: tuple[Setting, float] | None = None  # a fall seen there, from (`_start`)
         self._ref_known, self.too_few = False, 0
-        self._todo = [(axis, up) for axis in self.axes for up in (True, False)]
+        self._todo = self._halvings_in_order(
+            [(axis, up) for axis in self.axes for up in (True, False)])
         self._trying, self._drifts, self._again = None, 0, False
         self._waited = 0  # windows a verdict on the try in flight waited (`step`)
         self._came_from: Setting | None = None  # the history's setting a start moved from
@@ -680,7 +684,15 @@ class Climb:
         same = [(a, u) for a, u in self._todo if a == axis]
         rest = [(a, u) for a, u in self._todo if a != axis]
         rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] == up))
-        self._todo = same + rest
+        self._todo = self._halvings_in_order(same + rest)
+
+    def _halvings_in_order(self, todo: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+        """`todo` with its halvings in `halving` order, each in the place of one of them
+        (p before cc for small and medium files: `halving_order`), the doublings where
+        they were."""
+        downs = iter(sorted((e for e in todo if not e[1]),
+                            key=lambda e: self.halving.index(e[0])))
+        return [e if e[1] else next(downs) for e in todo]
 
     def _from_history(self, setting: Setting) -> tuple[Verdict, str]:
         """What the path's history says of `setting` against the reference: the verdict of

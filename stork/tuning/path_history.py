@@ -25,6 +25,7 @@ from stork.tuning.verdicts import (
     Measured,
     Verdict,
     Z,
+    halving_order,
     neighbour,
     no_room,
     pooled,
@@ -99,7 +100,8 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     own (on wan40 a job refused cc 4 p 4 at -6.2% over 8 windows, and the next job started
     from it; docs/BENCHMARKS.md 15.25).
 
-    With `axes` (and `limits`), a halving of that setting along the first of them that the
+    With `axes` (and `limits`), a halving of that setting along the first of them (in
+    `halving_order`: p first unless `alike_axes`) that the
     history has not measured over `windows` windows is where the job starts instead: the
     climb judges it as a try against the history's measurement of that setting. A
     job too short to judge a halving in its middle (the tail rule) can still measure one at
@@ -175,7 +177,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
         more, why = doubled(why)
         if more is not None:
             return more, why
-    for axis in axes:
+    for axis in halving_order(axes, alike_axes):
         assert limits is not None, "a halving is bounded by the limits"
         fewer = neighbour(chosen.setting, axis, False, limits)
         if fewer is not None and streams(fewer) <= too_few:
