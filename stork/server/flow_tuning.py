@@ -31,7 +31,7 @@ three windows, the rest mostly the wait for the calls taken at p 1 to end
 engine's `call_s`: more workers start at once and fewer retire as their calls end, so no
 change of it waits for long calls, and short calls cost a flow of small files its rate: on
 wan80 one at cc 32 ran at 137-215 Mbit/s from its 6th to its 13th second on 2-s calls, where
-the preset's 4-s calls at the same cc ran at 178-277 (15.35, run W80), and the climb's
+the preset's 4-s calls at the same cc ran at 178-277 (15.34, run W80), and the climb's
 measurement of cc 32 read 181.9 Mbit/s against 237.5 on 4-s calls (15.36's run W80b against
 15.37's W80), so that cc 64 looked 48.7% better where the fixed cells differ by 2-7%.
 (15.10 had found 2-s and 4-s calls level on wan80's fixed cells.) For the same reason a
