@@ -28,8 +28,8 @@ engine's `call_s` (4 s), which they get back at the hold. On wan40 the measureme
 after a refused try of p 1 came 24-25 s after the change back: 7 s of it its ramp and
 three windows, the rest mostly the wait for the calls taken at p 1 to end
 (docs/BENCHMARKS.md 15.28, runs M1-M2). A climb of cc alone (small files) keeps the
-engine's `call_s`: more workers start at once and fewer retire as their calls end, so no
-change of it waits for long calls, and short calls cost a flow of small files its rate: on
+engine's `call_s`: more workers start at once and fewer retire as their calls end, so a
+change of cc waits for one call at most, and short calls cost a flow of small files its rate: on
 wan80 one at cc 32 ran at 137-215 Mbit/s from its 6th to its 13th second on 2-s calls, where
 the preset's 4-s calls at the same cc ran at 178-277 (15.34, run W80), and the climb's
 measurement of cc 32 read 181.9 Mbit/s against 237.5 on 4-s calls (15.36's run W80b against
