@@ -122,7 +122,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RTT_PROBE_TIMEOUT_S = 3.0
 # what size classes assume when a server cannot be reached to time a connect (the transfer
 # log then records the RTT as unknown)
 RTT_UNKNOWN_S = 0.05
@@ -155,7 +154,7 @@ def round_trip_s(urls: list[str]) -> float | None:
     longer leg may be the one missing)."""
     if all(network_end(url) is None for url in urls):
         return 1e-4  # both ends on this machine
-    seconds = path_rtt_s(urls, timeout_s=RTT_PROBE_TIMEOUT_S)
+    seconds = path_rtt_s(urls)
     return None if seconds is None else max(seconds, 1e-4)
 
 
