@@ -264,12 +264,17 @@ def test_a_dataset_of_a_killed_node_resumes_on_another_without_resending_done_fi
         postgres: PostgresCluster, gridftp: GridFtpServer, gridftp_root: Path,
         tmp_path: Path) -> None:
     from tests.test_dataset_jobs import assert_same, make_tree
+    from tests.test_eos_partial import recording_guc
 
     url = postgres.new_database()
     src = gridftp_root / f"ds-{tmp_path.name}"
-    made = make_tree(src, 160, 2 << 20)  # 160 x 2 MiB: batches of 32 files at cc=1
+    made = make_tree(src, 160, 2 << 20)  # 160 x 2 MiB, a call each at cc=1
     out = tmp_path / "out"
-    a, b = node(tmp_path, "nodeA", url), node(tmp_path, "nodeB", url)
+    # node A's calls each wait 0.1 s first: on loopback the 160 calls took 3.5 s in all, and
+    # in a CI run the kill below came after the last (node B sends at full speed)
+    slowed = recording_guc(tmp_path, tmp_path / "calls.log", delay_s=0.1)
+    a = node(tmp_path, "nodeA", url, STORK_GLOBUS_URL_COPY=str(slowed))
+    b = node(tmp_path, "nodeB", url)
     with running(a):
         [job_id] = a.submit(f"""[ dap_type = transfer; arguments = "-cc 1 -p 1";
           src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
