@@ -466,6 +466,32 @@ def test_a_reference_pooled_over_a_load_that_came_does_not_hide_the_next_measure
     assert climb._apart(pooled_ref, Measured(Setting(8, 2, 2), 112.9, 3.9, 3), ())
 
 
+def test_a_new_loads_windows_as_noisy_as_a_load_makes_them_still_measure_the_start() -> None:
+    """15.37's run L14 on wan40: cc 16 p 3 held 192.4 +- 6.5 Mbit/s unloaded, a try of p 1
+    was refused as a 50% load came, and the measurement again read 125.9, 149.1 and 122.6
+    (10.9% apart, where the flow's windows had spread 1-3.4%). Those windows measure the
+    search's new start, and its first try, cc x 4, is made at once (the run measured the
+    start anew and tried cc 64 14 s later); a dip spread 39.5% (15.29's run P5) does not."""
+    wide = Limits(max_cc=64, max_p=32, max_pp=32, max_streams=256)
+    ceiling = payload_mbps(200.0, 1500)
+
+    def reopened(again: list[float]) -> Change:
+        climb = Climb(Setting(16, 3, 2), wide, ceiling_mbps=ceiling)
+        first = climb.step([187.1, 199.7, 190.5])
+        assert first is not None and first.setting == Setting(16, 1, 2), first
+        back = climb.step([144.1, 146.0, 142.3])  # p 1 under the load: -24.4%
+        assert back is not None and back.setting == Setting(16, 3, 2), back
+        change = climb.step(again)
+        assert change is not None and "the load moved" in change.reason, change
+        return change
+
+    change = reopened([125.9, 149.1, 122.6])
+    assert "its last 3 windows measured the start, cc=16 p=3 pp=2: 132.5" in change.reason
+    assert change.setting == Setting(64, 3, 2), change
+    dip = reopened([60.0, 140.0, 100.0])  # 100.0 +- 40.0, as P5's dip: measured anew
+    assert dip.setting == Setting(16, 3, 2) and "measured the start" not in dip.reason, dip
+
+
 def test_a_load_that_comes_in_the_middle_of_a_measurement_again_reopens_the_search() -> None:
     """15.20's run E: the measurement again straddled the load's arrival (161.0 ± 31.8
     against 183.7: -12%, within the test); its last window alone (-28%) is not. The climb

@@ -102,7 +102,8 @@ settled. It answers a `Change` or nothing:
    past `drift_share` (the new load's alone), measure that start when there are `windows`
    of them (the hold, or the measurement again, waits a window or two more for them, the
    measurement again up to `max_windows`) and they spread no more than `drift_z` times
-   the path's noise (a new load's rate is held; a passing dip's is not: `_steady`), and
+   the path's noise, or `NOISE_PRIOR` where that is larger (a new load's rate is held; a
+   passing dip's is not: `_steady`; a load makes the windows noisier, `_reopen`), and
    the first try is made at once: measured again after the change, the start took 15 s
    on wan40, settling and ramp included (docs/BENCHMARKS.md 15.28, run M4). When the
    rate fell so, that first try of cc up is as many doublings at once (at most three) as
@@ -818,7 +819,11 @@ class Climb:
         new load's alone: not a window across its arrival), if there are `windows` of
         them, are its start's measurement, and the first try is made at once (on wan40,
         measuring the start again took 15 s under a load that had come 40 s before:
-        docs/BENCHMARKS.md 15.28, run M4). Else the change is said even where the flow is
+        docs/BENCHMARKS.md 15.28, run M4), when they are `_steady` against the path's noise
+        or `NOISE_PRIOR`, the larger: a load that came makes the windows noisier than the
+        flow's were without it (in 15.37's run L14 the new load's three windows spread
+        10.9%, the flow's before it 1.0-3.4%, and the start was measured anew for 14 s).
+        Else the change is said even where the flow is
         at its start already, so the windows of the old load are not counted for the
         new. A fall is weighed (`load_streams`, `win_back`) on the start's measurement,
         by those windows or anew, when the start is the setting it was seen at (`seen_at`:
@@ -842,7 +847,7 @@ class Climb:
             self._fell = (seen, before_mbps)  # when that is elsewhere, on what fell there
             if start != seen and seen_at is None:
                 self._load_streams = load_streams(streams(seen), before_mbps, now_mbps)
-        if new is not None and self._steady(new):
+        if new is not None and self._steady(new, floor=NOISE_PRIOR):
             first = self._start(new, f"{why}; its last {new.count} windows measured the start")
             if first is not None:
                 return Change(first.setting, first.reason, {**figures, **first.figures})
