@@ -681,7 +681,9 @@ class Climb:
         after a refused move (both axes multiply the same streams: once twice the streams
         along one axis bought nothing, twice the streams along the other would ask for the
         same count; once half lost the rate, so would half along the other), and at a prior
-        that halves a setting the history holds (`_moved_start`)."""
+        that halves a setting the history holds (`_moved_start`). The halvings then go in
+        `halving` order (`_halvings_in_order`): for small and medium files, after a refused
+        doubling of cc, half the p comes before half the cc."""
         same = [(a, u) for a, u in self._todo if a == axis]
         rest = [(a, u) for a, u in self._todo if a != axis]
         rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] == up))
