@@ -1711,6 +1711,69 @@ def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle
         runner.join(30)
 
 
+def test_a_measurement_again_counts_with_one_call_of_the_refused_try_still_in_flight() -> None:
+    """A real engine of 1 GiB files at cc 8 p 2 on a clock of the test's: the climb tries
+    p 1 (the link's 100 Mbit/s leaves no room up), which counts only once every call taken
+    at p 2 has ended, and refuses it at -36%. Back at p 2, measuring it again, the windows
+    count once all but one of the calls taken at p 1 have ended (one call of eight), not
+    while two are left."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork
+
+    now = [0.0]
+    events = {i: threading.Event() for i in range(40)}
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(40)]
+    engine = Engine([Item(f) for f in work], lambda: ByFileWorker(events), Setting(8, 2, 1),
+                    lambda *_: None, clock=lambda: now[0])
+    climb = Climb(Setting(8, 2, 1), LIMITS, axes=("p",), ceiling_mbps=100.0)
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=lambda _: None, clock=lambda: now[0])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    last: dict[object, float] = {}
+
+    def move(mbps: float) -> None:  # every call in flight tells `mbps` since it last told
+        now[0] += 0.5
+        for lane, call in list(engine._calls.items()):
+            t0 = last.get(lane, call.taken.started_s)
+            engine._report(lane, t0, now[0], mbps * 1e6 / 8 * (now[0] - t0))
+            last[lane] = now[0]
+        tuner.tick()
+
+    def end_calls(p: int, keep: int) -> None:  # all but `keep` of the calls taken at p end
+        taken = [t for t in engine.in_flight() if t.setting.p == p]
+        for t in taken[:len(taken) - keep]:
+            events[t.items[0].file.index].set()
+        wait_for(lambda: sum(t.setting.p == p for t in engine.in_flight()) == keep
+                 and len(engine.in_flight()) == 8, 10, what=f"{keep} calls left at p {p}")
+
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 8, 10, what="eight calls in flight")
+        while climb.current == Setting(8, 2, 1) and now[0] < 30:
+            move(12.5)
+        assert climb.current == Setting(8, 1, 1), tuner.changes
+        end_calls(2, keep=1)
+        move(12.5)
+        assert tuner._settled_at is None  # a try counts only once all its calls run at it
+        end_calls(2, keep=0)
+        while climb.current == Setting(8, 1, 1) and now[0] < 60:
+            move(8.0)
+        assert climb.current == Setting(8, 2, 1) and climb.measuring_again, tuner.changes
+        assert tuner.changes[-1]["reason"].startswith("refused"), tuner.changes[-1]
+        end_calls(1, keep=2)
+        move(12.5)
+        assert tuner._settled_at is None
+        end_calls(1, keep=1)
+        move(12.5)
+        assert tuner._settled_at is not None
+    finally:
+        for event in events.values():
+            event.set()
+        engine.stop()
+        runner.join(30)
+
+
 def test_a_tuner_gives_the_climb_the_windows_told_after_it_left_a_setting() -> None:
     """A real engine on a clock of the test's, its calls telling their bytes 4 s late (a
     third-party call's markers): the start, cc 4 at 150 Mbit/s, is measured on the windows

@@ -330,6 +330,12 @@ class Climb:
         self._late_ss, self._late_df = 0.0, 0  # the spread of the settings left (`late`)
         self._restart()
 
+    @property
+    def measuring_again(self) -> bool:
+        """Whether the flow is back at the reference after a refused try, measuring it
+        again (its windows then join the reference's)."""
+        return self._again
+
     def _restart(self, start: Setting | None = None) -> None:
         """The search from `start` (default the prior), nothing measured yet."""
         self.current, self.reference, self.holding = start or self.prior, None, False
