@@ -25,9 +25,8 @@ The attempt (a *pass*) runs on its own thread:
    queue the engine cuts an item larger than its share (bytes queued over cc) into ranges
    (at least STORK_PIECE_MIN_MB) as it is taken; a whole file cut so is claimed first, and
    is then a file in ranges like the others. With a probing
-   optimizer, or STORK_ENGINE = batch, a chunk is a sequence of globus-url-copy runs over
-   batches of its files (`-c -cd -cc -p [-pp] [-fast] -f -`; gfal2's
-   `GfalModule.list_command` for the others).
+   optimizer, or STORK_ENGINE = batch, a chunk is sent in batches instead, one run of the
+   tools per batch (`stork.server.dataset_batches`).
 4. After each call (or run) its files are checked: a destination of the source's size
    is done (sizes from the listing; destinations stat'ed, or listed once per directory on
    FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy;
@@ -53,9 +52,7 @@ from its files.
 
 from __future__ import annotations
 
-import errno
 import functools
-import json
 import logging
 import os
 import threading
@@ -64,23 +61,23 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, BinaryIO
-from urllib.parse import unquote
 
-from stork.config import ONLINE_OPTIMIZERS, Settings
-from stork.dataset import DatasetError, DatasetUnreachable, FtpLister, Lister, RemoteLister
-from stork.dataset.chunks import Chunk, Params, batches, plan_chunks
+from stork.config import Settings
+from stork.dataset import DatasetError, DatasetUnreachable
+from stork.dataset.chunks import Chunk, Params, plan_chunks
 from stork.dataset.expand import list_dataset
+from stork.dataset.sizes import dest_sizes
 from stork.engine import Assembly, Engine, Taken, piece_bytes, plan_items, range_bytes, series_flow
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
-    RemoteEndError,
     RetryableTransferError,
     TransferError,
 )
 from stork.identity import RunAs, open_as
 from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
+from stork.server.dataset_batches import Batches
 from stork.server.file_run import RANGE_RETRIES
 from stork.server.flow_report import FlowReport, stretch_records
 from stork.server.flow_tuning import (
@@ -97,10 +94,10 @@ from stork.store.base import FileResult, JobStore
 from stork.transfer import destination, verify
 from stork.transfer.base import TransferModule, TransferRequest
 from stork.transfer.gfal import GfalModule
-from stork.transfer.gridftp import MAX_LIST_URL, GridFtpModule, list_input
+from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.localfacts import local_facts
-from stork.transfer.registry import GFAL_SCHEMES
-from stork.transfer.remote import RemoteEnds, RemoteStat, common_checksum
+from stork.transfer.registry import through_gfal
+from stork.transfer.remote import RemoteEnds, common_checksum
 from stork.transfer.rtt import network_end, path_rtt_s
 from stork.transfer.tokens import NO_TOKENS, TokenFacts
 from stork.transfer.worker import (
@@ -112,12 +109,10 @@ from stork.transfer.worker import (
     Worker,
     WorkerContext,
 )
-from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import DatasetDescription
 from stork.urls import parse_url, with_scheme
 
 if TYPE_CHECKING:
-    from stork.server.tuning import SharedConcurrency, Tuning
     from stork.tuning.online import Climb
 
 log = logging.getLogger(__name__)
@@ -138,12 +133,6 @@ def file_urls(src_url: str, dest_url: str, alt_protocols: tuple[tuple[str, str],
     return with_scheme(src_url, a), with_scheme(dest_url, b)
 
 
-def through_gfal(src_url: str, dest_url: str) -> bool:
-    """Whether a file goes through gfal2's copy (either end XRootD or HTTPS/WebDAV) rather
-    than globus-url-copy."""
-    return any(parse_url(url).scheme in GFAL_SCHEMES for url in (src_url, dest_url))
-
-
 def round_trip_s(urls: list[str]) -> float | None:
     """The path's round trip (`stork.transfer.rtt.path_rtt_s`: the longer leg's shortest of
     a few TCP connects, so that one connect delayed by a lost SYN or by the scheduler is not
@@ -158,57 +147,8 @@ def round_trip_s(urls: list[str]) -> float | None:
     return None if seconds is None else max(seconds, 1e-4)
 
 
-def dest_sizes(urls: list[str], run_as: RunAs | None,
-               x509proxy: str | None = None,
-               ends: RemoteEnds | None = None) -> dict[str, int | None]:
-    """Sizes of destination files (None: not there); URLs whose size cannot be had cheaply
-    (http) are left out. Local files are looked at as the job's owner (`run_as`), FTP
-    directories listed once each (MLSD), GridFTP ones once each through gfal2 as the owner
-    with the job's proxy, XRootD and WebDAV files stat'ed through gfal2 in one child (`ends`:
-    the job's, with its tokens; left out when the server cannot answer)."""
-    sizes: dict[str, int | None] = {}
-    by_dir: dict[tuple[str, str], list[str]] = {}
-    local = [url for url in urls if parse_url(url).scheme == "file"]
-    for url, (size, _) in zip(local, local_facts([parse_url(u).path for u in local], run_as),
-                              strict=True):
-        sizes[url] = size
-    for url in urls:
-        scheme = parse_url(url).scheme
-        if scheme in ("ftp", "gsiftp"):
-            by_dir.setdefault((scheme, url.rsplit("/", 1)[0] + "/"), []).append(url)
-    stat = [url for url in urls if parse_url(url).scheme in GFAL_SCHEMES]
-    try:  # a server that cannot answer leaves the sizes out: the copy's answers speak
-        answers = (ends or RemoteEnds(x509proxy=x509proxy, run_as=run_as)).stat_many(stat)
-    except RemoteEndError:
-        answers = {}
-    for url, answer in answers.items():
-        if isinstance(answer, RemoteStat):
-            sizes[url] = answer.size_bytes
-        elif answer.errno == errno.ENOENT:
-            sizes[url] = None
-    listers: dict[str, Lister] = {
-        "ftp": FtpLister(), "gsiftp": RemoteLister(x509proxy=x509proxy, run_as=run_as)}
-    try:
-        for (scheme, directory), members in by_dir.items():
-            try:
-                found = {directory + e.name: e.size_bytes
-                         for e in listers[scheme].list_dir(directory) if not e.is_dir}
-            except DatasetError:
-                found = {}
-            for url in members:
-                sizes[url] = found.get(_unquoted(url, directory))
-    finally:
-        for lister in listers.values():
-            lister.close()
-    return sizes
-
-
 def of_file(index: int, item: Item) -> bool:
     return item.file.index == index
-
-
-def _unquoted(url: str, directory: str) -> str:
-    return directory + unquote(url[len(directory):])
 
 
 @dataclass
@@ -297,7 +237,7 @@ class DatasetRun:
         self.start_time = time.monotonic()
         self.pid: int | None = None
         self._lock = threading.Lock()
-        self._shared_cc: SharedConcurrency | None = None  # tuned chunks share concurrency
+        self.batches = Batches(self)  # chunks sent the older way (probing optimizers)
         self._children: set[Child] = set()
         self._engines: set[Engine] = set()
         self.meter = series_flow(time.monotonic())  # the pass's flow over all its engines and runs
@@ -398,7 +338,7 @@ class DatasetRun:
         self.rtt_s = round_trip_s([rows[min(rows)].src_url, rows[min(rows)].dest_url])
         rtt = RTT_UNKNOWN_S if self.rtt_s is None else self.rtt_s
         bdp = self.bdp = self.settings.link_mbps * 1e6 / 8 * rtt
-        ordered = self._ordered()
+        ordered = self.ordered()
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
                              cc=1 if ordered else opts.concurrency,
                              p=1 if ordered else opts.streams, pp=opts.pipelining)
@@ -458,24 +398,24 @@ class DatasetRun:
                 self._running.remove(chunk)
 
     def _chunk(self, chunk: Chunk, rows: dict[int, DatasetFileRow]) -> None:
-        """The chunk's files, batch after batch; with an optimizer, its probes (real files
-        of the chunk) come first, and it is asked again when a batch leaves its band;
-        chunks tuned together share the concurrency (`stork.server.tuning`)."""
+        """The chunk's files through the engine (an online optimizer, when the job asks for
+        one, tuning it as it runs); with a probing optimizer, or STORK_ENGINE = batch, in
+        batches (`stork.server.dataset_batches`), its probes (real files of the chunk)
+        first."""
         queue = list(chunk.indexes)
         params = chunk.params
-        if tunes_online(self.job.spec, self.settings) and not self._ordered():
+        if tunes_online(self.job.spec, self.settings) and not self.ordered():
             self._flow(chunk, rows, queue, params, tuned=True)
             return
-        tuning = self._tuning(chunk, rows, queue)
+        tuning = self.batches.tuning(chunk, rows, queue)
         if tuning is None and self.settings.engine == "flow":
             self._flow(chunk, rows, queue, params)
             return
         if tuning is None:  # STORK_ENGINE = batch: the older way, for comparison
-            self._batches(chunk, rows, queue, params)
+            self.batches.send(chunk, rows, queue, params)
             return
         try:
-            params = tuning.decide(params)
-            self._batches(chunk, rows, queue, params, tuning)
+            self.batches.send(chunk, rows, queue, tuning.decide(params), tuning)
         finally:
             tuning.finish()
 
@@ -529,8 +469,7 @@ class DatasetRun:
             env=module.environment(self._request(spec.src_url, spec.dest_url, 1)),
             fast=self.settings.dataset_fast, tcp_buffer_bytes=spec.options.tcp_buffer_bytes,
             block_size_bytes=spec.options.block_size_bytes,
-            verify_checksum=spec.verify_checksum and self.sink is None,
-            stdout=self._out, stderr=self._err)
+            verify_checksum=self.verify_checksum, stdout=self._out, stderr=self._err)
 
         def new_worker() -> Worker:
             worker = module.worker(context)
@@ -663,7 +602,7 @@ class DatasetRun:
         range kept as landed, its file checked when its last range lands; a range that
         failed is sent again once, alone, and a second failure is its file's."""
         if self.stopped():
-            self._release(list(dict.fromkeys(r.item.file.index for r in results)))
+            self.release(list(dict.fromkeys(r.item.file.index for r in results)))
             self._abandon(taken, results, None)
             return
         whole = [r for r in results if not r.item.is_range]
@@ -698,53 +637,21 @@ class DatasetRun:
                     parts.fail(index)
                 failed.append(verdict)
         if failed:
-            self._commit(failed)
+            self.commit(failed)
         if not batch:
             return
-        checked = self._check(batch, rows, urls, clean, engine.setting.p)
+        checked = self.check(batch, rows, urls, clean, engine.setting.p)
         if self.stopped():  # stopped during a file sent alone
             done = {r.index for r in checked if r.state is FileState.DONE}
-            self._release([i for i in batch if i not in done])
+            self.release([i for i in batch if i not in done])
             self._abandon(taken, results, done)
             checked = [r for r in checked if r.index in done]
-        if not self._commit(checked):  # the job no longer runs this attempt (stork_rm
+        if not self.commit(checked):  # the job no longer runs this attempt (stork_rm
             # may have marked it REMOVED before the pass heard): nothing of it was recorded
             self._abandon(taken, results, None)
         engine.flow.set_load(time.monotonic(), self.known_load(*urls[batch[0]]))
 
-    def _batches(self, chunk: Chunk, rows: dict[int, DatasetFileRow], queue: list[int],
-                 params: Params, tuning: Tuning | None = None) -> None:
-        sizes = {i: rows[i].size_bytes for i in chunk.indexes}
-        while queue and not self.stopped():
-            run_params = params
-            if tuning is not None:
-                run_params = tuning.batch_params(params, sum(sizes[i] or 0 for i in queue))
-            batch = batches(queue, sizes, run_params.cc)[0]
-            del queue[:len(batch)]
-            achieved = self.run_batch(batch, rows, run_params, chunk.size_class.value)
-            if tuning is not None and achieved is not None:
-                params = tuning.after_batch(params, achieved)
-
-    def _tuning(self, chunk: Chunk, rows: dict[int, DatasetFileRow],
-                queue: list[int]) -> Tuning | None:
-        """The chunk's optimizer, when the job asks for one (`optimization`). Imported
-        here: the optimizers load scikit-learn, which only datasets that ask need."""
-        if not self.job.spec.optimization or self._ordered():
-            return None
-        name = self.job.spec.optimizer or self.settings.eos_optimizer
-        if name in ONLINE_OPTIMIZERS:  # a controller of a flow, with STORK_ENGINE = batch
-            self.store.update_result(self.job.id, {f"optimizer_{chunk.size_class.value}": {
-                "optimizer": name, "failure": f"{name} tunes a running flow and "
-                f"STORK_ENGINE is {self.settings.engine}: the chunk ran with its preset"}})
-            return None
-        from stork.server.tuning import SharedConcurrency, Tuning
-
-        with self._lock:
-            if self._shared_cc is None:
-                self._shared_cc = SharedConcurrency()
-        return Tuning.start(self, chunk, rows, queue, self._shared_cc)
-
-    def _ordered(self) -> bool:
+    def ordered(self) -> bool:
         """A sink that takes its bytes in order (a FIFO): one file, one stream at a time."""
         return self.sink is not None and self.sink.ordered
 
@@ -760,105 +667,20 @@ class DatasetRun:
         and this pass's other chunks): the `sharing` its transfer log rows record."""
         return max(self._sharing(src_url, dest_url) + len(self._running) - 1, 0)
 
-    def run_batch(self, batch: list[int], rows: dict[int, DatasetFileRow], params: Params,
-                   what: str) -> float | None:
-        """One globus-url-copy run over `batch`, its files checked (those not right sent
-        again alone) and committed, and its row in the transfer log. Returns the batch's
-        throughput in Mbit/s (None when it was stopped)."""
-        label = f"{what} {params.label()}"
-        self.store.start_files(self.job.id, self.attempt_no, batch, label)
-        urls = {i: self.file_urls(rows[i], rows[i].attempts + 1) for i in batch}
-        gfal = [i for i in batch if through_gfal(*urls[i])]
-        listed = [i for i in batch if max(len(u) for u in urls[i]) <= MAX_LIST_URL
-                  and i not in gfal]
-        clean: set[int] = set()
-        began, began_wall = time.monotonic(), self.clock()
-        sharing = self._sharing(*urls[batch[0]]) + len(self._running) - 1
-        if listed:
-            argv = self.module.list_command(
-                cc=params.cc, p=params.p, pipelining=params.pipelining,
-                fast=self.settings.dataset_fast,
-                verify_checksum=self.job.spec.verify_checksum and self.sink is None,
-                tcp_buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
-                block_size_bytes=self.job.spec.options.block_size_bytes)
-            code, _ = self._run_child(argv, list_input([urls[i] for i in listed]))
-            if code == 0 and len(listed) + len(gfal) == len(batch):
-                clean.update(listed)
-        if gfal and not self.stopped():
-            clean.update(self._gfal_batch(gfal, urls, params))
-        if self.stopped():
-            self._release(batch)
-            return None
-        results = self._check(batch, rows, urls, clean, params.p)
-        if self.stopped():  # stopped during a file sent alone
-            done = {r.index for r in results if r.state is FileState.DONE}
-            self._release([i for i in batch if i not in done])
-            results = [r for r in results if r.index in done]
-        self._commit(results)
-        duration = time.monotonic() - began
-        moved = self._log_batch(batch, rows, urls, results, params, began_wall, duration,
-                                sharing)
-        return moved * 8 / 1e6 / duration if duration > 0 else 0.0
+    @property
+    def verify_checksum(self) -> bool:
+        """Whether the files' checksums are compared: when the job asks for it, and the
+        destination is not a sink (a device or a FIFO cannot be read back)."""
+        return self.job.spec.verify_checksum and self.sink is None
 
-    def _gfal_batch(self, batch: list[int], urls: dict[int, tuple[str, str]],
-                    params: Params) -> set[int]:
-        """The files of `batch` through gfal2's copy (`cc` at a time, `p` streams): those it
-        answered as copied."""
-        answers = bytearray()
-        pairs = "".join(f"{urls[i][0]} {urls[i][1]} {self._checksum_type(*urls[i])}\n"
-                        for i in batch).encode()
-        code, stderr = self._run_child(self.gfal.list_command(cc=params.cc, p=params.p),
-                                       pairs, module=self.gfal, on_stdout=answers.extend)
-        copied: set[int] = set()
-        for line in bytes(answers).decode(errors="replace").splitlines():
-            try:
-                answer = json.loads(line)
-                index = batch[int(answer["line"]) - 1]
-            except (ValueError, KeyError, IndexError, TypeError):
-                continue
-            if "error" in answer:
-                log.info("job %d: %s -> %s: %s", self.job.id, *urls[index], answer["error"])
-            else:
-                copied.add(index)
-        if code != 0:
-            log.warning("job %d: gfal2's copy of a batch ended with status %d: %s",
-                        self.job.id, code, stderr)
-        return copied
-
-    def _checksum_type(self, src: str, dest: str) -> str:
+    def checksum_type(self, src: str, dest: str) -> str:
         """The checksum gfal2 compares for a file with `verify_checksum` (the strongest
         type both ends answer); "" for none."""
-        if not self.job.spec.verify_checksum or self.sink is not None:
+        if not self.verify_checksum:
             return ""
         return common_checksum(parse_url(src).scheme, parse_url(dest).scheme) or ""
 
-    def _log_batch(self, batch: list[int], rows: dict[int, DatasetFileRow],
-                   urls: dict[int, tuple[str, str]], results: list[FileResult], params: Params,
-                   began: float, duration_s: float, sharing: int) -> int:
-        """One batch's run into the transfer log (what optimizers learn from); returns the
-        bytes of the batch's files that are done."""
-        done = [r for r in results if r.state is FileState.DONE]
-        moved = sum(r.bytes_done for r in done)
-        known = [size for i in batch if (size := rows[i].size_bytes) is not None]
-        mean = sum(known) / len(known) if known else (moved / len(done) if done else 0.0)
-        src, dest = urls[batch[0]]
-        record = TransferRecord(
-            time=began, src_host=parse_url(src).host or "localhost",
-            dest_host=parse_url(dest).host or "localhost", rtt_s=self.rtt_s,
-            bandwidth_bps=self.settings.link_mbps * 1e6,
-            buffer_bytes=self.job.spec.options.tcp_buffer_bytes, file_size_bytes=float(mean),
-            file_count=len(batch), cc=params.cc, p=params.p, pp=params.pp,
-            fast=self.settings.dataset_fast, bytes_moved=moved, duration_s=round(duration_s, 6),
-            throughput_mbps=round(moved * 8 / 1e6 / duration_s, 3) if duration_s > 0 else 0.0,
-            sharing=max(sharing, 0),
-            outcome=COMPLETED if len(done) == len(batch) else "partial", job_id=self.job.id)
-        try:
-            self.store.add_transfers([record])
-        except Exception:
-            log.exception("job %d: cannot add a batch to the transfer log", self.job.id)
-        return moved
-
-    def _run_child(self, argv: list[str], stdin: bytes | None = None, *,
+    def run_child(self, argv: list[str], stdin: bytes | None = None, *,
                    module: TransferModule | None = None,
                    on_stdout: Callable[[bytes], None] | None = None) -> tuple[int, str]:
         """Run one child to its end: (exit status, the tail of its stderr). Its stdout goes
@@ -897,7 +719,7 @@ class DatasetRun:
 
     # -- after a run ----------------------------------------------------------------------
 
-    def _check(self, batch: list[int], rows: dict[int, DatasetFileRow],
+    def check(self, batch: list[int], rows: dict[int, DatasetFileRow],
                urls: dict[int, tuple[str, str]], clean: set[int], streams: int
                ) -> list[FileResult]:
         """Each file of a batch: done, or sent again alone (its own error decides). `clean`:
@@ -931,10 +753,10 @@ class DatasetRun:
         request = self._request(src, dest, streams)
         module: TransferModule = self.gfal if through_gfal(src, dest) else self.module
         argv = module.command(request)
-        if module is self.gfal and (kind := self._checksum_type(src, dest)):
+        if module is self.gfal and (kind := self.checksum_type(src, dest)):
             argv[-2:-2] = ["--checksum", kind]  # before SRC DEST
         claim = self.sink or destination.claim(dest, self.run_as)
-        code, stderr = self._run_child(argv, module=module)
+        code, stderr = self.run_child(argv, module=module)
         if self.stopped():
             return FileResult(row.index, FileState.PENDING)
         if code == 0 and self.sink is not None:  # nothing to read back
@@ -999,7 +821,7 @@ class DatasetRun:
                 results.append(FileResult(row.index, FileState.DONE, bytes_done=src_size,
                                           checksum=src_md5))
         if results:
-            self._commit(results)
+            self.commit(results)
             log.info("job %d: %d file(s) in doubt were complete at the destination: not "
                      "resent", self.job.id, len(results))
         return {r.index for r in results}
@@ -1022,13 +844,13 @@ class DatasetRun:
         except verify.VerifyError:
             return None, None
 
-    def _release(self, indexes: list[int]) -> None:
+    def release(self, indexes: list[int]) -> None:
         """A stopped batch: its files wait again, with no failure counted."""
         if indexes:
             self.store.finish_files(self.job.id, self.attempt_no,
                                     [FileResult(i, FileState.PENDING) for i in indexes])
 
-    def _commit(self, results: list[FileResult]) -> bool:
+    def commit(self, results: list[FileResult]) -> bool:
         """The files' ends into the store; False when it refused them (the job no longer
         runs this attempt)."""
         self.kept.drop([r.index for r in results

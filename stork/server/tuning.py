@@ -1,4 +1,5 @@
-"""An optimizer at work on one chunk of a dataset pass (`stork.server.dataset_run`).
+"""An optimizer at work on one chunk of a dataset pass sent in batches
+(`stork.server.dataset_batches`).
 
 The optimizer (`stork.tuning`, named by the job's `optimization` or EOS_OPTIMIZER) gets
 the transfer log (the newest HISTORY_ROWS rows), the chunk's description (mean file size,
@@ -44,14 +45,16 @@ log = logging.getLogger(__name__)
 
 
 class ChunkRun(Protocol):
-    """What tuning needs of the pass it tunes (`stork.server.dataset_run.DatasetRun`): the
+    """What tuning needs of the pass it tunes (`stork.server.dataset_batches.Batches`): the
     job, the settings, the store, the path's round trip and load, and a batch of real files
-    sent (a probe). Named here, so the pass imports tuning and never the other way."""
+    sent (a probe). Named here, so the batches import tuning and never the other way."""
 
     job: Job
     settings: Settings
     store: JobStore
-    rtt_s: float | None
+
+    @property
+    def rtt_s(self) -> float | None: ...
 
     def known_load(self, src_url: str, dest_url: str) -> int: ...
 

@@ -9,10 +9,17 @@ from stork.transfer.external import discover
 from stork.transfer.gfal import GfalModule
 from stork.transfer.gridftp import GridFtpModule
 from stork.transfer.local import FileModule, HttpModule
+from stork.urls import parse_url
 
 FTP_SCHEMES = ("ftp", "gsiftp")
 # XRootD and HTTPS/WebDAV: gfal2's copy, to and from each other, local disk and GridFTP
 GFAL_SCHEMES = ("root", "xroot", "davs", "dav", "https")
+
+
+def through_gfal(src_url: str, dest_url: str) -> bool:
+    """Whether a dataset's file goes through gfal2's copy (either end XRootD or
+    HTTPS/WebDAV) rather than globus-url-copy."""
+    return any(parse_url(url).scheme in GFAL_SCHEMES for url in (src_url, dest_url))
 
 
 class Registry:
