@@ -15,7 +15,8 @@ from stork.dataset.chunks import SizeClass
 from stork.transfer.worker import Item, ItemResult, Report, Setting, Worker
 from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import Limits
-from stork.tuning.online import Change, Climb, _jumped, load_streams, win_back
+from stork.tuning.load_share import jumped, load_streams, win_back
+from stork.tuning.online import Change, Climb
 from stork.tuning.path_history import (
     measured_from_history,
     prior_from_history,
@@ -283,9 +284,9 @@ def test_a_fall_asks_for_the_streams_that_win_back_ninety_percent_at_most_eight_
     assert win_back(200.0, 66.7) == 8  # to a third: N' = 18 N, eight times at once at most
     assert win_back(200.0, 200.0) == 1 and win_back(100.0, 150.0) == 1  # no fall: no jump
     limits = Limits(max_cc=16, max_p=32, max_pp=32, max_streams=256)
-    assert _jumped(Setting(8, 1, 1), 4, limits) == Setting(16, 1, 1)  # as far as it can
-    assert _jumped(Setting(2, 1, 1), 8, limits) == Setting(16, 1, 1)  # three doublings
-    assert _jumped(Setting(16, 1, 1), 4, limits) is None
+    assert jumped(Setting(8, 1, 1), 4, limits) == Setting(16, 1, 1)  # as far as it can
+    assert jumped(Setting(2, 1, 1), 8, limits) == Setting(16, 1, 1)  # three doublings
+    assert jumped(Setting(16, 1, 1), 4, limits) is None
 
 
 def test_under_a_load_that_came_no_halving_is_tried_that_fair_share_says_loses() -> None:
@@ -1668,6 +1669,21 @@ def tuned_at_cc4(worker: Callable[[], Worker], now: list[float]
     return engine, climb, tuner, runner
 
 
+def telling(engine: Engine, tuner: FlowTuner, now: list[float]) -> Callable[[float], None]:
+    """A step of the test's clock: half a second on, every call in flight tells `mbps`
+    since it last told, and the tuner looks."""
+    last: dict[object, float] = {}
+
+    def move(mbps: float) -> None:
+        now[0] += 0.5
+        for lane, call in list(engine._calls.items()):
+            t0 = last.get(lane, call.taken.started_s)
+            engine._report(lane, t0, now[0], mbps * 1e6 / 8 * (now[0] - t0))
+            last[lane] = now[0]
+        tuner.tick()
+    return move
+
+
 def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle() -> None:
     """A real engine on a clock of the test's: from cc 4 the climb tries cc 2 (the link's
     150 Mbit/s leaves no room for a doubling). One of the two calls it retires ends, the
@@ -1677,15 +1693,7 @@ def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle
     now = [0.0]
     events = {i: threading.Event() for i in range(8)}
     engine, climb, tuner, runner = tuned_at_cc4(lambda: ByFileWorker(events), now)
-    last: dict[object, float] = {}
-
-    def move(mbps: float) -> None:  # every call in flight tells `mbps` since it last told
-        now[0] += 0.5
-        for lane, call in list(engine._calls.items()):
-            t0 = last.get(lane, call.taken.started_s)
-            engine._report(lane, t0, now[0], mbps * 1e6 / 8 * (now[0] - t0))
-            last[lane] = now[0]
-        tuner.tick()
+    move = telling(engine, tuner, now)
 
     try:
         wait_for(lambda: len(engine.in_flight()) == 4, 10, what="four calls in flight")
@@ -1731,15 +1739,7 @@ def test_a_measurement_again_counts_with_one_call_of_the_refused_try_still_in_fl
                       write_result=lambda _: None, clock=lambda: now[0])
     runner = threading.Thread(target=engine.run)
     runner.start()
-    last: dict[object, float] = {}
-
-    def move(mbps: float) -> None:  # every call in flight tells `mbps` since it last told
-        now[0] += 0.5
-        for lane, call in list(engine._calls.items()):
-            t0 = last.get(lane, call.taken.started_s)
-            engine._report(lane, t0, now[0], mbps * 1e6 / 8 * (now[0] - t0))
-            last[lane] = now[0]
-        tuner.tick()
+    move = telling(engine, tuner, now)
 
     def end_calls(p: int, keep: int) -> None:  # all but `keep` of the calls taken at p end
         taken = [t for t in engine.in_flight() if t.setting.p == p]

@@ -490,9 +490,9 @@ class FlowTuner:
         the reference after a refused try (`Climb.measuring_again`), with `STRAGGLER_CC`
         workers or more, all but one: on wan40 under a load that came during a try of
         p 1 at cc 16, the last of the try's calls ended 12.0 s after the change back,
-        the one before it 5.2 s after (docs/BENCHMARKS.md 15.38, run L15). One call of
-        16 moves a sixteenth of the flow; the windows that measure the reference again
-        are then a few seconds sooner where a load that came is seen."""
+        the one before it 5.2 s after (docs/BENCHMARKS.md 15.37's run L15, read in 15.38).
+        One call moves at most an eighth of the flow; the windows that measure the
+        reference again, where a load that came is seen, count a few seconds sooner."""
         setting = self.engine.setting
         off = sum(1 for t in self.engine.in_flight()
                   if not (t.slot < setting.cc and t.setting.p == setting.p
