@@ -1,9 +1,11 @@
 """The EOS boundary: EstimateRequest / EstimateResult values and their JSON, the job ad built
-from them, and `stork.eos` standing on its own (it imports nothing from `stork.server`)."""
+from them, and `stork.eos` standing on its own (it imports nothing from `stork.server`); and
+the project's modules loading in one order (no two import each other)."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import json
 import subprocess
 import sys
@@ -149,3 +151,45 @@ def test_a_request_carries_its_token_files_never_a_token() -> None:
     assert again.tokens == request.tokens
     assert EstimateRequest.from_json({"src_url": "ftp://a:1/x", "dest_url": "file:///y"}
                                      ).tokens is None
+
+
+def loaded_at_import(path: Path, modules: set[str]) -> set[str]:
+    """The project's modules `path` imports as it loads: its top level and the branches
+    of its top-level ``if`` and ``try``; not a function's own imports, nor what only a type
+    checker reads (``if TYPE_CHECKING``)."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                visit([s for h in node.handlers for s in h.body])
+                visit(node.orelse)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                             else node.module for a in node.names)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return found & modules
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """The project's modules load in one order: no circle of imports among them (issue
+    27 drew the engine between the dispatcher and the modules; the dataset pass and the
+    probing optimizers' tuning had imported each other)."""
+    paths = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (REPO / "stork").rglob("*.py")}
+    graph = {name: loaded_at_import(path, set(paths)) - {name} for name, path in paths.items()}
+    assert graph["stork.server.dataset_run"] >= {"stork.server.dataset_batches",
+                                                 "stork.engine"}  # the reader reads them
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        pytest.fail(f"modules that import each other: {' -> '.join(exc.args[1])}")
+    assert order.index("stork.server.dataset_batches") < order.index("stork.server.dataset_run")
