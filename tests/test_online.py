@@ -217,7 +217,7 @@ def test_a_history_too_noisy_to_decide_leaves_the_try_to_the_flow() -> None:
     quiet_path = Climb(cc4, Limits(max_cc=8, max_p=4, max_pp=1, max_streams=32), axes=("cc",),
                        known=wan40)
     change = quiet_path.step([193.0, 193.5, 192.6, 193.2, 192.8, 193.4])  # the start
-    assert quiet_path.noise() < 0.005
+    assert quiet_path.loads.noise() < 0.005
     assert change is not None and "cc=8 p=4 pp=1 refused from the history" in change.reason
     assert change.setting != up, change
 
@@ -464,7 +464,7 @@ def test_a_reference_pooled_over_a_load_that_came_does_not_hide_the_next_measure
     assert "its last 3 windows measured the start, cc=8 p=2 pp=2: 120.8 " in reopened.reason
     assert reopened.setting == Setting(32, 2, 2), reopened  # 120.8 of 171.8: x4 at once
     pooled_ref = Measured(Setting(8, 2, 2), 157.7, 28.4, 6)  # what run B judged against
-    assert climb._apart(pooled_ref, Measured(Setting(8, 2, 2), 112.9, 3.9, 3), ())
+    assert climb.loads.apart(pooled_ref, Measured(Setting(8, 2, 2), 112.9, 3.9, 3), ())
 
 
 def test_a_new_loads_windows_as_noisy_as_a_load_makes_them_still_measure_the_start() -> None:
@@ -1623,7 +1623,7 @@ def test_a_try_of_fewer_streams_is_refused_on_the_windows_of_its_settling() -> N
     assert back is not None and back.setting == Setting(8, 1, 1), back
     assert back.reason.startswith("refused: while its calls settled"), back.reason
     assert back.figures["gain"] < -0.2 and back.figures["windows"] == 4.0
-    assert climb.too_few == 4 and Setting(4, 1, 1) not in climb._regime  # learnt, not measured
+    assert climb.too_few == 4 and Setting(4, 1, 1) not in climb.loads.now  # learnt, not measured
     assert climb.unsettled([50.0, 50.0, 50.0]) is None  # the measurement again: not a try
     up = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",))
     first = up.step([100.0, 98.0, 102.0])

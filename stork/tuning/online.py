@@ -10,7 +10,7 @@ settled. It answers a `Change` or nothing:
 2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling first,
    and judges each against the reference (`judge`); of two halvings still to try, small and
    medium files try p's first (`halving_order`, `_halvings_in_order`). A prior that is a
-   halving (or a doubling) of a setting the history measured (`_moved_start`) is itself a
+   halving (or a doubling) of a setting the history measured (`moved_start`) is itself a
    try: the start is judged against the history's measurement of the setting it came from,
    as a try of fewer (more) streams would be (a halving taken as kept, the setting it came
    from would have had to prove a gain beyond the noise of a few windows at the start: on
@@ -103,7 +103,7 @@ settled. It answers a `Change` or nothing:
    of them (the hold, or the measurement again, waits a window or two more for them, the
    measurement again up to `max_windows`) and they spread no more than `drift_z` times
    the path's noise, or `NOISE_PRIOR` where that is larger (a new load's rate is held; a
-   passing dip's is not: `_steady`; a load makes the windows noisier, `_reopen`), and
+   passing dip's is not: `Loads.steady`; a load makes the windows noisier, `_reopen`), and
    the first try is made at once: measured again after the change, the start took 15 s
    on wan40, settling and ramp included (docs/BENCHMARKS.md 15.28, run M4). When the
    rate fell so, that first try of cc up is as many doublings at once (at most three) as
@@ -117,10 +117,9 @@ settled. It answers a `Change` or nothing:
    hold has `3 x windows` windows, they stop growing at the first look that saw such a
    drift (windows of a new load taken into the hold would widen its spread until a drift
    of 15-20% never showed; a hold of fewer windows is itself too noisy to keep).
-   While it searches, two measurements of one setting are compared (`_apart`: more than
-   `drift_z` standard errors of their difference and `drift_share` apart, the error from
-   the path's noise, `noise`: the windows' spread at one setting pooled over every
-   measurement of the job, not the two measurements' own three windows): the reference
+   While it searches, two measurements of one setting are compared with the path's noise
+   (`stork.tuning.loads`, which also says how often these tests reopen a search with no
+   load on synthetic flows): the reference
    measured again after a refusal against the reference, and a try's first and last
    windows when its verdict stays open long enough to have both; and the measurement
    again's last window alone against the reference (a load that came in the middle of the
@@ -158,15 +157,10 @@ settled. It answers a `Change` or nothing:
    50% load that came during a search left the reference at 154.5 ± 35.9 Mbit/s, between
    182.4 before and 126.5 after, and no doubling was tried under the load:
    docs/BENCHMARKS.md 15.20); a try that ran across a load's end would buy streams (15.20's
-   run D kept cc 64 at +17%). On synthetic flows with no load and windows spread 5% (10%,
-   15%) about the rate, these tests reopen 3 (9, 16) of 200 jobs of 120 s; judged by the
-   two measurements' own spreads, without the last window's test, they reopened 0 (38,
-   89).
-   What the flow measured at each load is kept for the job: when the prior, measured again
-   after a reopening, is where it was at an earlier load (within the drift rule), that
-   load's measurements serve as the path's history (`known`), so the tries it refused then
-   are passed over instead of made again (in 15.20's run A the halving of cc lost 25% at
-   the start and 29% once more when the load had gone).
+   run D kept cc 64 at +17%).
+   What the flow measured at each load is kept for the job (`Loads.same_load`): when the
+   start measured after a reopening is where it was at an earlier load, that load's
+   measurements serve as the path's history (`known`).
 
 Each change carries its reason and its figures, which the job's ad records. The caller
 (`stork.server.flow_tuning`) resets the rates after a change it applies, and counts a
@@ -189,12 +183,12 @@ from dataclasses import dataclass, field
 from stork.transfer.worker import Setting
 from stork.tuning.base import Limits
 from stork.tuning.load_share import WIN_BACK, jumped, load_streams, win_back
-from stork.tuning.path_history import lost_above, past_knee
+from stork.tuning.loads import DRIFT_SHARE, DRIFT_Z, Loads
+from stork.tuning.path_history import lost_above, moved_start, past_knee
 from stork.tuning.verdicts import (
     AXES,
     MAX_WINDOWS,
     MIN_GAIN,
-    NOISE_MIN_DF,
     NOISE_PRIOR,
     WINDOW_S,
     WINDOWS,
@@ -206,15 +200,11 @@ from stork.tuning.verdicts import (
     neighbour,
     no_room,
     pooled,
-    pooled_noise,
     settled,
-    spread_ss,
     streams,
     trimmed,
 )
 
-DRIFT_Z = 3.0  # a hold's drift: this many spreads of its windows,
-DRIFT_SHARE = 0.15  # and this share of its mean, twice in a row
 FELL_SHARE = 0.20  # a try of more streams this far below the reference: a load came (see
 # the module; of 1080 doublings of cc or p on the (cc, p, pp) grids of ../shared/data, 97.5%
 # lost less than 19.1%: `bench/bench_layout.py`'s last table)
@@ -272,11 +262,8 @@ class Climb:
         self._looked = 0  # the windows the hold last looked at (a drift counts once a window)
         self._again = False
         self._time: tuple[float | None, float | None] = (None, None)  # left_s, try_s
-        self._regime: dict[Setting, Measured] = {}  # what the flow measured at this load
-        self._regimes: list[dict[Setting, Measured]] = []  # and at the loads before
-        self._noise_ss, self._noise_df = 0.0, 0  # the windows' relative spread (`noise`)
+        self.loads = Loads(drift_z=drift_z, drift_share=drift_share, windows=windows)
         self._left: Measured | None = None  # the setting the flow left, as measured (`late`)
-        self._late_ss, self._late_df = 0.0, 0  # the spread of the settings left (`late`)
         self._restart()
 
     @property
@@ -297,33 +284,13 @@ class Climb:
         self._trying, self._drifts, self._again = None, 0, False
         self._waited = 0  # windows a verdict on the try in flight waited (`step`)
         self._came_from: Setting | None = None  # the history's setting a start moved from
-        if (moved := self._moved_start()) is not None:  # the start is a try of that move
+        moved = moved_start(self.prior, self.known, self.axes, self.limits, self.windows)
+        if moved is not None:  # the start is a try of that move (see the module)
             axis, up, self._came_from = moved
             self.reference, self._ref_known = self.known[self._came_from], True
             self._todo.remove((axis, up))
             self._trying = (axis, up, True)
         self._drift_base = 0  # the hold's windows a drift is judged against (`_watch`)
-
-    def _moved_start(self) -> tuple[str, bool, Setting] | None:
-        """The axis along which the prior halves (or else doubles: up) a setting the
-        history measured over `windows` windows, and that setting, when the history has
-        not measured the prior itself (where `prior_from_history` starts a job on a known
-        path), else None. The start is then a try of that move against the history's
-        measurement of the setting it came from (see the module). A halving kept, the
-        climb halves on and then tries the other axes halving first (not doubling first,
-        which would try twice the streams of a setting the path's history already holds
-        enough); a doubling kept, it doubles on; refused, it goes back to that setting and
-        measures it again."""
-        here = self.known.get(self.prior)
-        if here is not None and here.count >= self.windows:
-            return None
-        for up in (False, True):
-            for axis in self.axes:  # (a halving of p 3 is p 1, whose doubling is p 2)
-                came = [m for s, m in self.known.items() if m.count >= self.windows
-                        and neighbour(s, axis, up, self.limits) == self.prior]
-                if came:  # (p 2 and p 3 both halve to p 1: the faster is the reference)
-                    return axis, up, max(came, key=lambda m: m.mean).setting
-        return None
 
     # -- the step -------------------------------------------------------------------------
 
@@ -338,8 +305,7 @@ class Climb:
             self._left = trimmed(at, rates) \
                 if change.setting != at and len(rates) >= self.windows else None
             if self._left is not None:
-                self._late_ss += spread_ss(self._left)
-                self._late_df += self._left.count - 1
+                self.loads.left(self._left)
         return change
 
     def late(self, rates: Sequence[float]) -> Change | None:
@@ -361,8 +327,7 @@ class Climb:
                 or self.reference.setting != left.setting:
             return None
         last = Measured.of(left.setting, rates[-1:])
-        noise = pooled_noise((), self._late_ss + NOISE_MIN_DF * NOISE_PRIOR ** 2,
-                             self._late_df + NOISE_MIN_DF)
+        noise = self.loads.late_noise()
         moved = abs(last.mean / left.mean - 1) if left.mean > 0 else 0.0
         if moved <= max(self.drift_z * noise * math.sqrt(1 / left.count + 1), FELL_SHARE):
             return None
@@ -388,21 +353,21 @@ class Climb:
             last = Measured.of(self.current, rates[-1:])  # or began to, in the last window
             for now, what, new in ((again, "measured again at", (again,)),
                                    (last, "the last window at", ())):
-                if self._apart(self.reference, now, new):  # the load moved
+                if self.loads.apart(self.reference, now, new):  # the load moved
                     if self._wait_for_moved(self.reference.mean, now.mean, rates,
                                             room=len(rates) < self.max_windows):
                         return None
                     self._again = False
                     return self._reopen(self.reference.mean, now.mean, what, rates)
             self._again = False
-            self._saw(again)
+            self.loads.saw(again)
             self.reference = pooled(self.current, [self.reference, again]) or again
             return self._next(f"measured {again.label()} again ({again.count} windows), "
                               f"{self.reference.mean:.1f} Mbit/s over "
                               f"{self.reference.count}")
         first = Measured.of(self.current, rates[:self.windows])  # the try's first windows
         lasts = [Measured.of(self.current, [r]) for r in rates[self.windows:][-2:]]
-        if len(lasts) == 2 and all(self._apart(first, w, (first,)) for w in lasts) \
+        if len(lasts) == 2 and all(self.loads.apart(first, w, (first,)) for w in lasts) \
                 and (lasts[0].mean > first.mean) == (lasts[1].mean > first.mean):
             # its last two windows each apart from its first, the same way: the load moved
             last = lasts[-1]
@@ -414,7 +379,7 @@ class Climb:
         tried = Measured.of(self.current, recent)
         if streams(self.current) > streams(ref.setting) \
                 and tried.mean < (1 - FELL_SHARE) * ref.mean \
-                and self._apart(ref, tried, (tried,)):
+                and self.loads.apart(ref, tried, (tried,)):
             # more streams far below the reference: not the streams, a load that came
             if self._wait_for_moved(ref.mean, tried.mean, rates, room=True):
                 return None
@@ -425,10 +390,10 @@ class Climb:
         if len(recent) >= 2 * self.windows:  # a try left open long: did the load move?
             early = Measured.of(self.current, recent[:self.windows])
             late = Measured.of(self.current, recent[-self.windows:])
-            if self._apart(early, late, (early, late)):
+            if self.loads.apart(early, late, (early, late)):
                 return self._reopen(early.mean, late.mean, "the rate while trying")
         last_apart = bool(lasts) and len(rates) <= self.max_windows \
-            and self._apart(first, lasts[-1], (first,))
+            and self.loads.apart(first, lasts[-1], (first,))
         return self._judge(tried, wait=last_apart)
 
     def unsettled(self, rates: Sequence[float]) -> Change | None:
@@ -440,7 +405,7 @@ class Climb:
         so the try itself would lose more. A lower cc waits for its retired calls to end
         and a lower p for every call in flight: on wan40 a try of cc 2 from cc 4 (20 files
         of 64 MiB) lost 50.5% and was refused 25.5 s after it began, most of it that wait
-        (docs/BENCHMARKS.md 15.29, run P11). Not for a start at a halving (`_moved_start`: the
+        (docs/BENCHMARKS.md 15.29, run P11). Not for a start at a halving (`moved_start`: the
         flow never ran at the setting it halves), nor a measurement again; these windows
         join no measurement (their setting was in no call throughout)."""
         ref = self.reference
@@ -483,7 +448,7 @@ class Climb:
                    f"{self._came_from.label()}: {why}")
             self._came_from = None
         if saw:  # `tried` measured its setting (not so the windows `unsettled` judges)
-            self._saw(tried)
+            self.loads.saw(tried)
         self._learn(verdict, self.reference.setting, tried.setting)
         if verdict is Verdict.KEPT:
             self.reference, self._ref_known = tried, False
@@ -571,7 +536,7 @@ class Climb:
         or "": past the knee (large files only), or below a halving that lost
         (`lost_above`)."""
         assert self.reference is not None
-        seen = {**self.known, **self._regime}
+        seen = {**self.known, **self.loads.now}
         knee = past_knee(self.reference, seen, axis, self.limits, alike=True,
                          windows=self.windows) if self.alike_axes else ""
         return knee or lost_above(self.reference.setting, seen, axis, self.limits,
@@ -636,7 +601,7 @@ class Climb:
         after a refused move (both axes multiply the same streams: once twice the streams
         along one axis bought nothing, twice the streams along the other would ask for the
         same count; once half lost the rate, so would half along the other), and at a prior
-        that halves a setting the history holds (`_moved_start`). The halvings then go in
+        that halves a setting the history holds (`moved_start`). The halvings then go in
         `halving` order (`_halvings_in_order`): for small and medium files, after a refused
         doubling of cc, half the p comes before half the cc."""
         same = [(a, u) for a, u in self._todo if a == axis]
@@ -673,7 +638,7 @@ class Climb:
         if then is not None:  # the reference then and now: a load that moved is noise
             ref = pooled(ref.setting, [ref, then]) or ref
         verdict, why, _ = judge(ref, known, min_gain=self.min_gain, z=self.z)
-        if verdict is Verdict.OPEN and not self._steady(known, floor=NOISE_PRIOR):
+        if verdict is Verdict.OPEN and not self.loads.steady(known, floor=NOISE_PRIOR):
             return verdict, why  # too noisy to decide
         verdict, why, _ = settled(ref, known, min_gain=self.min_gain, z=self.z,
                                   max_windows=self.max_windows)
@@ -699,7 +664,7 @@ class Climb:
         before, recent = rates[:base], rates[-self.windows:]
         hold = Measured.of(self.current, before)
         now = statistics.fmean(recent)
-        if not self._load_moved(hold, now):
+        if not self.loads.load_moved(hold, now):
             self._drifts = 0
             return None
         if base >= 3 * self.windows:  # a base of a few windows is itself noise
@@ -717,34 +682,9 @@ class Climb:
         more (when it has `room` for them), for `windows` windows of the new load to
         measure its start (`_reopen`): sooner than a change would settle again and be
         measured."""
-        moved = len(self._moved_since(before_mbps, now_mbps, rates))
+        moved = len(self.loads.moved_since(before_mbps, now_mbps, rates))
         return (room and 0 < moved < self.windows
                 and self._reopen_at(fell=now_mbps < before_mbps)[0] == self.current)
-
-    def _load_moved(self, before: Measured, now_mbps: float) -> bool:
-        """Whether `now_mbps` at `before`'s setting left its mean by more than `drift_z`
-        of its spread and `drift_share` of it: the load moved, not the noise."""
-        moved = abs(now_mbps - before.mean)
-        return moved > max(self.drift_z * before.stdev, self.drift_share * before.mean)
-
-    def _apart(self, before: Measured, now: Measured, new: Sequence[Measured]) -> bool:
-        """Whether two measurements of one setting differ by more than `drift_z` standard
-        errors of their difference and `drift_share` of the first: the load moved between
-        them. The error is from the path's noise (`noise`), not from the two measurements'
-        own spreads: three windows say little of a spread, and a reference pooled over a
-        load that came has the two loads' gap as its spread, which would hide the next
-        change. `new`: measurements whose spread the noise has not counted yet."""
-        if before.mean <= 0:
-            return False
-        moved = abs(now.mean - before.mean) / before.mean
-        error = self.noise(new) * math.sqrt(1 / before.count + 1 / now.count)
-        return moved > max(self.drift_z * error, self.drift_share)
-
-    def noise(self, new: Sequence[Measured] = ()) -> float:
-        """The spread of one window at an unchanged setting, as a share of its mean: pooled
-        over every setting this job measured and `new` (each measurement's windows about
-        their own mean); until it has `NOISE_MIN_DF` degrees of freedom, `NOISE_PRIOR`."""
-        return pooled_noise(new, self._noise_ss, self._noise_df)
 
     def _start(self, measured: Measured, what: str) -> Change | None:
         """`measured`, at the start of a search, is its reference; the first try from it."""
@@ -758,11 +698,11 @@ class Climb:
             self._load_streams = load_streams(streams(measured.setting), fell[1],
                                               measured.mean)
             self._jump = win_back(fell[1], measured.mean)
-        if (earlier := self._same_load(measured)) is not None:
+        if (earlier := self.loads.same_load(measured)) is not None:
             self.known = dict(earlier)
             why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
                     f"): what the flow measured then counts as the path's history")
-        self._saw(measured)
+        self.loads.saw(measured)
         return self._next(why)
 
     def _reopen(self, before_mbps: float, now_mbps: float, what: str,
@@ -776,7 +716,7 @@ class Climb:
         new load's alone: not a window across its arrival), if there are `windows` of
         them, are its start's measurement, and the first try is made at once (on wan40,
         measuring the start again took 15 s under a load that had come 40 s before:
-        docs/BENCHMARKS.md 15.28, run M4), when they are `_steady` against the path's noise
+        docs/BENCHMARKS.md 15.28, run M4), when they are `Loads.steady` against the path's noise
         or `NOISE_PRIOR`, the larger: a load that came makes the windows noisier than the
         flow's were without it (in 15.37's run L14 the new load's three windows spread
         10.9%, the flow's before it 1.0-3.4%, and the start was measured anew for 14 s).
@@ -792,10 +732,8 @@ class Climb:
                         f"{now_mbps:.1f} Mbit/s with nothing changed (the load moved)")
         why = f"{said}: searching again from {whence}"
         self.known.clear()
-        if self._regime:
-            self._regimes.append(self._regime)
-            self._regime = {}
-        moved = self._moved_since(before_mbps, now_mbps, rates) \
+        self.loads.new_load()
+        moved = self.loads.moved_since(before_mbps, now_mbps, rates) \
             if start == self.current else []
         new = Measured.of(start, moved) if len(moved) >= self.windows else None
         seen = seen_at or self.current
@@ -804,27 +742,11 @@ class Climb:
             self._fell = (seen, before_mbps)  # when that is elsewhere, on what fell there
             if start != seen and seen_at is None:
                 self._load_streams = load_streams(streams(seen), before_mbps, now_mbps)
-        if new is not None and self._steady(new, floor=NOISE_PRIOR):
+        if new is not None and self.loads.steady(new, floor=NOISE_PRIOR):
             first = self._start(new, f"{why}; its last {new.count} windows measured the start")
             if first is not None:
                 return Change(first.setting, first.reason, {**figures, **first.figures})
         return Change(start, why, figures)
-
-    def _steady(self, measured: Measured, floor: float = 0.0) -> bool:
-        """Whether `measured`'s windows spread no more than `drift_z` times the path's
-        noise (a window's relative spread, `noise`; at least `floor`, the bar of
-        `_from_history` and of `_reopen`): a rate held, as under a new load,
-        and not a passing dip (on wan80 six of eight 64 MiB ranges ended within 4 s at a
-        hold, the rate read 69-127 Mbit/s for 6 s, 131.0 ± 51.8 over three windows, and
-        taken as a start it kept cc 16 at +112.9% and then cc 32: docs/BENCHMARKS.md
-        15.29, run P5). The sample spread of three windows of a steady rate passes three
-        times its true spread about once in 10,000 (chi-square, 2 degrees of freedom);
-        the path's noise is itself an estimate: at twice, the start of the synthetic load
-        step in `tests/test_online.py` (windows spread 5%, the pooled noise read 3.9%)
-        was refused."""
-        if measured.mean <= 0:
-            return False
-        return measured.stdev / measured.mean <= self.drift_z * max(self.noise(), floor)
 
     def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
         """Where `_reopen` starts the search again, and how it says so: when the rate fell,
@@ -835,36 +757,3 @@ class Climb:
         if fell and streams(held) > streams(self.prior):
             return held, f"{held.label()}, more streams than the prior's"
         return self.prior, "the prior"
-
-    def _moved_since(self, before_mbps: float, now_mbps: float,
-                     rates: Sequence[float]) -> list[float]:
-        """The last of `rates` that each left `before_mbps` by more than `drift_share` of
-        it, the way the rate went to `now_mbps` (see `_reopen`)."""
-        sign = 1.0 if now_mbps > before_mbps else -1.0
-        out: list[float] = []
-        for rate in reversed(rates):
-            if sign * (rate - before_mbps) <= self.drift_share * before_mbps:
-                break
-            out.append(rate)
-        return out[::-1]
-
-    def _saw(self, measured: Measured) -> None:
-        """The flow measured `measured` at the load of now (and its spread is the path's
-        noise: `noise`)."""
-        self._noise_ss += spread_ss(measured)
-        self._noise_df += max(measured.count - 1, 0)
-        before = self._regime.get(measured.setting)
-        self._regime[measured.setting] = \
-            measured if before is None else pooled(measured.setting, [before, measured]) \
-            or measured
-
-    def _same_load(self, start: Measured) -> dict[Setting, Measured] | None:
-        """The newest earlier load of this job at which the flow measured `start`'s setting
-        where it is now (not `_apart`: the load came back, what was measured then holds
-        again), or None."""
-        for regime in reversed(self._regimes):
-            then = regime.get(start.setting)
-            if then is not None and then.count >= self.windows \
-                    and not self._apart(then, start, (start,)):
-                return regime
-        return None

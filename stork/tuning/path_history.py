@@ -201,6 +201,29 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     return chosen.setting, why
 
 
+def moved_start(prior: Setting, known: Mapping[Setting, Measured], axes: Sequence[str],
+                limits: Limits, windows: int) -> tuple[str, bool, Setting] | None:
+    """The axis along which `prior` halves (or else doubles: up) a setting the history
+    (`known`) measured over `windows` windows, and that setting, when the history has not
+    measured the prior itself (where `prior_from_history` starts a job on a known path),
+    else None. A climb's start is then a try of that move against the history's
+    measurement of the setting it came from (`stork.tuning.online`). A halving kept, the
+    climb halves on and then tries the other axes halving first (not doubling first,
+    which would try twice the streams of a setting the path's history already holds
+    enough); a doubling kept, it doubles on; refused, it goes back to that setting and
+    measures it again."""
+    here = known.get(prior)
+    if here is not None and here.count >= windows:
+        return None
+    for up in (False, True):
+        for axis in axes:  # (a halving of p 3 is p 1, whose doubling is p 2)
+            came = [m for s, m in known.items() if m.count >= windows
+                    and neighbour(s, axis, up, limits) == prior]
+            if came:  # (p 2 and p 3 both halve to p 1: the faster is the reference)
+                return axis, up, max(came, key=lambda m: m.mean).setting
+    return None
+
+
 def lost_above(setting: Setting, known: Mapping[Setting, Measured], axis: str,
                limits: Limits, *, min_gain: float, windows: int) -> str:
     """Why halving `setting` along `axis` would lose past `min_gain` without a try, or "":
