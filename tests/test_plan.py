@@ -12,7 +12,7 @@ from stork import config
 from stork.eos.types import EstimateResult
 from stork.errors import NoTransferModule
 from stork.job import DapType, Job, JobSpec, JobState
-from stork.server.attempts import NotLaunchable, Plan, plan_attempt
+from stork.server.attempt_plan import NotLaunchable, Plan, plan_attempt
 from stork.server.optimization import OPTIMIZING, Optimizations, job_attributes, request_for
 from stork.transfer.registry import Registry
 

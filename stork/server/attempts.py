@@ -1,12 +1,13 @@
-"""Transfer attempts: plan, start, watch, end, stop, and recover after a crash.
+"""Transfer attempts: start, watch, end, stop, and recover after a crash (`Attempts`).
 
-An attempt is planned (`plan_attempt`: its URLs, module and owner) when the task matrix
-selects the job, launched (`Attempts.launch`: IDLE -> RUNNING in the store, user log 001,
-the child process) once its parameters are final, and ended on its own thread: the facts
-are gathered (the module's verdict on a non-zero exit, or the destination's size and
-checksum after exit 0), `judge` decides, and the verdict is applied (partial file removed,
-the transition committed, then the user log and the EOS history). `on_end` then tells the
-dispatcher the slot is free (and when to try again).
+An attempt is planned (`stork.server.attempt_plan.plan_attempt`: its URLs, module and owner)
+when the task matrix selects the job, launched (`Attempts.launch`: IDLE -> RUNNING in the
+store, user log 001, the child process) once its parameters are final, and ended on its own
+thread: the facts are gathered (the module's verdict on a non-zero exit, or the destination's
+size and checksum after exit 0, `stork.server.attempt_ends.verify_destination`), `judge`
+decides, and the verdict is applied (partial file removed, the transition committed, then
+the user log and the EOS history). `on_end` then tells the dispatcher the slot is free (and
+when to try again).
 """
 
 from __future__ import annotations
@@ -19,26 +20,25 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stork.config import LiveSettings, Settings
 from stork.engine.items import Span, holds
-from stork.errors import (
-    BearerTokenError,
-    ChecksumMismatch,
-    CredentialInvalid,
-    DestinationMismatch,
-    IdentityError,
-    NoTransferModule,
-    PermanentTransferError,
-    StorkError,
-    TransferError,
-)
-from stork.identity import RunAs
+from stork.errors import ChecksumMismatch
 from stork.job import FileState, Job
 from stork.server import events, kept_tokens
 from stork.server.admission import host_of
+from stork.server.attempt_ends import (
+    VERIFY_REASK_S,
+    dest_size,
+    owner_ends,
+    remove_partial,
+    source_checksum_type,
+    still_there,
+    verify_destination,
+)
+from stork.server.attempt_plan import NotLaunchable, Plan, as_ranges
 from stork.server.dataset_run import DatasetRun
 from stork.server.file_run import LANDED_KEY, FileRun, landed_of
 from stork.server.flow_tuning import HISTORY_ROWS, optimizer_of, tunes_online
@@ -55,138 +55,19 @@ from stork.server.judge import (
 from stork.server.runner import AttemptProcess, AttemptResult, StopReason
 from stork.store.base import HostLimit, JobStore
 from stork.transfer import destination, verify
-from stork.transfer.base import Progress, Range, TransferModule, TransferRequest
+from stork.transfer.base import Progress
 from stork.transfer.destination import Destination
 from stork.transfer.gridftp import GridFtpModule
-from stork.transfer.proxy import ProxyFacts, check_proxy, expiry_warning, uses_proxy
-from stork.transfer.registry import Registry
-from stork.transfer.remote import X509_SCHEMES, RemoteEnds, common_checksum
+from stork.transfer.proxy import expiry_warning
 from stork.transfer.rtt import PathRtts
-from stork.transfer.tokens import NO_TOKENS, TokenFacts, check_tokens
 from stork.transfer.tokens import expiry_warning as token_expiry_warning
 from stork.translog import TransferRecord
-from stork.urls import parse_url
 from stork.userlog import executing, note
 
 log = logging.getLogger(__name__)
 
-VERIFY_REASK_S = 2.0  # an end that did not answer the verification is asked once more
-
 # the dispatcher's hook: (job id, when to try again or None), after the attempt's end
 OnEnd = Callable[[int, float | None], None]
-
-
-class NotLaunchable(StorkError):
-    """The attempt cannot start at all (no module for the URLs, no such owner): it counts
-    as an attempt that failed with `failure` (permanent)."""
-
-    def __init__(self, failure: TransferError, exit_code: int, src_url: str,
-                 dest_url: str) -> None:
-        super().__init__(str(failure))
-        self.failure = failure
-        self.exit_code = exit_code
-        self.src_url = src_url
-        self.dest_url = dest_url
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One attempt as it will run."""
-
-    job: Job  # as read when the attempt was planned
-    attempt_no: int
-    module: TransferModule
-    request: TransferRequest
-    run_as: RunAs | None
-    optimized: bool = False  # the stream count is the EOS's choice
-    # bytes the EOS's samples already wrote into the destination (`request.ranges` is the rest)
-    bytes_in_destination: int = 0
-    proxy: ProxyFacts | None = None  # the job's x509proxy, checked when the attempt was planned
-    tokens: TokenFacts = NO_TOKENS  # the job's bearer tokens, read when it was planned
-    # what the destination is and what of it this attempt may remove (claimed at launch)
-    destination: Destination | None = None
-    # byte spans of the file an attempt before this one landed as ranges (`FileRun`)
-    landed: tuple[Span, ...] = ()
-
-    @property
-    def ends(self) -> RemoteEnds:
-        """Remote ends as the job's owner sees them, with the job's proxy."""
-        return RemoteEnds(x509proxy=self.request.x509proxy, run_as=self.run_as,
-                          tokens=self.request.tokens, src_url=self.src_url,
-                          dest_url=self.dest_url)
-
-    @property
-    def src_url(self) -> str:
-        return self.request.src_url
-
-    @property
-    def dest_url(self) -> str:
-        return self.request.dest_url
-
-    @property
-    def streams(self) -> int | None:
-        """Parallel streams the tool will use (None for modules without -p)."""
-        if not self.module.takes_streams:
-            return None
-        return self.request.options.streams or self.request.default_streams
-
-    def with_streams(self, streams: int) -> Plan:
-        """The plan with the EOS's stream count."""
-        options = dataclasses.replace(self.request.options, streams=streams)
-        return dataclasses.replace(self, request=dataclasses.replace(self.request, options=options),
-                                   optimized=True)
-
-    def claimed(self, dest: Destination) -> Plan:
-        """The plan with its claimed destination. Into a sink the tool compares no checksum
-        (the destination's cannot be read; Stork records the source's), and a sink that
-        takes its bytes in order (a FIFO, a device other than null) gets one stream,
-        whatever was asked."""
-        if not dest.is_sink:
-            return dataclasses.replace(self, destination=dest)
-        options = self.request.options
-        if dest.ordered:
-            options = dataclasses.replace(options, streams=1)
-        request = dataclasses.replace(self.request, options=options, verify_checksum=False)
-        return dataclasses.replace(self, destination=dest, request=request)
-
-    def with_rest(self, ranges: tuple[Range, ...], bytes_in_destination: int) -> Plan:
-        """The plan that sends only `ranges`: the samples wrote the rest into the destination."""
-        return dataclasses.replace(self, request=dataclasses.replace(self.request, ranges=ranges),
-                                   bytes_in_destination=bytes_in_destination)
-
-
-def plan_attempt(job: Job, registry: Registry, settings: Settings) -> Plan:
-    """The next attempt of `job` (NotLaunchable when it cannot run)."""
-    attempt_no = job.attempts + 1
-    src, dest = urls_for_attempt(job, attempt_no)
-    module: TransferModule | None
-    if job.spec.is_dataset:  # datasets run through globus-url-copy's lists
-        module = GridFtpModule(settings.globus_url_copy)
-    else:
-        module = registry.find(parse_url(src).scheme, parse_url(dest).scheme)
-    if module is None:
-        raise NotLaunchable(NoTransferModule(src, dest), 127, src, dest)
-    try:
-        run_as = RunAs.for_owner(job.owner_uid)
-    except IdentityError as exc:
-        raise NotLaunchable(PermanentTransferError(str(exc)), 126, src, dest) from None
-    proxy = None
-    schemes = {url.partition("://")[0].lower() for url in (src, dest)}
-    if job.spec.x509proxy is not None and uses_proxy(job.spec.x509proxy) \
-            and schemes & X509_SCHEMES:
-        try:  # before any byte moves: a proxy that cannot work fails the job at once
-            proxy = check_proxy(job.spec.x509proxy, owner_uid=job.owner_uid, run_as=run_as)
-        except CredentialInvalid as exc:
-            raise NotLaunchable(exc, 126, src, dest) from None
-    try:  # read again at each attempt: a file something keeps fresh is used as it is now
-        tokens = check_tokens(job.spec.bearer_tokens, src, dest, owner_uid=job.owner_uid,
-                              run_as=run_as, x509proxy=job.spec.x509proxy)
-    except BearerTokenError as exc:
-        raise NotLaunchable(exc, 126, src, dest) from None
-    request = TransferRequest(src, dest, job.spec.options, settings.default_streams,
-                              job.spec.verify_checksum, job.spec.x509proxy,
-                              tokens=job.spec.bearer_tokens)
-    return Plan(job, attempt_no, module, request, run_as, proxy=proxy, tokens=tokens)
 
 
 @dataclass
@@ -620,18 +501,6 @@ class Attempts:
         return jobs
 
 
-def as_ranges(plan: Plan, settings: Settings) -> bool:
-    """Whether a single-file attempt runs through the engine (`FileRun`: sent as byte
-    ranges when the file is large enough): its module's worker writes ranges in place, the
-    destination is no sink, no EOS samples left only a rest to send, and STORK_ENGINE is
-    flow."""
-    return (settings.engine == "flow" and not plan.job.spec.is_dataset
-            and plan.module.writes_ranges
-            and type(plan.module).worker is not TransferModule.worker
-            and not plan.request.ranges
-            and not (plan.destination is not None and plan.destination.is_sink))
-
-
 def resumable(plan: Plan) -> tuple[tuple[Span, ...], int | None]:
     """What of the file an attempt before this one landed as ranges, and their size: only
     when the destination is still the very file it wrote (the claim kept on the job names
@@ -647,129 +516,6 @@ def resumable(plan: Plan) -> tuple[tuple[Span, ...], int | None]:
             or plan.destination.file.key != claim.file.key:
         return (), None
     return tuple(landed), range_size
-
-
-def dest_size(url: str, ends: RemoteEnds) -> int | None:
-    """A destination's size as the job's owner sees it (None: not there, or no answer when
-    asked twice, VERIFY_REASK_S apart)."""
-    return verify.size_asked_twice(url, ends, VERIFY_REASK_S)
-
-
-def owner_ends(job: Job, dest_url: str) -> RemoteEnds:
-    """Remote ends as the job's owner, with its proxy and tokens (out of an attempt: crash
-    recovery). IdentityError when the owner is no user here."""
-    run_as = RunAs.for_owner(job.owner_uid)
-    return RemoteEnds(x509proxy=job.spec.x509proxy, run_as=run_as,
-                      tokens=job.spec.bearer_tokens, src_url=job.spec.src_url,
-                      dest_url=dest_url)
-
-
-def still_there(claim: Destination, owner_uid: int, landed: Sequence[Span] = (),
-                ends: Callable[[], RemoteEnds] | None = None) -> bool:
-    """Whether the file a stored claim names still stands at its URL (the same file: a local
-    one by its device and inode, looked at as its owner; on an FTP server by its `Unique`
-    fact): ranges that landed in it are worth keeping. A claim that names no file (gsiftp,
-    root and davs ends cannot) stands while the destination, asked through `ends`, is long
-    enough to hold the `landed` spans (`holds`)."""
-    if claim.file is None:
-        try:
-            return ends is not None and holds(landed, dest_size(claim.url, ends()))
-        except IdentityError:
-            return False
-    try:
-        found = destination.look(claim.url, RunAs.for_owner(owner_uid))
-    except StorkError:
-        return False
-    return found.file is not None and found.file.key == claim.file.key
-
-
-def verify_destination(plan: Plan) -> tuple[TransferError | None, int | None]:
-    """(what is wrong with the destination or None, the destination's size). Both ends are
-    looked at as the job's owner with the job's proxy (`Plan.ends`): sizes; the ad's
-    `checksum` (the expected value, FTS3-style) at the destination; with `verify_checksum`
-    the strongest checksum type both ends answer. A checksum that differs is
-    `ChecksumMismatch`; anything else `DestinationMismatch`. An end that does not answer is
-    asked once more after VERIFY_REASK_S: a query costs far less than sending the file again."""
-    try:
-        return _compare_ends(plan)
-    except verify.VerifyError as first:
-        log.warning("job %s: %s; asking again in %g s", plan.job.id, first, VERIFY_REASK_S)
-    time.sleep(VERIFY_REASK_S)
-    try:
-        return _compare_ends(plan)
-    except verify.VerifyError as exc:
-        return DestinationMismatch(f"{exc} (asked twice, {VERIFY_REASK_S:g} s apart)"), None
-
-
-def _compare_ends(plan: Plan) -> tuple[TransferError | None, int | None]:
-    """verify_destination's one pass; VerifyError when an end cannot be read."""
-    if plan.destination is not None and plan.destination.is_sink:
-        return _check_source(plan)
-    ends = plan.ends
-    src, dest = plan.src_url, plan.dest_url
-    sizes = verify.sizes_of([src, dest], ends)
-    if sizes[src] is not None and sizes[dest] is not None and sizes[src] != sizes[dest]:
-        if plan.destination is not None and destination.untouched(plan.destination, plan.run_as):
-            raise verify.VerifyError("size", dest, "it is still the empty file the attempt "
-                                                   "created: the tool wrote nothing into it")
-        return (DestinationMismatch(f"destination size {sizes[dest]} differs from source "
-                                    f"size {sizes[src]}"), sizes[dest])
-    expected = plan.job.spec.checksum
-    if expected:
-        kind, _, value = expected.partition(":")
-        have = verify.checksum_of(dest, kind, ends)
-        if have != value:
-            return (ChecksumMismatch(f"destination {kind} {have} is not the expected "
-                                     f"{value} (checksum = \"{expected}\")"), sizes[dest])
-    if plan.request.verify_checksum:
-        common = common_checksum(parse_url(src).scheme, parse_url(dest).scheme)
-        if common is None:
-            if not plan.module.verifies_checksum:
-                return (DestinationMismatch("verify_checksum is set but no checksum type "
-                                            "is answered by both ends"), sizes[dest])
-        else:
-            src_sum, dest_sum = verify.checksum_of(src, common, ends), \
-                verify.checksum_of(dest, common, ends)
-            if src_sum != dest_sum:
-                return (ChecksumMismatch(f"destination {common} {dest_sum} differs from "
-                                         f"source {common} {src_sum}"), sizes[dest])
-    return None, sizes[dest]
-
-
-def source_checksum_type(plan: Plan) -> str | None:
-    """The checksum type a transfer into a sink computes of its source with
-    verify_checksum: the strongest its end answers (None: no such check asked or possible)."""
-    if not plan.job.spec.verify_checksum:
-        return None
-    scheme = parse_url(plan.src_url).scheme
-    return common_checksum(scheme, scheme)
-
-
-def _check_source(plan: Plan) -> tuple[TransferError | None, int | None]:
-    """A sink (a device, a FIFO) cannot be read back: the attempt moved the source's size,
-    and the ad's `checksum` (the expected value) is compared with the source's."""
-    size = verify.size_of(plan.src_url, plan.ends)
-    expected = plan.job.spec.checksum
-    if expected:
-        kind, _, value = expected.partition(":")
-        have = verify.checksum_of(plan.src_url, kind, plan.ends)
-        if have != value:
-            return (ChecksumMismatch(f"source {kind} {have} is not the expected {value} "
-                                     f"(checksum = \"{expected}\"; the destination is a "
-                                     f"sink and cannot be read back)"), size)
-    return None, size
-
-
-def remove_partial(job: Job, dest: Destination) -> None:
-    """Remove what an attempt wrote of a partial or bad destination, and only that
-    (`destination.remove`), with the rights of the job's owner (a remote end with the
-    job's proxy)."""
-    try:
-        ends = owner_ends(job, dest.url)
-    except IdentityError:
-        return
-    done = destination.remove(dest, ends.run_as, ends)
-    log.info("job %d: %s", job.id, done)
 
 
 def kill_leftover(pid: int) -> None:

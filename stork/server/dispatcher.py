@@ -24,7 +24,8 @@ from stork.errors import HostLimitReached, JobNotFound, PermissionDenied, StoreU
 from stork.job import DapType, Job, JobState
 from stork.server import events, kept_tokens
 from stork.server.admission import Admission
-from stork.server.attempts import Attempts, NotLaunchable, Plan, as_ranges, plan_attempt
+from stork.server.attempt_plan import NotLaunchable, Plan, as_ranges, plan_attempt
+from stork.server.attempts import Attempts
 from stork.server.flow_tuning import tunes_online
 from stork.server.optimization import EstimatorFor, Optimizations
 from stork.server.runner import StopReason

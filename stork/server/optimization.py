@@ -35,7 +35,8 @@ from typing import Any
 from stork.eos.client import Estimator
 from stork.eos.types import EstimateRequest, EstimateResult
 from stork.job import JobSpec
-from stork.server.attempts import Plan, remove_partial
+from stork.server.attempt_ends import remove_partial
+from stork.server.attempt_plan import Plan
 from stork.store.base import JobStore
 from stork.transfer import destination
 from stork.transfer.base import remaining_ranges
