@@ -16,17 +16,10 @@ The attempt (a *pass*) runs on its own thread:
    (`stork.engine`: `cc` workers of the files' module, each taking its next call the moment
    its last ends; globus-url-copy over short lists, gfal2 for files with a ``root://``,
    ``xroot://``, ``davs://``, ``dav://`` or ``https://`` end), as the job's owner with its
-   proxy. A file of at least two ranges (`range_bytes`: 16 BDPs, at least
-   STORK_RANGE_MIN_MB) with GridFTP ends is sent as byte ranges written in place, unless
-   the destination is a sink or the job asks for checksums (of whole files): it is checked
-   when its last range lands, and a range that fails is sent again once, alone, a second
-   failure being its file's (its queued ranges withdrawn; FAILED, its partial destination
-   removed as its claim allows once none of its ranges is in flight). At the end of the
-   queue the engine cuts an item larger than its share (bytes queued over cc) into ranges
-   (at least STORK_PIECE_MIN_MB) as it is taken; a whole file cut so is claimed first, and
-   is then a file in ranges like the others. With a probing
-   optimizer, or STORK_ENGINE = batch, a chunk is sent in batches instead, one run of the
-   tools per batch (`stork.server.dataset_batches`).
+   proxy; a large file with GridFTP ends goes as byte ranges written in place, and the
+   engine cuts what is left at the end of the queue into ranges (`stork.server.dataset_flow`).
+   With a probing optimizer, or STORK_ENGINE = batch, a chunk is sent in batches instead,
+   one run of the tools per batch (`stork.server.dataset_batches`).
 4. After each call (or run) its files are checked: a destination of the source's size
    is done (sizes from the listing; destinations stat'ed, or listed once per directory on
    FTP and GridFTP servers, the latter through gfal2 as the owner with the job's proxy;
@@ -52,22 +45,21 @@ from its files.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, BinaryIO
+from dataclasses import replace
+from typing import BinaryIO
 
 from stork.config import Settings
 from stork.dataset import DatasetError, DatasetUnreachable
-from stork.dataset.chunks import Chunk, Params, plan_chunks
+from stork.dataset.chunks import Chunk, plan_chunks
 from stork.dataset.expand import list_dataset
 from stork.dataset.sizes import dest_sizes
-from stork.engine import Assembly, Engine, Taken, piece_bytes, plan_items, range_bytes, series_flow
+from stork.engine import Engine, Taken, series_flow
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -78,15 +70,9 @@ from stork.identity import RunAs, open_as
 from stork.job import DatasetFileRow, FileState, Job
 from stork.process import Child
 from stork.server.dataset_batches import Batches
-from stork.server.file_run import RANGE_RETRIES
-from stork.server.flow_report import FlowReport, stretch_records
-from stork.server.flow_tuning import (
-    HISTORY_ROWS,
-    FlowTuner,
-    climb_for,
-    shares_path,
-    tunes_online,
-)
+from stork.server.dataset_flow import Flows
+from stork.server.flow_report import FlowReport
+from stork.server.flow_tuning import shares_path, tunes_online
 from stork.server.judge import DatasetOutcome, judge_file
 from stork.server.kept_ranges import KeptRanges, worth_keeping
 from stork.server.runner import StopReason
@@ -100,20 +86,8 @@ from stork.transfer.registry import through_gfal
 from stork.transfer.remote import RemoteEnds, common_checksum
 from stork.transfer.rtt import network_end, path_rtt_s
 from stork.transfer.tokens import NO_TOKENS, TokenFacts
-from stork.transfer.worker import (
-    FileWork,
-    Item,
-    ItemResult,
-    Marks,
-    Setting,
-    Worker,
-    WorkerContext,
-)
-from stork.tuning.base import DatasetDescription
+from stork.transfer.worker import ItemResult, Marks
 from stork.urls import parse_url, with_scheme
-
-if TYPE_CHECKING:
-    from stork.tuning.online import Climb
 
 log = logging.getLogger(__name__)
 
@@ -147,61 +121,6 @@ def round_trip_s(urls: list[str]) -> float | None:
     return None if seconds is None else max(seconds, 1e-4)
 
 
-def of_file(index: int, item: Item) -> bool:
-    return item.file.index == index
-
-
-@dataclass
-class Parts:
-    """The byte ranges of an engine's large files: what landed (kept on the job as it
-    lands), what was sent again, and the files judged in this pass (the engine's workers
-    answer on their own threads)."""
-
-    assembly: Assembly
-    kept: KeptRanges
-    retried: dict[tuple[int, int], int] = field(default_factory=dict)
-    judged: set[int] = field(default_factory=set)  # their other ranges are not sent
-    failed: dict[int, destination.Destination] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def land(self, item: Item) -> bool:
-        """Record a landed range; True when its file is now whole."""
-        index = item.file.index
-        with self.lock:
-            whole = self.assembly.land(item)
-            self.kept.land(index, self.assembly.spans(index), whole)
-            return whole
-
-    def after_failure(self, item: Item) -> str:
-        """What follows a failed range: "again" (sent again, once, alone), "judge" (a second
-        failure: its file is judged, now and only once), "" (its file was already judged:
-        its other ranges' answers change nothing)."""
-        key, index = (item.file.index, item.offset), item.file.index
-        with self.lock:
-            if index in self.judged:
-                return ""
-            if self.retried.get(key, 0) < RANGE_RETRIES:
-                self.retried[key] = self.retried.get(key, 0) + 1
-                return "again"
-            self.judged.add(index)
-            return "judge"
-
-    def add(self, file: FileWork, claim: destination.Destination) -> None:
-        """A whole file cut into ranges at the end of the queue (`Engine`'s `on_split`),
-        with its destination's claim: assembled and kept as a file planned in ranges."""
-        with self.lock:
-            if file.size_bytes is not None:
-                self.assembly.sizes[file.index] = file.size_bytes
-        self.kept.claim({file.index: claim})
-
-    def fail(self, index: int) -> None:
-        """A file FAILED on its ranges: its partial destination is removed once nothing of
-        it is in flight (`claims`, when the engine has ended)."""
-        if (kept := self.kept.get(index)) is not None:
-            with self.lock:
-                self.failed[index] = kept.claim
-
-
 class DatasetRun:
     """One pass of a dataset job; the interface `Attempts` expects of an attempt's process
     (`start`, `kill`, `start_time`, `pid`)."""
@@ -226,7 +145,7 @@ class DatasetRun:
                                dest_url=job.spec.dest_url)
         self._on_exit = on_exit
         self.clock = clock
-        self._sharing = sharing or (lambda src, dest: 0)
+        self.sharing = sharing or (lambda src, dest: 0)
         self.rtt_s: float | None = None
         self.bdp = 0.0  # the path's bandwidth-delay product at the pass's start
         # what of its large files earlier passes landed as ranges (kept on the job)
@@ -238,6 +157,7 @@ class DatasetRun:
         self.pid: int | None = None
         self._lock = threading.Lock()
         self.batches = Batches(self)  # chunks sent the older way (probing optimizers)
+        self.flows = Flows(self)  # chunks through the transfer engine
         self._children: set[Child] = set()
         self._engines: set[Engine] = set()
         self.meter = series_flow(time.monotonic())  # the pass's flow over all its engines and runs
@@ -246,8 +166,8 @@ class DatasetRun:
         self._moved = 0
         self._done = 0
         self._files: ExitStack = ExitStack()
-        self._out: BinaryIO | None = None
-        self._err: BinaryIO | None = None
+        self.out: BinaryIO | None = None
+        self.err: BinaryIO | None = None
 
     # -- the interface of an attempt's process --------------------------------------------
 
@@ -298,7 +218,7 @@ class DatasetRun:
     def _open_outputs(self) -> None:
         spec = self.job.spec
         try:
-            for path, name in ((spec.output, "_out"), (spec.err, "_err")):
+            for path, name in ((spec.output, "out"), (spec.err, "err")):
                 if path:
                     fd = open_as(self.run_as, path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
                     setattr(self, name, self._files.enter_context(os.fdopen(fd, "ab")))
@@ -405,11 +325,11 @@ class DatasetRun:
         queue = list(chunk.indexes)
         params = chunk.params
         if tunes_online(self.job.spec, self.settings) and not self.ordered():
-            self._flow(chunk, rows, queue, params, tuned=True)
+            self.flows.flow(chunk, rows, queue, params, tuned=True)
             return
         tuning = self.batches.tuning(chunk, rows, queue)
         if tuning is None and self.settings.engine == "flow":
-            self._flow(chunk, rows, queue, params)
+            self.flows.flow(chunk, rows, queue, params)
             return
         if tuning is None:  # STORK_ENGINE = batch: the older way, for comparison
             self.batches.send(chunk, rows, queue, params)
@@ -418,151 +338,6 @@ class DatasetRun:
             self.batches.send(chunk, rows, queue, tuning.decide(params), tuning)
         finally:
             tuning.finish()
-
-    def _flow(self, chunk: Chunk, rows: dict[int, DatasetFileRow], queue: list[int],
-              params: Params, *, tuned: bool = False) -> None:
-        """The chunk's files through the transfer engine (`stork.engine`): `params.cc`
-        workers of the files' transfer module, each taking its next call the moment its
-        last one ends, and each call's files checked and committed by the worker that moved
-        them while the others move on (`_called`). Files with an XRootD or WebDAV end go to
-        gfal2 workers, the others to globus-url-copy workers. `tuned`: an online optimizer
-        sets the engine while it runs (`stork.server.flow_tuning`)."""
-        urls = {i: self.file_urls(rows[i], rows[i].attempts + 1) for i in queue}
-        label = f"{chunk.size_class.value} {params.label()}"
-        for gfal in (False, True):
-            files = [FileWork(i, *urls[i], rows[i].size_bytes) for i in queue
-                     if through_gfal(*urls[i]) is gfal]
-            if files and not self.stopped():
-                climb = self._climb(chunk, files, params) if tuned else None
-                self._run_engine(self.gfal if gfal else self.module, files, params, rows, urls,
-                                 label, chunk, climb)
-
-    def _climb(self, chunk: Chunk, files: list[FileWork],
-               params: Params) -> tuple[Climb, str]:
-        """The chunk's controller, its prior from the path's history at the load of other
-        jobs alone (it is stepped only once this pass's other chunks have ended)."""
-        src, dest = files[0].src_url, files[0].dest_url
-        load = self._sharing(src, dest)
-        known = [f.size_bytes for f in files if f.size_bytes is not None]
-        dataset = DatasetDescription.of(
-            sum(known) / len(known) if known else 0.0, len(files), rtt_s=self.rtt_s,
-            bandwidth_bps=self.settings.link_mbps * 1e6,
-            buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
-            src_host=parse_url(src).host or "localhost",
-            dest_host=parse_url(dest).host or "localhost", known_load=load)
-        return climb_for(self.store.transfers(limit=HISTORY_ROWS),
-                         Setting(params.cc, params.p, params.pp), src_url=src, dest_url=dest,
-                         cls=chunk.size_class, bdp_bytes=self.bdp, load=load, items=len(files),
-                         name=self.job.spec.optimizer or self.settings.eos_optimizer,
-                         dataset=dataset, settings=self.settings)
-
-    def _run_engine(self, module: TransferModule, files: list[FileWork], params: Params,
-                    rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
-                    label: str, chunk: Chunk, climb: tuple[Climb, str] | None = None
-                    ) -> None:
-        """`files` through an engine of `module`'s workers, stopped with the pass; with
-        `climb` (a controller and why its prior), started at its prior and tuned, holding
-        `chunk`'s preset while another chunk shares the path (`_chunks_share_path`)."""
-        spec = self.job.spec
-        context = WorkerContext(
-            run_as=self.run_as,
-            env=module.environment(self._request(spec.src_url, spec.dest_url, 1)),
-            fast=self.settings.dataset_fast, tcp_buffer_bytes=spec.options.tcp_buffer_bytes,
-            block_size_bytes=spec.options.block_size_bytes,
-            verify_checksum=self.verify_checksum, stdout=self._out, stderr=self._err)
-
-        def new_worker() -> Worker:
-            worker = module.worker(context)
-            assert worker is not None, f"{module.name} has no engine worker"
-            return worker
-
-        def on_take(taken: Taken) -> None:
-            indexes = [i.file.index for i in taken.items]
-            self.store.start_files(self.job.id, self.attempt_no, indexes, label)
-
-        setting = climb[0].prior if climb else Setting(params.cc, params.p, params.pp)
-        items, parts = self._parts(files, module)
-        pieces = self._piece_size(module)  # 0: this pass cuts nothing
-        engine = Engine(items, new_worker, setting,
-                        lambda taken, results: self._called(engine, results, rows, urls, parts,
-                                                            taken),
-                        on_take=on_take, meter=self.meter,
-                        cut_stragglers=self.sink is None,  # a sink takes its bytes once
-                        piece_bytes=pieces,
-                        short_piece_bytes=pieces and self.settings.piece_min_mb << 20,
-                        on_split=lambda item: parts.add(
-                            item.file, destination.claim(item.file.dest_url, self.run_as)))
-        with self._lock:
-            if self._stop is not None:
-                return
-            self._engines.add(engine)
-        tuner = None if climb is None else FlowTuner(
-            engine, climb[0], what=label.split(maxsplit=1)[0], prior_reason=climb[1],
-            write_result=lambda d: self.store.update_result(self.job.id, d),
-            shared=lambda: self._chunks_share_path(chunk),
-            hold=Setting(params.cc, params.p, params.pp))
-        if tuner is not None:
-            tuner.start()
-        try:
-            engine.run()
-        finally:
-            if tuner is not None:
-                tuner.stop()
-            with self._lock:
-                self._engines.discard(engine)
-            for claim in parts.failed.values():  # nothing of theirs is in flight now
-                self._remove_partial(claim)
-            self._log_flow(engine, files, tuner)
-
-    def _parts(self, files: list[FileWork], module: TransferModule) -> tuple[list[Item], Parts]:
-        """The engine's items (the ranges an earlier pass kept left out) and their record;
-        each file newly sent as ranges claimed first (`destination.claim`), so that only
-        what its ranges wrote is removed if it fails for good."""
-        landed = self.kept.landed()
-        items = plan_items(files, self._range_size(module), landed)
-        parts = Parts(Assembly.of(items, landed), self.kept)
-        fresh = {i.file.index: i.file.dest_url for i in items
-                 if i.is_range and i.file.index not in landed}
-        self.kept.claim({index: destination.claim(url, self.run_as)
-                         for index, url in fresh.items()})
-        if parts.assembly.sizes:
-            self.store.update_result(self.job.id, {"dataset_files_as_ranges": len(
-                parts.assembly.sizes)})
-        return items, parts
-
-    def _log_flow(self, engine: Engine, files: list[FileWork],
-                  tuner: FlowTuner | None = None) -> None:
-        """The engine's flow into the transfer log (what optimizers learn from): one row
-        per stretch at one setting and load, its mean rate over its whole span; of a tuned
-        flow, what its tuner measured at each setting."""
-        known = [f.size_bytes for f in files if f.size_bytes is not None]
-        now = time.monotonic()
-        records = stretch_records(
-            engine.flow.stretches(now) if tuner is None else tuner.stretches(),
-            now_mono=now, now_wall=self.clock(),
-            src_url=files[0].src_url, dest_url=files[0].dest_url, rtt_s=self.rtt_s,
-            link_mbps=self.settings.link_mbps, buffer_bytes=self.job.spec.options.tcp_buffer_bytes,
-            file_bytes=sum(known) / len(known) if known else 0.0, fast=self.settings.dataset_fast,
-            job_id=self.job.id)
-        try:
-            self.store.add_transfers(records)
-        except Exception:
-            log.exception("job %d: cannot add the flow to the transfer log", self.job.id)
-
-    def _range_size(self, module: TransferModule) -> int:
-        """The range a large file of this pass is sent in (0: whole files): GridFTP ends
-        write ranges in place; a sink takes its bytes in order, and a checksum the job asks
-        for is of whole files."""
-        if not module.writes_ranges or self.sink is not None or self.job.spec.verify_checksum:
-            return 0
-        return self.kept.choose_size(range_bytes(self.bdp, self.settings.range_min_mb << 20))
-
-    def _piece_size(self, module: TransferModule) -> int:
-        """The least piece the engine cuts an item into at the end of the queue (0: none):
-        where this pass sends ranges, 16 BDPs and at least STORK_PIECE_MIN_MB."""
-        if not self._range_size(module):
-            return 0
-        return piece_bytes(self.bdp, self.settings.piece_min_mb)
 
     def _resumed(self, rows: dict[int, DatasetFileRow]) -> set[int]:
         """The due files whose ranges an earlier pass (this node's before a kill -9, or a
@@ -594,68 +369,11 @@ class DatasetRun:
         found = destination.look(claim.url, self.run_as).file
         return found is not None and found.key == claim.file.key
 
-    def _called(self, engine: Engine, results: list[ItemResult],
-                rows: dict[int, DatasetFileRow], urls: dict[int, tuple[str, str]],
-                parts: Parts, taken: Taken) -> None:
-        """One engine call's files: checked (those not right sent again alone) and committed,
-        as a batch's are; the flow's load brought up to date. A call of a byte range: the
-        range kept as landed, its file checked when its last range lands; a range that
-        failed is sent again once, alone, and a second failure is its file's."""
-        if self.stopped():
-            self.release(list(dict.fromkeys(r.item.file.index for r in results)))
-            self._abandon(taken, results, None)
-            return
-        whole = [r for r in results if not r.item.is_range]
-        batch = [r.item.file.index for r in whole]
-        clean = {r.item.file.index for r in whole if r.ok}
-        for r in whole:
-            if not r.ok:  # its error is said here: the file's own, sent alone, decides
-                log.info("job %d: %s %s in its call (%s); checked, and sent again alone "
-                         "unless it landed", self.job.id, urls[r.item.file.index][0],
-                         "failed" if r.ok is False else "was not answered",
-                         r.failure or "the worker ended")
-        failed: list[FileResult] = []
-        for r in results:
-            index = r.item.file.index
-            if not r.item.is_range:
-                continue
-            if r.ok and parts.land(r.item):
-                batch.append(index)
-                clean.add(index)
-            elif r.ok is False and (then := parts.after_failure(r.item)) == "again":
-                log.info("job %d: range %d+%s of %s failed (%s); sent again", self.job.id,
-                         r.item.offset, r.item.length, urls[index][0], r.failure)
-                engine.add([r.item])
-            elif r.ok is False and then == "judge":
-                verdict = judge_file(self.job, index, rows[index].failures,
-                                     r.failure or RetryableTransferError(
-                                         f"range {r.item.offset}+{r.item.length} of "
-                                         f"{urls[index][0]} was not sent"),
-                                     self.settings, self.clock())
-                engine.withdraw(functools.partial(of_file, index))
-                if verdict.state is FileState.FAILED:
-                    parts.fail(index)
-                failed.append(verdict)
-        if failed:
-            self.commit(failed)
-        if not batch:
-            return
-        checked = self.check(batch, rows, urls, clean, engine.setting.p)
-        if self.stopped():  # stopped during a file sent alone
-            done = {r.index for r in checked if r.state is FileState.DONE}
-            self.release([i for i in batch if i not in done])
-            self._abandon(taken, results, done)
-            checked = [r for r in checked if r.index in done]
-        if not self.commit(checked):  # the job no longer runs this attempt (stork_rm
-            # may have marked it REMOVED before the pass heard): nothing of it was recorded
-            self._abandon(taken, results, None)
-        engine.flow.set_load(time.monotonic(), self.known_load(*urls[batch[0]]))
-
     def ordered(self) -> bool:
         """A sink that takes its bytes in order (a FIFO): one file, one stream at a time."""
         return self.sink is not None and self.sink.ordered
 
-    def _chunks_share_path(self, chunk: Chunk) -> bool:
+    def chunks_share_path(self, chunk: Chunk) -> bool:
         """Whether another chunk of this pass than `chunk` is still moving and shares the
         path (`shares_path`; a tuned chunk holds its preset meanwhile: `FlowTuner`)."""
         with self._lock:
@@ -665,7 +383,7 @@ class DatasetRun:
     def known_load(self, src_url: str, dest_url: str) -> int:
         """Other transfers the daemon runs now on this link (other attempts on either host,
         and this pass's other chunks): the `sharing` its transfer log rows record."""
-        return max(self._sharing(src_url, dest_url) + len(self._running) - 1, 0)
+        return max(self.sharing(src_url, dest_url) + len(self._running) - 1, 0)
 
     @property
     def verify_checksum(self) -> bool:
@@ -686,10 +404,10 @@ class DatasetRun:
         """Run one child to its end: (exit status, the tail of its stderr). Its stdout goes
         to `on_stdout` when given, else to the job's output."""
         spec = self.job.spec  # the tokens' files chosen by the dataset's own directories
-        env = (module or self.module).environment(self._request(spec.src_url, spec.dest_url, 1))
+        env = (module or self.module).environment(self.request(spec.src_url, spec.dest_url, 1))
         marks = Marks(time.monotonic())  # its -vb markers into the pass's flow
         child = Child(argv, env=env, run_as=self.run_as,
-                      stdout=self._out if on_stdout is None else None, stderr=self._err,
+                      stdout=self.out if on_stdout is None else None, stderr=self.err,
                       stdin=stdin, on_stdout=on_stdout,
                       on_progress=lambda p: marks.reach(p.bytes_done, time.monotonic(),
                                                         self.meter.add))
@@ -709,7 +427,21 @@ class DatasetRun:
             with self._lock:
                 self._children.discard(child)
 
-    def _request(self, src: str, dest: str, streams: int) -> TransferRequest:
+    def add_engine(self, engine: Engine) -> bool:
+        """An engine of this pass, stopped with it from now on; False (not added) when the
+        pass is stopped already: the engine is not to run."""
+        with self._lock:
+            if self._stop is not None:
+                return False
+            self._engines.add(engine)
+        return True
+
+    def discard_engine(self, engine: Engine) -> None:
+        """An engine of this pass that has ended."""
+        with self._lock:
+            self._engines.discard(engine)
+
+    def request(self, src: str, dest: str, streams: int) -> TransferRequest:
         spec = self.job.spec
         options = spec.options
         return TransferRequest(src, dest, replace(options, streams=streams, concurrency=None,
@@ -750,7 +482,7 @@ class DatasetRun:
     def _alone(self, row: DatasetFileRow, src: str, dest: str, streams: int) -> FileResult:
         """Send one file by itself; its own exit decides. Its destination is claimed first
         (`destination.claim`): after a failure only what this send wrote is removed."""
-        request = self._request(src, dest, streams)
+        request = self.request(src, dest, streams)
         module: TransferModule = self.gfal if through_gfal(src, dest) else self.module
         argv = module.command(request)
         if module is self.gfal and (kind := self.checksum_type(src, dest)):
@@ -770,11 +502,11 @@ class DatasetRun:
                 f"destination size {have} differs from source size {size}")
         else:
             failure = self.tokens.explain(module.judge(code, stderr), src, dest)
-        self._remove_partial(claim)
+        self.remove_partial(claim)
         return judge_file(self.job, row.index, row.failures, failure, self.settings,
                           self.clock())
 
-    def _abandon(self, taken: Taken, results: list[ItemResult], done: set[int] | None) -> None:
+    def abandon(self, taken: Taken, results: list[ItemResult], done: set[int] | None) -> None:
         """A call's whole files that are not DONE (`done`: those that are; None: none) when
         the pass stops: when the job was removed, what the call wrote of them goes
         (`_remove_abandoned`, at the pass's end, when the reason is known: stork_rm marks
@@ -799,9 +531,9 @@ class DatasetRun:
             log.info("job %d: %s", self.job.id,
                      destination.remove_written_since(url, began, self.run_as))
         for kept in self.kept.drop(list(self.kept.landed())):
-            self._remove_partial(kept.claim)
+            self.remove_partial(kept.claim)
 
-    def _remove_partial(self, claim: destination.Destination) -> None:
+    def remove_partial(self, claim: destination.Destination) -> None:
         try:
             log.info("job %d: %s", self.job.id, destination.remove(claim, self.run_as, self.ends))
         except Exception:  # noqa: BLE001 - best effort: a leftover is retried or reported

@@ -54,7 +54,7 @@ Each change is kept on the job's ad (`optimizer_<what>`: the prior and why, ever
 with its reason and figures, the setting held at the end) as it is made, so `stork_q -l`
 shows a running job's tuning. The transfer log gets what the controller measured at each
 setting it settled at (`stretches`: its windows only, no change-over, slow start or tail;
-`DatasetRun._log_flow`, `FileRun`): the next job on the path starts from the best of them
+`Flows._log_flow`, `FileRun`): the next job on the path starts from the best of them
 (`prior_from_history`).
 """
 
