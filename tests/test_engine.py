@@ -398,31 +398,6 @@ def test_a_slow_workers_lists_hold_a_call_of_its_rate_not_a_floor() -> None:
         assert len(taken.items) == max(1, math.ceil(0.5 * 4.0 * STAGGER[slot])), slot
 
 
-def test_before_any_rate_a_list_is_at_most_a_call_of_the_links_share_of_a_worker() -> None:
-    """Before any window, a list holds `call_s` of the path's rate over cc when the caller
-    told it and that is less than LIST_MIN_BYTES (cc 64 on wan80's 300 Mbit/s: 2.3 MB a
-    call, staggered), else LIST_MIN_BYTES, staggered; once the rate is known, that rate."""
-    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", MB // 4) for i in range(2000)]
-
-    def first_list(setting: Setting, link_mbps: float | None, slot: int) -> int:
-        engine = Engine([Item(f) for f in work], CountingWorker, setting, lambda *_: None,
-                        call_s=4.0, clock=lambda: 0.0,
-                        link_bytes_s=None if link_mbps is None else link_mbps * 1e6 / 8)
-        taken, _ = engine._take(slot, lists=True)
-        assert taken is not None
-        return len(taken.items)
-
-    share = 300e6 / 8 / 64 * 4.0  # bytes a worker moves in a call at cc 64
-    for slot in range(4):
-        assert first_list(Setting(64, 1, 2), 300.0, slot) == \
-            math.ceil(share * STAGGER[slot] / (MB // 4)), slot
-        assert first_list(Setting(64, 1, 2), None, slot) == \
-            math.ceil(LIST_MIN_BYTES * STAGGER[slot] / (MB // 4)), slot
-    # a link fast enough for the floor: the floor, not more
-    assert first_list(Setting(8, 1, 2), 10_000.0, 3) == LIST_MIN_BYTES * STAGGER[3] // (MB // 4)
-    assert first_list(Setting(64, 1, 2), 300.0, 3) < first_list(Setting(64, 1, 2), None, 3)
-
-
 def test_after_a_fall_of_p_the_lists_hold_a_call_of_a_workers_streams_now() -> None:
     """A worker with a third of its streams moves about a third at most: its lists after
     p 3 -> 1 are sized at that share of what it moved, so the change back need not wait

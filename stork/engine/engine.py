@@ -88,7 +88,7 @@ from stork.transfer.worker import Item, ItemResult, Setting, Worker
 log = logging.getLogger(__name__)
 
 CALL_S = 4.0  # a list call lasts about this long at the worker's recent rate
-LIST_MIN_BYTES = 4 << 20  # a list before any rate is known (at most: `_list_bytes`)
+LIST_MIN_BYTES = 4 << 20  # a list before any rate is known
 LIST_MAX_FILES = 500  # globus-url-copy reads the whole list first: keep it short
 RATE_WINDOWS = 5  # the recent rate: over the last windows of the flow
 STAGGER = (0.5, 0.83, 1.17, 1.5)  # a slot's call, as a share of call_s
@@ -168,7 +168,6 @@ class Engine:
                  cut_stragglers: bool = True, piece_bytes: int = 0,
                  short_piece_bytes: int = 0,
                  on_split: Callable[[Item], None] | None = None,
-                 link_bytes_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         _check(setting)
         self._queue: deque[Item] = deque(items)
@@ -196,7 +195,6 @@ class Engine:
         self._short_piece_bytes = short_piece_bytes  # 0: nor into short calls (`cut_s`)
         self.cut_s: float | None = None  # while set, calls of about this many seconds
         self._on_split = on_split
-        self._link_bytes_s = link_bytes_s  # the path's rate, when told (`_list_bytes`)
         self.calls = 0
         self.cuts = 0  # stragglers cut
 
@@ -598,17 +596,10 @@ class Engine:
         before any rate is known, not a floor after: with a worker at 3-4 Mbit/s (p 1
         under a load on wan40) a list of 4 MiB at the stagger's 1.5 took 12-16 s where the
         controller asked for 2, and a change back to more streams waited 14 s for such
-        lists to end (docs/BENCHMARKS.md 15.29, run P4). Before any rate is known, a list
-        is at most `call_s` of the path's rate over cc, when the caller told it
-        (`link_bytes_s`): at cc 64 on wan80 (300 Mbit/s) a worker's share is 4.7 Mbit/s,
-        and the first lists, 4 MiB staggered to 4.8 and 6, took 14-18 s (2.3-3.5 Mbit/s,
-        set-up included) in jobs whose calls all ended within 18-21 s (docs/BENCHMARKS.md
-        15.39)."""
+        lists to end (docs/BENCHMARKS.md 15.29, run P4)."""
         stagger = STAGGER[slot % len(STAGGER)]
         per_worker = self._worker_rate()
         if per_worker is None:
-            first = LIST_MIN_BYTES if self._link_bytes_s is None else \
-                min(LIST_MIN_BYTES, self._link_bytes_s / setting.cc * self.call_s)
-            return first * stagger
+            return LIST_MIN_BYTES * stagger
         usual = per_worker * max(self.call_s * stagger, self._setup_s)
         return min(usual, max(self._queued_files / setting.cc, per_worker * self._setup_s))

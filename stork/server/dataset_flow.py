@@ -248,8 +248,7 @@ class Flows:
                         piece_bytes=pieces,
                         short_piece_bytes=pieces and self.settings.piece_min_mb << 20,
                         on_split=lambda item: parts.add(
-                            item.file, destination.claim(item.file.dest_url, run.run_as)),
-                        link_bytes_s=self.settings.link_mbps * 1e6 / 8)
+                            item.file, destination.claim(item.file.dest_url, run.run_as)))
         if not run.add_engine(engine):
             return
         tuner = None if climb is None else FlowTuner(
