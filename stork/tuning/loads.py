@@ -38,6 +38,7 @@ from stork.transfer.worker import Setting
 from stork.tuning.verdicts import (
     NOISE_MIN_DF,
     NOISE_PRIOR,
+    WINDOWS,
     Measured,
     pooled,
     pooled_noise,
@@ -53,7 +54,7 @@ class Loads:
     moved (see the module)."""
 
     def __init__(self, *, drift_z: float = DRIFT_Z, drift_share: float = DRIFT_SHARE,
-                 windows: int = 3) -> None:
+                 windows: int = WINDOWS) -> None:
         self.drift_z = drift_z
         self.drift_share = drift_share
         self.windows = windows  # a measurement of fewer windows is no load's

@@ -246,8 +246,6 @@ class Climb:
         self.max_windows = max_windows
         self.min_gain = min_gain
         self.z = z
-        self.drift_z = drift_z
-        self.drift_share = drift_share
         self.known = dict(known or {})  # the path's history at this load
         self.ceiling_mbps = ceiling_mbps  # the link's rate, when known
         self.alike_axes = alike_axes  # cc and p both add whole streams (large files)
@@ -329,7 +327,8 @@ class Climb:
         last = Measured.of(left.setting, rates[-1:])
         noise = self.loads.late_noise()
         moved = abs(last.mean / left.mean - 1) if left.mean > 0 else 0.0
-        if moved <= max(self.drift_z * noise * math.sqrt(1 / left.count + 1), FELL_SHARE):
+        if moved <= max(self.loads.drift_z * noise * math.sqrt(1 / left.count + 1),
+                        FELL_SHARE):
             return None
         self._left = None
         return self._reopen(left.mean, last.mean, "", seen_at=left.setting, said=(
