@@ -29,7 +29,7 @@ gained, how often the halving lost more than 5% (along the same axis; for large 
 along the other). And one for `path_history.lost_above`: when a halving lost more than 5% with
 more streams on the other axis, how often the same halving below it did too. And one for
 `online.FELL_SHARE`: what a doubling of cc or p lost, as shares of the doublings that lost
-less. And one for `verdicts.halving_order`: near a dataset's best, how often halving cc and
+less. And one for `moves.halving_order`: near a dataset's best, how often halving cc and
 halving p each kept the rate.
 """
 
@@ -123,7 +123,7 @@ def halving_axes(sets: Sequence[TestSet]) -> dict[SizeClass, tuple[int, int, int
     p did, the mean share halving cc kept, and p), over every (cc, p) with both at 2 or
     more, both halvings measured and at least `NEAR_BEST` of its dataset's best cell (where
     a climb halves; each cell the median of every repeat of every pipelining depth):
-    `verdicts.halving_order`'s evidence."""
+    `moves.halving_order`'s evidence."""
     found: dict[SizeClass, list[tuple[float, float]]] = defaultdict(list)
     for cls, rate in classed_rates(sets):
         best = max(rate.values(), default=0.0)

@@ -16,6 +16,7 @@ from stork.transfer.worker import Item, ItemResult, Report, Setting, Worker
 from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import Limits
 from stork.tuning.load_share import jumped, load_streams, win_back
+from stork.tuning.moves import halving_order, in_halving_order, turned, went
 from stork.tuning.online import Change, Climb
 from stork.tuning.path_history import (
     measured_from_history,
@@ -28,7 +29,6 @@ from stork.tuning.verdicts import (
     Measured,
     Verdict,
     Z,
-    halving_order,
     judge,
     payload_mbps,
     pooled,
@@ -950,6 +950,26 @@ def test_a_job_on_a_path_short_of_its_links_rate_starts_at_a_doubling_first() ->
     prior, why = prior_from_history(refused, s32, limits=wide, axes=("cc",),
                                     ceiling_mbps=payload_mbps(300.0, 1500))
     assert prior == Setting(16, 1, 12), why
+
+
+def test_the_moves_left_follow_what_the_last_move_showed() -> None:
+    """Both axes multiply the same streams: a kept halving of cc goes on halving cc, then
+    halves p before doubling it; a refused doubling of cc leaves cc's halving first, then p
+    halving first; the halvings keep their order (p before cc for small and medium files)
+    wherever they stand."""
+    axes = ("cc", "p")
+    todo = [("cc", True), ("cc", False), ("p", True), ("p", False)]
+    assert went(todo[1:], "cc", False, axes) == \
+        [("cc", False), ("p", False), ("p", True)]
+    assert went(todo[1:], "cc", True, axes) == [("cc", True), ("p", True), ("p", False)]
+    assert turned(todo[1:], "cc", True, axes, ("cc", "p")) == \
+        [("cc", False), ("p", False), ("p", True)]
+    # (p halves first: the first halving in the list becomes p's, cc's takes p's place)
+    assert turned(todo[1:], "cc", True, axes, ("p", "cc")) == \
+        [("p", False), ("cc", False), ("p", True)]
+    assert in_halving_order(todo, ("p", "cc")) == \
+        [("cc", True), ("p", False), ("p", True), ("cc", False)]
+    assert in_halving_order(todo, ("cc", "p")) == todo
 
 
 def test_small_and_medium_files_halve_p_before_cc() -> None:

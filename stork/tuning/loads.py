@@ -117,7 +117,7 @@ class Loads:
     def steady(self, measured: Measured, floor: float = 0.0) -> bool:
         """Whether `measured`'s windows spread no more than `drift_z` times the path's
         noise (a window's relative spread, `noise`; at least `floor`, the bar of
-        `Climb._from_history` and of `Climb._reopen`): a rate held, as under a new load,
+        `history_verdict` and of `Climb._reopen`): a rate held, as under a new load,
         and not a passing dip (on wan80 six of eight 64 MiB ranges ended within 4 s at a
         hold, the rate read 69-127 Mbit/s for 6 s, 131.0 ± 51.8 over three windows, and
         taken as a start it kept cc 16 at +112.9% and then cc 32: docs/BENCHMARKS.md

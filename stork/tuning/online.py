@@ -8,159 +8,58 @@ settled. It answers a `Change` or nothing:
 
 1. At the prior it measures `windows` windows: the reference.
 2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling first,
-   and judges each against the reference (`judge`); of two halvings still to try, small and
-   medium files try p's first (`halving_order`, `_halvings_in_order`). A prior that is a
+   and judges each against the reference (`judge`): more streams are kept when their gain
+   less `z` standard errors of the difference still reaches `min_gain`, fewer when their
+   loss, noise included, stays within it. A try within the noise is measured longer, up to
+   `max_windows`, then decided (`settled`): more streams are kept when their gain less one
+   standard error still reaches `min_gain`, else the fewer streams win. A kept setting
+   becomes the reference; a refused one sends the flow back to the reference, measured
+   again and pooled, and the other direction is tried only when the first was refused at
+   once. The next axis starts the way the last kept move went; a refused move turns the
+   other axes the other way first; of two halvings still to try, small and medium files
+   try p's first (`stork.tuning.moves`: `went`, `turned`, `halving_order`). A prior that is a
    halving (or a doubling) of a setting the history measured (`moved_start`) is itself a
-   try: the start is judged against the history's measurement of the setting it came from,
-   as a try of fewer (more) streams would be (a halving taken as kept, the setting it came
-   from would have had to prove a gain beyond the noise of a few windows at the start: on
-   wan40 a start at cc 2 p 4 measured 142.9 ± 52.0 Mbit/s against the history's 180.5 for cc
-   4 p 4, and the job held cc 2 for its whole 82 s; docs/BENCHMARKS.md 15.25). A
-   setting with more streams is kept only when its gain less the noise (`z` standard
-   errors of the difference of the two means, from the spread of the windows at each
-   setting) still reaches `min_gain`; one with fewer streams when
-   its loss, noise included, stays within `min_gain` (with gains within 5%, the fewer
-   streams win). While the difference is within the noise the tried
-   setting is measured longer, up to `max_windows`, and then decided on the point estimate
-   (`settled`): more streams are kept when their gain less one standard error of the
-   difference still reaches `min_gain` (a verdict must be given then; while open, two
-   standard errors keep the repeated looks from buying streams on noise), else the fewer
-   streams win. A kept setting becomes the reference and the climb goes on the same way; a
-   refused one sends the flow back to the reference, which is measured again (its windows
-   pooled with the earlier ones), and the other direction is tried (only when the first was
-   refused at once), then the next axis. The next axis starts the way the last kept move
-   went: both axes multiply the same streams (cc x p), so once halving one kept the rate
-   (the path does not need the streams it had), doubling the other first would ask for
-   twice the streams of a setting just shown to be more than enough; it is tried only when
-   halving that axis is refused at once. A refused move turns the other axes the other way
-   first for the same reason (`_turn`). A doubling the link cannot pay for is not tried
-   (when the link's rate is known, `ceiling_mbps`: STORK_LINK_MBPS less its packets'
-   headers, `payload_mbps`): the most a try could measure is the link's data rate, and
-   when that is not `min_gain` above the reference beyond one standard error of a try at
-   its last look (`room`), no try could be kept, so its seconds at twice the streams are
-   spared and the other way is tried. A neighbour the
-   path's history (`known`, `measured_from_history`) already refuses against the reference
-   is passed over without moving the flow; the reference it is judged against is the
-   reference's windows now and, when the history has them, then, pooled (`pooled`): a load
-   that changed between the two shows as noise instead of as a gain. A history whose
-   windows of the neighbour spread more than `drift_z` times the path's noise (at least
-   `NOISE_PRIOR`) refuses nothing it leaves within the noise: the flow tries it
-   (`_from_history`).
-   A try of fewer streams is made only when the data left would outlast it: when the
-   caller says how many seconds of data are left at the reference's rate (`left_s`) and
-   how long measuring the setting now in effect took (`try_s`), a halving the data would
-   end before it could be judged, even left open to `max_windows`, is not made and the
-   flow holds the reference. A try the job ends in is a setting no window judged: below
-   the knee the rate falls steeply, past it it is flat (in the sweeps of
-   docs/BENCHMARKS.md 15 a halving of cc below the best cost 14-38%, a doubling past it at
-   most 8%), so only the halving waits for the time to be judged.
-   A try of fewer streams is refused without waiting for its own windows when the
-   windows since the flow left the reference already lose past `min_gain` even with the
-   noise (`unsettled`): the calls taken at the reference end one by one, so the flow then
-   carries fewer streams than the reference and more than the try, and below the knee the
-   rate rises with streams. On wan40 a try of cc 2 from cc 4 (files of 64 MiB) lost 50.5%
-   and was refused 25.5 s after it began, most of it the wait for the retired calls to end
-   (docs/BENCHMARKS.md 15.29, run P11).
-   For large files (`alike_axes`: transfers long enough that a file's own costs do not
-   show, so cc and p both add whole streams) a stream count shown too few, by a halving
-   refused or a doubling kept, flows or history, is not tried again along the other axis:
-   no halving to that count or fewer (`too_few`), and no later job on the path starts at
-   one (`prior_from_history`). On the (cc, p, pp) grids of
-   ../shared/data a halving along one axis that lost more than 5% was followed by a loss
-   of more than 5% along the other in 85% of the cases for large files, 92% for medium and
-   38% for small ones (where cc is what counts); on the `short` testbed path a medium
-   dataset lost 11% at half its cc and nothing at half its p, so medium files keep
-   trying both.
-   The rate rises with streams ever more slowly up to the knee, so a setting whose
-   doubling still gained `KNEE_GAIN` (2.5%, on the point estimates) is at the knee or
-   below it, and half its streams lose more (`past_knee`: on the grids of ../shared/data
-   the halving then lost more than 5% in 79-92% of the cases, against 22-71% after a
-   doubling that gained less). A large file's climb does not try such a halving, along
-   either axis, when this flow or the path's history measured the doubling at this load
-   (the history is dropped when the load moves; a halving kept within 5% and then halved
-   again on wan80 lost 48%, and after a start kept at -3.6% 41%: docs/BENCHMARKS.md 15.26
-   and 15.27); and no job on a known path starts at one (`prior_from_history`; on wan40 the
-   job that started at such a halving made 0.81-0.85 of the best cell in four runs). Nor at
-   a halving that the history saw lose more than `min_gain` from a setting with as many
-   streams or more on the other axis (`lost_above`: with fewer there, each step of the axis
-   carries more of the rate; on the grids the halving below then lost more than 5% in
-   81-99% of the cases, against 22-35%); and no climb tries one, whatever its files' size
-   (on wan40 a job at cc 16 p 1 tried cc 8 p 1, where the history had cc 16 p 3 -> cc 8
-   p 3 lose 6.7%, and lost 31.9% for 16 s: docs/BENCHMARKS.md 15.28, run N1).
+   try, judged against the history's measurement of the setting it came from.
+   A neighbour the path's history (`known`, `measured_from_history`) already refuses is
+   passed over without moving the flow, judged against the reference's windows now and,
+   when the history has them, then (`pooled`); a history whose windows of it spread more
+   than `drift_z` times the path's noise (at least `NOISE_PRIOR`) refuses nothing it leaves
+   within the noise (`history_verdict`). For large files (`alike_axes`) a stream count shown
+   too few is not tried again along the other axis (`too_few`), nor a halving of a setting
+   whose doubling, measured at this load, still gained `KNEE_GAIN` (`past_knee`); no climb
+   tries a halving the history saw lose past `min_gain` from a setting with as many streams
+   or more on the other axis (`lost_above`), and no job starts at one of these
+   (`prior_from_history`). A doubling is not tried when even the link's data rate
+   (`ceiling_mbps`, `payload_mbps`) leaves no `room` for it to be kept. A halving the data
+   left would end before it could be judged (`left_s`, `try_s`) is not made: the flow holds
+   the reference. A try of fewer streams is refused early when the windows since the flow
+   left the reference already lose past `min_gain`, noise included (`unsettled`).
 3. When every axis is done it holds the reference and watches: when the mean of the last
-   `windows` windows leaves the hold's own mean by more than `drift_z` of its spread and
-   `drift_share` of its mean, twice in a row (two looks with a new window each), the load
-   changed at an unchanged setting, and the search starts again for the new load: from
-   the prior, or, when the rate fell, from the setting held if it has more streams than
-   the prior. A load that came takes a
-   share of the path that the flow wins back with streams, so the best setting under it
-   has as many streams as before or more (wan40's sweep under a 50% load, 1200 x 2 MiB:
-   cc 8 -> 16 -> 32 gained 17% and 16%, against 6% and 2% unloaded; docs/BENCHMARKS.md
-   15.27, run J5); going back to the prior's fewer streams would measure a setting
-   already short and take a doubling more to leave it. Where the search starts again at
-   the setting the flow is at, the windows that showed the load moved, those of them each
-   past `drift_share` (the new load's alone), measure that start when there are `windows`
-   of them (the hold, or the measurement again, waits a window or two more for them, the
-   measurement again up to `max_windows`) and they spread no more than `drift_z` times
-   the path's noise, or `NOISE_PRIOR` where that is larger (a new load's rate is held; a
-   passing dip's is not: `Loads.steady`; a load makes the windows noisier, `_reopen`), and
-   the first try is made at once: measured again after the change, the start took 15 s
-   on wan40, settling and ramp included (docs/BENCHMARKS.md 15.28, run M4). When the
-   rate fell so, that first try of cc up is as many doublings at once (at most three) as
-   TCP's fair share says win back `WIN_BACK` (90%) of the rate before (`win_back`): one
-   doubling at a time, each judged over 15-20 s, wan40's flow reached the best cell under
-   a 50% load (cc 32, from cc 8) 39 s after the fall was seen (15.30, run Q4). The same
-   model weighs the load that came in streams (`load_streams`): until the search
-   reopens again, a halving it says would lose past `min_gain` under that load is not
-   tried (in 15.32's runs L5 and L6 a try of p 1 at cc 64 under the load lost for 8 s
-   of the 20-40 s after it came). Once the
-   hold has `3 x windows` windows, they stop growing at the first look that saw such a
-   drift (windows of a new load taken into the hold would widen its spread until a drift
-   of 15-20% never showed; a hold of fewer windows is itself too noisy to keep).
+   `windows` windows leaves the hold's mean by more than `drift_z` of its spread and
+   `drift_share` of it, twice in a row, the load changed, and the search starts again
+   without the history's figures: from the prior, or, when the rate fell, from the setting
+   held if it has more streams (a load that came is won back with streams). Where it starts
+   at the setting the flow is at, the new load's own windows measure that start when there
+   are `windows` of them and they are steady (`Loads.steady`, `_reopen`), and the first try
+   is made at once. When the rate fell, that try of cc up is as many doublings at once (at
+   most three) as TCP's fair share says win back `WIN_BACK` of the rate before (`win_back`);
+   the same model weighs the load in streams (`load_streams`), and until the search reopens
+   again no halving it says would lose past `min_gain` is tried. Once the hold has
+   `3 x windows` windows, they stop growing at the first look that saw a drift.
    While it searches, two measurements of one setting are compared with the path's noise
-   (`stork.tuning.loads`, which also says how often these tests reopen a search with no
-   load on synthetic flows): the reference
-   measured again after a refusal against the reference, and a try's first and last
-   windows when its verdict stays open long enough to have both; and the measurement
-   again's last window alone against the reference (a load that came in the middle of the
-   measurement again leaves its mean within the test, as in 15.20's run E), and a try's
-   last two windows, each alone and the same way, against its first three (on wan40 a
-   load that came during a try of cc 16 left its 8 windows within the test, and was seen
-   only at the measurement again after it, 23.6 s after it came: 15.31, run L2); a
-   verdict due on a try whose last window alone is so apart waits for the next window,
-   which tells (in 15.31's run L3 a try kept on windows mostly before a load was followed
-   by one begun under it, and the load was seen 37 s after it came); and the windows of
-   the setting the flow left at a change that were told only after it (`late`: a
-   third-party GridFTP call tells its bytes at its server's markers, every 5 s, so a
-   verdict reads windows seconds old), the last alone against what that setting measured
-   when the flow left it, from five windows on without the one farthest from their median
-   (`trimmed`: a ramp or a load's first window would widen the bar). In 15.33's run L7 a
-   load came 4.6 s before the verdict that kept cc 16, the flow went on to try p 1, and
-   the load was seen 23 s after that try ended, at the measurement again, where the
-   seconds of cc 16 after the windows of its verdict had read 100-141 Mbit/s against its
-   190.1. Apart that far, the load came or went, and the search reopens; when the rate
-   fell, at the setting of the most streams the flow was at (the try's, or the
-   reference's) if more than the prior's. A search that reopens on a window told late, or
-   on a fall whose windows cannot measure its start, measures the start anew, and when
-   that is the setting the fall was seen at and still below the rate before, its first
-   try wins it back as a held fall's does (`win_back`). A try of more streams whose
-   windows read more than `FELL_SHARE` below the reference, and apart from it so,
-   reopens the search too, at the try, without going back to
-   measure the reference again (in 15.31's runs that measurement waited 6-10 s for the
-   calls taken at the refused setting to end, and took 19.5-22.5 s in all): twice the
-   streams seldom lose that much with nothing else changed (of the doublings of cc or p
-   on the grids of ../shared/data 97.5% lost less than 19.1%), a load that came does (on
-   wan40 a 50% load left cc 16 p 3 at 141-143 Mbit/s, where cc 8 p 3 made 183-187
-   without it: 15.31's sweeps). Pooled with its earlier windows, a reference
-   measured across a load's arrival would judge the next tries against a rate of neither
-   load, and its spread, the two loads' gap, would hide the next change (on the testbed a
-   50% load that came during a search left the reference at 154.5 ± 35.9 Mbit/s, between
-   182.4 before and 126.5 after, and no doubling was tried under the load:
-   docs/BENCHMARKS.md 15.20); a try that ran across a load's end would buy streams (15.20's
-   run D kept cc 64 at +17%).
-   What the flow measured at each load is kept for the job (`Loads.same_load`): when the
-   start measured after a reopening is where it was at an earlier load, that load's
-   measurements serve as the path's history (`known`).
+   (`stork.tuning.loads`): the reference measured again (and its last window alone) against
+   the reference, a try's first and last windows (a verdict due on a try whose last window
+   alone is apart waits for the next), and the windows of the setting a change left, told
+   only after it (`late`), against what it measured then (`trimmed`). Apart, the load came
+   or went, and the search reopens (when the rate fell, at the setting of the most streams
+   the flow was at); a try of more streams more than `FELL_SHARE` below the reference, and
+   apart from it, reopens it at the try. A start measured anew at the setting a fall was
+   seen at, still below the rate before, is won back the same way (`win_back`). What the
+   flow measured at each load is kept for the job (`Loads.same_load`) and serves as the
+   history (`known`) when a start is where it was at an earlier load.
+
+The evidence for each rule (the runs of docs/BENCHMARKS.md and the figures on the grids of
+../shared/data that chose it) is in docs/OPTIMIZERS.md, "climb".
 
 Each change carries its reason and its figures, which the job's ad records. The caller
 (`stork.server.flow_tuning`) resets the rates after a change it applies, and counts a
@@ -170,7 +69,8 @@ applies to a worker's next call).
 A setting's windows and the verdict on a try (`judge`, `settled`, `pooled`, `trimmed`)
 are in `stork.tuning.verdicts`; what the transfer log says of the path
 (`measured_from_history`, `prior_from_history`, `past_knee`, `lost_above`) in
-`stork.tuning.path_history`.
+`stork.tuning.path_history`; the loads a flow measured and the tests that say the load
+moved (`Loads`) in `stork.tuning.loads`.
 """
 
 from __future__ import annotations
@@ -184,7 +84,8 @@ from stork.transfer.worker import Setting
 from stork.tuning.base import Limits
 from stork.tuning.load_share import WIN_BACK, jumped, load_streams, win_back
 from stork.tuning.loads import DRIFT_SHARE, DRIFT_Z, Loads
-from stork.tuning.path_history import lost_above, moved_start, past_knee
+from stork.tuning.moves import Move, halving_order, in_halving_order, turned, went
+from stork.tuning.path_history import history_verdict, lost_above, moved_start, past_knee
 from stork.tuning.verdicts import (
     AXES,
     MAX_WINDOWS,
@@ -195,7 +96,6 @@ from stork.tuning.verdicts import (
     Measured,
     Verdict,
     Z,
-    halving_order,
     judge,
     neighbour,
     no_room,
@@ -254,7 +154,7 @@ class Climb:
         self.reference: Measured | None = None
         self._ref_known = False  # the reference holds the history's windows of its setting
         self.holding = False
-        self._todo: list[tuple[str, bool]] = []
+        self._todo: list[Move] = []
         self._trying: tuple[str, bool, bool] | None = None  # axis, up, first move that way
         self._drifts = 0
         self._looked = 0  # the windows the hold last looked at (a drift counts once a window)
@@ -277,8 +177,8 @@ class Climb:
         self._load_streams = 0.0  # the weight of a load that came, in streams (`_shared`)
         self._fell: tuple[Setting, float] | None = None  # a fall seen there, from (`_start`)
         self._ref_known, self.too_few = False, 0
-        self._todo = self._halvings_in_order(
-            [(axis, up) for axis in self.axes for up in (True, False)])
+        self._todo = in_halving_order(
+            [(axis, up) for axis in self.axes for up in (True, False)], self.halving)
         self._trying, self._drifts, self._again = None, 0, False
         self._waited = 0  # windows a verdict on the try in flight waited (`step`)
         self._came_from: Setting | None = None  # the history's setting a start moved from
@@ -451,11 +351,11 @@ class Climb:
         self._learn(verdict, self.reference.setting, tried.setting)
         if verdict is Verdict.KEPT:
             self.reference, self._ref_known = tried, False
-            self._went(axis, up)
+            self._todo = went(self._todo, axis, up, self.axes)
             return self._next(f"kept: {why}", figures, first=False)
         if not first:  # the other way is tried only when the first was refused at once
             self._todo = [(a, u) for a, u in self._todo if a != axis]
-        self._turn(axis, up)
+        self._todo = turned(self._todo, axis, up, self.axes, self.halving)
         # back to the reference, measured again before the next try: a reference measured
         # high by chance would refuse every neighbour, and the path may have moved since
         self._again, self._trying = True, None
@@ -490,7 +390,10 @@ class Climb:
                 continue
             # the history's verdict first: the ceiling spares a try on the flow, and a
             # setting the history measured needs none
-            verdict, known_why = self._from_history(moved)
+            verdict, known_why = history_verdict(
+                self.reference, self.known, moved, ref_known=self._ref_known,
+                loads=self.loads, windows=self.windows, min_gain=self.min_gain, z=self.z,
+                max_windows=self.max_windows)
             knee = (self._past_shape(axis) or self._shared(moved)) \
                 if not up and verdict is Verdict.OPEN else ""
             if knee:  # a halving the shape of the rate refuses, as the history would
@@ -506,12 +409,12 @@ class Climb:
                               f"{moved.label()} refused from the history: {known_why}")
                 if not first:
                     self._todo = [(a, u) for a, u in self._todo if a != axis]
-                self._turn(axis, up)
+                self._todo = turned(self._todo, axis, up, self.axes, self.halving)
                 first = True
                 continue
             if verdict is Verdict.KEPT:  # taken on the history's word, measured on arrival
                 self.reference, self._ref_known = self.known[moved], True
-                self._went(axis, up)
+                self._todo = went(self._todo, axis, up, self.axes)
                 self._again, self._trying = True, None
                 if passed:
                     why += "; " + "; ".join(passed)
@@ -587,61 +490,6 @@ class Climb:
             self.too_few = max(self.too_few, streams(tried))
         elif verdict is Verdict.KEPT and streams(tried) > streams(ref):
             self.too_few = max(self.too_few, streams(ref))
-
-    def _went(self, axis: str, up: bool) -> None:
-        """A move along `axis` was kept: go on the same way, and start the axes still to
-        try the same way (see the module)."""
-        rest = [(a, u) for a, u in self._todo if a != axis]
-        rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] != up))
-        self._todo = [(axis, up), *rest]
-
-    def _turn(self, axis: str, up: bool) -> None:
-        """What is left of `axis` first, then the other axes the other way than `up` first:
-        after a refused move (both axes multiply the same streams: once twice the streams
-        along one axis bought nothing, twice the streams along the other would ask for the
-        same count; once half lost the rate, so would half along the other), and at a prior
-        that halves a setting the history holds (`moved_start`). The halvings then go in
-        `halving` order (`_halvings_in_order`): for small and medium files, after a refused
-        doubling of cc, half the p comes before half the cc."""
-        same = [(a, u) for a, u in self._todo if a == axis]
-        rest = [(a, u) for a, u in self._todo if a != axis]
-        rest.sort(key=lambda e: (self.axes.index(e[0]), e[1] == up))
-        self._todo = self._halvings_in_order(same + rest)
-
-    def _halvings_in_order(self, todo: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
-        """`todo` with its halvings in `halving` order, each in the place of one of them
-        (p before cc for small and medium files: `halving_order`), the doublings where
-        they were."""
-        downs = iter(sorted((e for e in todo if not e[1]),
-                            key=lambda e: self.halving.index(e[0])))
-        return [e if e[1] else next(downs) for e in todo]
-
-    def _from_history(self, setting: Setting) -> tuple[Verdict, str]:
-        """What the path's history says of `setting` against the reference: the verdict of
-        `judge` on its pooled windows (OPEN when it knows too little), and with as many
-        windows as a try may take (`max_windows`) an open one decided as a try's would be
-        (the fewer streams win), unless the history's windows of `setting` spread more than
-        `drift_z` times the path's noise, and at least `NOISE_PRIOR`: a history pooled over
-        datasets or loads that far apart decides nothing the flow can measure itself, and
-        the neighbour is tried (on the grids of ../shared/data the 1.074 GB files of
-        Stampede->Gordon held cc 8 p 32 at 0.74 of the best cell, the other datasets'
-        cc 16 p 32 passed over at +0.3% with windows spread 46%; docs/BENCHMARKS.md 15.34).
-        The floor keeps a quiet path from trying again what its last job left open after
-        `max_windows` (on wan40 cc 4 p 4 at -5.1%, its windows spread 10.2% against the
-        start's 0.4%: 15.34's run D64)."""
-        known = self.known.get(setting)
-        if known is None or known.count < self.windows or self.reference is None:
-            return Verdict.OPEN, ""
-        ref = self.reference
-        then = None if self._ref_known else self.known.get(ref.setting)
-        if then is not None:  # the reference then and now: a load that moved is noise
-            ref = pooled(ref.setting, [ref, then]) or ref
-        verdict, why, _ = judge(ref, known, min_gain=self.min_gain, z=self.z)
-        if verdict is Verdict.OPEN and not self.loads.steady(known, floor=NOISE_PRIOR):
-            return verdict, why  # too noisy to decide
-        verdict, why, _ = settled(ref, known, min_gain=self.min_gain, z=self.z,
-                                  max_windows=self.max_windows)
-        return verdict, why
 
     def _go(self, setting: Setting, why: str, figures: dict[str, float] | None, *,
             always: bool = False) -> Change | None:

@@ -4,7 +4,7 @@ The settings the path's history measured, pooled per setting (`measured_from_his
 where a job starts (`prior_from_history`, or a probing optimizer's choice from the log
 alone, `prior_from_optimizer`); and the halvings the shape of the rate refuses without a
 try (`past_knee`, `lost_above`), which `stork.tuning.online.Climb` also asks of what its
-own flow measured.
+own flow measured; and what the history says of a climb's neighbour (`history_verdict`).
 """
 
 from __future__ import annotations
@@ -16,16 +16,19 @@ from stork.dataset.chunks import SizeClass, size_class
 from stork.transfer.worker import Setting
 from stork.translog import COMPLETED, TransferRecord
 from stork.tuning.base import DatasetDescription, Limits, Optimizer, ProbeResult
+from stork.tuning.loads import Loads
+from stork.tuning.moves import halving_order
 from stork.tuning.verdicts import (
     AXES,
     MAX_WINDOWS,
     MIN_GAIN,
+    NOISE_PRIOR,
     WINDOW_S,
     WINDOWS,
     Measured,
     Verdict,
     Z,
-    halving_order,
+    judge,
     neighbour,
     no_room,
     pooled,
@@ -222,6 +225,38 @@ def moved_start(prior: Setting, known: Mapping[Setting, Measured], axes: Sequenc
             if came:  # (p 2 and p 3 both halve to p 1: the faster is the reference)
                 return axis, up, max(came, key=lambda m: m.mean).setting
     return None
+
+
+def history_verdict(reference: Measured | None, known: Mapping[Setting, Measured],
+                    setting: Setting, *, ref_known: bool, loads: Loads, windows: int,
+                    min_gain: float, z: float, max_windows: int) -> tuple[Verdict, str]:
+    """What the path's history (`known`) says of a climb's neighbour `setting` against its
+    `reference`: the verdict of `judge` on its pooled windows (OPEN when it knows too
+    little), against the reference's windows now and, unless the reference holds them
+    already (`ref_known`), the history's of its setting, pooled (a load that changed
+    between the two counts as noise, not as a gain); and with as many windows as a try may
+    take (`max_windows`) an open one decided as a try's would be (the fewer streams win),
+    unless the history's windows of `setting` spread more than `drift_z` times the path's
+    noise (`loads`), and at least `NOISE_PRIOR`: a history pooled over datasets or loads
+    that far apart decides nothing the flow can measure itself, and the neighbour is tried
+    (on the grids of ../shared/data the 1.074 GB files of Stampede->Gordon held cc 8 p 32
+    at 0.74 of the best cell, the other datasets' cc 16 p 32 passed over at +0.3% with
+    windows spread 46%; docs/BENCHMARKS.md 15.34). The floor keeps a quiet path from trying
+    again what its last job left open after `max_windows` (on wan40 cc 4 p 4 at -5.1%, its
+    windows spread 10.2% against the start's 0.4%: 15.34's run D64)."""
+    measured = known.get(setting)
+    if measured is None or measured.count < windows or reference is None:
+        return Verdict.OPEN, ""
+    ref = reference
+    then = None if ref_known else known.get(ref.setting)
+    if then is not None:  # the reference then and now: a load that moved is noise
+        ref = pooled(ref.setting, [ref, then]) or ref
+    verdict, why, _ = judge(ref, measured, min_gain=min_gain, z=z)
+    if verdict is Verdict.OPEN and not loads.steady(measured, floor=NOISE_PRIOR):
+        return verdict, why  # too noisy to decide
+    verdict, why, _ = settled(ref, measured, min_gain=min_gain, z=z,
+                              max_windows=max_windows)
+    return verdict, why
 
 
 def lost_above(setting: Setting, known: Mapping[Setting, Measured], axis: str,

@@ -67,23 +67,6 @@ def neighbour(setting: Setting, axis: str, up: bool, limits: Limits) -> Setting 
     return moved if streams(moved) <= limits.max_streams else None
 
 
-def halving_order(axes: Sequence[str], alike: bool) -> tuple[str, ...]:
-    """The order in which a climb halves `axes` (it doubles them in their own order): as
-    given for large files (`alike`, see `stork.tuning.online`), p first for the others. A
-    file within a few bandwidth-delay products gains little from being split among streams,
-    while the files in flight keep the pipe full between files: on the (cc, p, pp) grids of
-    ../shared/data, from cells within 80% of their dataset's best with cc and p at 2 or
-    more, halving p kept the rate within 5% in 76% of 54 cells of small files and made
-    0.987 of it on average, halving cc in none (0.769); of 12 cells of medium files, p in
-    17% (0.822), cc in none (0.787); for large files the two were alike (p 40%, 0.918; cc
-    46%, 0.829; `bench/bench_layout.py`). On the testbed, halving p kept the rate where
-    halving cc lost 11% (`short`, cc 4 p 4) and 25% (lan10, cc 8 p 2):
-    docs/BENCHMARKS.md 15.36 and 15.37."""
-    if alike:
-        return tuple(axes)
-    return tuple(sorted(axes, key=lambda axis: axis != "p"))
-
-
 class Verdict(Enum):
     KEPT = "kept"
     REFUSED = "refused"
