@@ -10,10 +10,12 @@ settled. It answers a `Change` or nothing:
 2. It tries the neighbours along each axis it may move (`axes`: cc, then p), doubling first,
    and judges each against the reference (`judge`): more streams are kept when their gain
    less `z` standard errors of the difference still reaches `min_gain`, fewer when their
-   loss, noise included, stays within it. A try within the noise is measured longer, up to
-   `max_windows`, then decided (`settled`): more streams are kept when their gain less one
-   standard error still reaches `min_gain`, else the fewer streams win. A kept setting
-   becomes the reference; a refused one sends the flow back to the reference, measured
+   loss, noise included, stays within it, against the reference and against the best rate
+   measured at this load (by the flow or the history: `against_best`), so halvings each
+   within `min_gain` of the last do not add up past it. A try within the noise is measured
+   longer, up to `max_windows`, then decided (`settled`): more streams are kept when their
+   gain less one standard error still reaches `min_gain`, else the fewer streams win. A
+   kept setting becomes the reference; a refused one sends the flow back to the reference, measured
    again and pooled, and the other direction is tried only when the first was refused at
    once. The next axis starts the way the last kept move went; a refused move turns the
    other axes the other way first; of two halvings still to try, small and medium files
@@ -96,6 +98,7 @@ from stork.tuning.verdicts import (
     Measured,
     Verdict,
     Z,
+    against_best,
     judge,
     neighbour,
     no_room,
@@ -314,6 +317,8 @@ class Climb:
             return None
         tried = Measured.of(self.current, rates[-self.max_windows:])
         verdict, why, figures = judge(ref, tried, min_gain=self.min_gain, z=self.z)
+        verdict, why, figures = against_best(verdict, why, figures, ref, self._best(), tried,
+                                             min_gain=self.min_gain, z=self.z)
         if verdict is not Verdict.REFUSED:
             return None
         self._left = None  # (the windows it judged carried both settings)
@@ -327,6 +332,9 @@ class Climb:
         assert self.reference is not None and self._trying is not None
         verdict, why, figures = settled(self.reference, tried, min_gain=self.min_gain,
                                         z=self.z, max_windows=self.max_windows)
+        verdict, why, figures = against_best(
+            verdict, why, figures, self.reference, self._best(), tried,
+            min_gain=self.min_gain, z=self.z, max_windows=self.max_windows)
         if verdict is Verdict.OPEN:  # (open only below max_windows)
             return None  # more windows at the tried setting
         if wait:
@@ -393,7 +401,7 @@ class Climb:
             verdict, known_why = history_verdict(
                 self.reference, self.known, moved, ref_known=self._ref_known,
                 loads=self.loads, windows=self.windows, min_gain=self.min_gain, z=self.z,
-                max_windows=self.max_windows)
+                max_windows=self.max_windows, best=self._best())
             knee = (self._past_shape(axis) or self._shared(moved)) \
                 if not up and verdict is Verdict.OPEN else ""
             if knee:  # a halving the shape of the rate refuses, as the history would
@@ -490,6 +498,14 @@ class Climb:
             self.too_few = max(self.too_few, streams(tried))
         elif verdict is Verdict.KEPT and streams(tried) > streams(ref):
             self.too_few = max(self.too_few, streams(ref))
+
+    def _best(self) -> Measured | None:
+        """The best rate measured at this load, by this flow or the path's history (each
+        over `windows` windows or more): a try of fewer streams keeps within `min_gain`
+        of it too (`against_best`)."""
+        seen = [m for m in (*self.known.values(), *self.loads.now.values())
+                if m.count >= self.windows]
+        return max(seen, key=lambda m: m.mean, default=None)
 
     def _go(self, setting: Setting, why: str, figures: dict[str, float] | None, *,
             always: bool = False) -> Change | None:

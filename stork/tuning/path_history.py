@@ -28,6 +28,7 @@ from stork.tuning.verdicts import (
     Measured,
     Verdict,
     Z,
+    against_best,
     judge,
     neighbour,
     no_room,
@@ -229,7 +230,8 @@ def moved_start(prior: Setting, known: Mapping[Setting, Measured], axes: Sequenc
 
 def history_verdict(reference: Measured | None, known: Mapping[Setting, Measured],
                     setting: Setting, *, ref_known: bool, loads: Loads, windows: int,
-                    min_gain: float, z: float, max_windows: int) -> tuple[Verdict, str]:
+                    min_gain: float, z: float, max_windows: int,
+                    best: Measured | None = None) -> tuple[Verdict, str]:
     """What the path's history (`known`) says of a climb's neighbour `setting` against its
     `reference`: the verdict of `judge` on its pooled windows (OPEN when it knows too
     little), against the reference's windows now and, unless the reference holds them
@@ -243,7 +245,8 @@ def history_verdict(reference: Measured | None, known: Mapping[Setting, Measured
     at 0.74 of the best cell, the other datasets' cc 16 p 32 passed over at +0.3% with
     windows spread 46%; docs/BENCHMARKS.md 15.34). The floor keeps a quiet path from trying
     again what its last job left open after `max_windows` (on wan40 cc 4 p 4 at -5.1%, its
-    windows spread 10.2% against the start's 0.4%: 15.34's run D64)."""
+    windows spread 10.2% against the start's 0.4%: 15.34's run D64). A neighbour of fewer
+    streams keeps within `min_gain` of `best` too (`against_best`)."""
     measured = known.get(setting)
     if measured is None or measured.count < windows or reference is None:
         return Verdict.OPEN, ""
@@ -254,8 +257,10 @@ def history_verdict(reference: Measured | None, known: Mapping[Setting, Measured
     verdict, why, _ = judge(ref, measured, min_gain=min_gain, z=z)
     if verdict is Verdict.OPEN and not loads.steady(measured, floor=NOISE_PRIOR):
         return verdict, why  # too noisy to decide
-    verdict, why, _ = settled(ref, measured, min_gain=min_gain, z=z,
-                              max_windows=max_windows)
+    verdict, why, figures = settled(ref, measured, min_gain=min_gain, z=z,
+                                    max_windows=max_windows)
+    verdict, why, _ = against_best(verdict, why, figures, ref, best, measured,
+                                   min_gain=min_gain, z=z, max_windows=max_windows)
     return verdict, why
 
 

@@ -135,6 +135,36 @@ def settled(ref: Measured, tried: Measured, *, min_gain: float, z: float,
     return verdict, why, figures
 
 
+def against_best(verdict: Verdict, why: str, figures: dict[str, float],
+                 ref: Measured, best: Measured | None, tried: Measured, *, min_gain: float,
+                 z: float, max_windows: int | None = None
+                 ) -> tuple[Verdict, str, dict[str, float]]:
+    """`verdict` (of a try of fewer streams, `tried`, against `ref`) judged against `best`
+    too, the best rate measured at this load, when that is another setting than `ref`
+    with a higher rate and more streams than `tried`: with gains within `min_gain`, the
+    fewer streams win, within `min_gain` of the best and not only of the last reference
+    (halvings each within it of the one before would add up: on lan10 a 500 x 2 MiB job
+    halved cc 8 p 2 to cc 8 p 1 at -0.2%, to cc 4 p 1 at -1.2%, and the next job started
+    at cc 2 p 1 and kept it at -4.8%, 5.6% below cc 8 p 2: docs/BENCHMARKS.md 15.40). Kept
+    when kept against both; refused when refused against either; open else. `settled`'s
+    rules when `max_windows` is given (a try's verdict), `judge`'s else."""
+    if best is None or verdict is Verdict.REFUSED or best.setting == ref.setting \
+            or best.mean <= ref.mean or streams(tried.setting) >= streams(ref.setting) \
+            or streams(best.setting) <= streams(tried.setting):
+        return verdict, why, figures
+    if max_windows is None:
+        verdict_best, why_best, _ = judge(best, tried, min_gain=min_gain, z=z)
+    else:
+        verdict_best, why_best, _ = settled(best, tried, min_gain=min_gain, z=z,
+                                            max_windows=max_windows)
+    figures = {**figures, "best_mbps": round(best.mean, 3)}
+    if verdict_best is Verdict.REFUSED:
+        return Verdict.REFUSED, f"{why}; against the best at this load, {why_best}", figures
+    if verdict_best is Verdict.OPEN and verdict is Verdict.KEPT:
+        return Verdict.OPEN, f"{why}; against the best at this load, {why_best}", figures
+    return verdict, why, figures
+
+
 TCP_IP_HEADER_BYTES = 52  # an IPv4 packet's IP (20) and TCP (20, timestamps 12) headers
 
 
