@@ -147,12 +147,14 @@ def reconfigure(daemon: StorkServer, **knobs: str) -> None:
         "SIGHUP: configuration re-read") > before, 15, what="the daemon to re-read its file")
 
 
-def test_a_mixed_datasets_chunks_hold_their_presets_while_they_share_the_path(
+def test_a_mixed_datasets_chunk_of_the_most_bytes_leads_while_the_others_hold(
         bed: Testbed, daemon: StorkServer) -> None:
-    """Small files beside large ones: each chunk starts at its class's preset, and a chunk
-    is stepped only once the other has ended: no change before its `alone_at_s`, none at
-    all without one. (Which chunk ends first, and whether the other is still past its tail
-    then, depends on the machine's load.)"""
+    """Small files beside large ones: each chunk starts at its class's preset. While they
+    share the path the large files' chunk (the most bytes) leads: it is tuned on the job's
+    total from its preset, and the small files' chunk holds, stepped only once it runs
+    alone: no change of it before its `alone_at_s`, none at all without one. (Which chunk
+    ends first depends on the machine's load; the small files' takes seconds to set up,
+    so both move at the controllers' first look.)"""
     src, dest = dataset(bed, "mixed", 300, 64 * KIB)
     for i in range(2):
         make_file(src / f"large{i}.dat", 64 << 20, seed=100 + i)
@@ -165,10 +167,13 @@ def test_a_mixed_datasets_chunks_hold_their_presets_while_they_share_the_path(
     presets = dict(c.split(": ")[0].rsplit(" (", 1)[0].split(" ", 1)
                    for c in result["dataset_chunks"])
     assert small["start"] == presets["small"] and large["start"] == presets["large"], result
-    for chunk in (small, large):
-        alone = chunk.get("alone_at_s")
-        if alone is None:
-            assert chunk["change_count"] == 0, chunk
-        else:
-            assert all(c["t_s"] >= alone for c in chunk["changes"]), chunk
+    assert "led_at_s" in large and "led_at_s" not in small, result
+    assert large["changes"][0]["reason"] == (
+        f"leads the path it shares with 1 other flow of its job (they hold their "
+        f"settings): tuned on the job's total from {presets['large']}"), large
+    alone = small.get("alone_at_s")
+    if alone is None:
+        assert small["change_count"] == 0, small
+    else:
+        assert all(c["t_s"] >= alone for c in small["changes"]), small
     assert "alone_at_s" not in small or "alone_at_s" not in large, result  # one ended first

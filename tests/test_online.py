@@ -1522,6 +1522,102 @@ def test_a_chunk_holds_its_preset_while_the_jobs_other_chunks_move_and_climbs_al
                   write_result=written.append, shared=lambda: True)
 
 
+def test_a_window_counts_the_bytes_its_company_moved_in_its_span() -> None:
+    """A lead's window (`with_company`) holds its own bytes and, pro rata of the overlap,
+    those of the other flows' final windows in its span (their grids need not be its own);
+    a window those windows do not reach yet is left out."""
+    from stork.engine.flow import Flow, Window
+    from stork.server.flow_tuning import with_company
+
+    s = Setting(8, 4, 1)
+    own = [Window(float(t), 1.0, 100.0, s, 0) for t in range(4)]
+    other = Flow(0.5)  # its windows: [0.5, 1.5), [1.5, 2.5), [2.5, 3.5)
+    for t, nbytes in ((0.5, 40.0), (1.5, 60.0), (2.5, 80.0)):
+        other.add(t, t + 1.0, nbytes)
+    other.settle(3.5)
+    joined = with_company(own, [other])
+    assert [w.bytes for w in joined] == [120.0, 150.0, 170.0], joined  # [3, 4) not reached
+    assert all(j.setting == s and j.start_s == o.start_s
+               for j, o in zip(joined, own[:3], strict=True))
+    assert with_company(own, []) == own
+    assert with_company(own, [Flow(0.0)]) == []  # a flow with no final window reaches nothing
+
+
+def test_the_chunk_that_leads_a_shared_path_is_tuned_on_the_jobs_total() -> None:
+    """Two real engines (not started: their flows fed by hand, on a clock of the test's),
+    a dataset's chunks sharing the path. The one that leads is tuned by a controller of
+    its own reading the job's total, from the hold: its doubling gains 33% of its own rate
+    and loses 6% of the total (the other chunk gives up more than it takes), so it is
+    refused. The other holds. When the flows it counts change it measures the total anew;
+    alone, it goes to its own prior, and the transfer log gets none of the totals."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner, Lead
+    from stork.transfer.worker import FileWork
+
+    now = [0.0]
+
+    def engine(size: int, at: Setting) -> Engine:
+        work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", size) for i in range(400)]
+        return Engine([Item(f) for f in work], lambda: None, at,  # type: ignore[arg-type,return-value]
+                      lambda *_: None, clock=lambda: now[0])
+
+    hold, prior = Setting(8, 4, 1), Setting(4, 4, 1)
+    large, medium = engine(64 << 20, prior), engine(2 << 20, Setting(8, 2, 1))
+    shared, company = [True], [[medium.flow]]
+    lead = FlowTuner(large, Climb(prior, LIMITS), what="large", prior_reason="test",
+                     write_result=lambda _: None, shared=lambda: shared[0], hold=hold,
+                     lead=Lead(lambda: True, lambda: company[0]), clock=lambda: now[0])
+    held = FlowTuner(medium, Climb(Setting(4, 2, 1), LIMITS), what="medium",
+                     prior_reason="test", write_result=lambda _: None,
+                     shared=lambda: shared[0], hold=Setting(8, 2, 1),
+                     lead=Lead(lambda: False, lambda: [large.flow]), clock=lambda: now[0])
+    own_mbps = {32: 60.0, 64: 80.0, 16: 45.0}  # the lead's own rate by its streams
+    medium_mbps = {32: 100.0, 64: 70.0, 16: 110.0}  # the other's, as the lead's streams take
+
+    def second() -> None:
+        streams = large.setting.cc * large.setting.p
+        wobble = 1.0 + 0.01 * (int(now[0]) % 3 - 1)
+        large.flow.add(now[0], now[0] + 1.0, own_mbps.get(streams, 40.0) * wobble * 1e6 / 8)
+        medium.flow.add(now[0], now[0] + 1.0,
+                        medium_mbps.get(streams, 110.0) * wobble * 1e6 / 8)
+        now[0] += 1.0
+        held.tick()
+        lead.tick()
+
+    second()
+    assert lead.changes[0]["reason"].startswith("leads the path it shares with 1 other flow "), \
+        lead.changes
+    joint = lead.climb
+    assert joint is not lead.own and joint.prior == hold and large.setting == hold
+    while joint.reference is None:
+        second()
+    assert 155.0 < joint.reference.mean < 165.0, joint.reference  # the total, not its own 60
+    tried = [c for c in lead.changes if c["setting"] == "cc=16 p=4 pp=1"]
+    assert tried and tried[0]["reason"].endswith("trying cc up"), lead.changes
+    while large.setting != hold:
+        second()
+    assert "refused" in lead.changes[-1]["reason"], lead.changes  # -6% of the total
+    assert held.count == 0 and medium.setting == Setting(8, 2, 1)  # the other held
+    company[0] = []
+    second()
+    assert lead.changes[-1]["reason"].startswith("the flows sharing the path changed (0 "), \
+        lead.changes
+    assert lead.climb is not joint and lead.climb.reference is None
+    for _ in range(5):
+        second()
+    shared[0] = False
+    second()
+    assert lead.climb is lead.own and large.setting == prior, lead.changes
+    assert lead.changes[-1]["reason"] == ("alone on the path (the job's other chunks "
+                                          "ended): from cc=8 p=4 pp=1 to cc=4 p=4 pp=1")
+    alone_at = now[0]
+    for _ in range(12):
+        second()
+    lead.stop()
+    assert lead.stretches() and all(s.start_s >= alone_at for s in lead.stretches()), \
+        lead.stretches()  # the totals went to no row
+
+
 def test_a_chunk_that_ends_in_its_first_calls_does_not_hold_the_others() -> None:
     """A dataset's manifest beside its large files does not share the path with them: one
     file, fewer than its cc, less than a window at the link's rate. Many small files, or

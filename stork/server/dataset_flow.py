@@ -37,7 +37,7 @@ from stork.identity import RunAs
 from stork.job import DatasetFileRow, FileState, Job
 from stork.server.file_run import RANGE_RETRIES
 from stork.server.flow_report import stretch_records
-from stork.server.flow_tuning import HISTORY_ROWS, FlowTuner, climb_for
+from stork.server.flow_tuning import HISTORY_ROWS, FlowTuner, Lead, climb_for
 from stork.server.judge import judge_file
 from stork.server.kept_ranges import KeptRanges
 from stork.store.base import FileResult, JobStore
@@ -143,11 +143,15 @@ class FlowingPass(Protocol):
 
     def chunks_share_path(self, chunk: Chunk) -> bool: ...
 
+    def leads_path(self, chunk: Chunk) -> bool: ...
+
+    def path_company(self, chunk: Chunk) -> list[Flow]: ...
+
     def file_urls(self, row: DatasetFileRow, attempt_no: int) -> tuple[str, str]: ...
 
     def request(self, src: str, dest: str, streams: int) -> TransferRequest: ...
 
-    def add_engine(self, engine: Engine) -> bool: ...
+    def add_engine(self, engine: Engine, chunk: Chunk) -> bool: ...
 
     def discard_engine(self, engine: Engine) -> None: ...
 
@@ -218,7 +222,8 @@ class Flows:
         """`files` through an engine of `module`'s workers, stopped with the pass; with
         `climb` (a controller and why its prior), started at its prior and tuned, holding
         `chunk`'s preset while another chunk shares the path (the pass's
-        `chunks_share_path`)."""
+        `chunks_share_path`), unless it leads the path then (`leads_path`: tuned on the
+        job's total, `flow_tuning.Lead`)."""
         run = self.run
         spec = self.job.spec
         context = WorkerContext(
@@ -249,13 +254,14 @@ class Flows:
                         short_piece_bytes=pieces and self.settings.piece_min_mb << 20,
                         on_split=lambda item: parts.add(
                             item.file, destination.claim(item.file.dest_url, run.run_as)))
-        if not run.add_engine(engine):
+        if not run.add_engine(engine, chunk):
             return
         tuner = None if climb is None else FlowTuner(
             engine, climb[0], what=label.split(maxsplit=1)[0], prior_reason=climb[1],
             write_result=lambda d: self.store.update_result(self.job.id, d),
             shared=lambda: run.chunks_share_path(chunk),
-            hold=Setting(params.cc, params.p, params.pp))
+            hold=Setting(params.cc, params.p, params.pp),
+            lead=Lead(lambda: run.leads_path(chunk), lambda: run.path_company(chunk)))
         if tuner is not None:
             tuner.start()
         try:

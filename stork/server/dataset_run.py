@@ -60,6 +60,7 @@ from stork.dataset.chunks import Chunk, plan_chunks
 from stork.dataset.expand import list_dataset
 from stork.dataset.sizes import dest_sizes
 from stork.engine import Engine, Taken, series_flow
+from stork.engine.flow import Flow
 from stork.errors import (
     IdentityError,
     PermanentTransferError,
@@ -159,7 +160,7 @@ class DatasetRun:
         self.batches = Batches(self)  # chunks sent the older way (probing optimizers)
         self.flows = Flows(self)  # chunks through the transfer engine
         self._children: set[Child] = set()
-        self._engines: set[Engine] = set()
+        self._engines: dict[Engine, Chunk] = {}  # this pass's engines running, and their chunks
         self.meter = series_flow(time.monotonic())  # the pass's flow over all its engines and runs
         self._stop: StopReason | None = None
         self._abandoned: list[tuple[str, float]] = []  # stork_rm: (destination, call began)
@@ -375,10 +376,31 @@ class DatasetRun:
 
     def chunks_share_path(self, chunk: Chunk) -> bool:
         """Whether another chunk of this pass than `chunk` is still moving and shares the
-        path (`shares_path`; a tuned chunk holds its preset meanwhile: `FlowTuner`)."""
+        path (`shares_path`; a tuned chunk holds its preset meanwhile, or leads: `FlowTuner`)."""
+        return bool(self._sharing(chunk))
+
+    def _sharing(self, chunk: Chunk) -> list[Chunk]:
+        """The chunks of this pass other than `chunk` still moving that share the path."""
         with self._lock:
             others = [c for c in self._running if c is not chunk]
-        return any(shares_path(c, self.settings.link_mbps) for c in others)
+        return [c for c in others if shares_path(c, self.settings.link_mbps)]
+
+    def leads_path(self, chunk: Chunk) -> bool:
+        """Whether `chunk` leads the path it shares (`flow_tuning.Lead`): of the chunks
+        moving that share it, the one of the most bytes (the first of them in the pass's
+        order), which is likely to move longest."""
+        sharing = self._sharing(chunk)
+        with self._lock:
+            rivals = [c for c in self._running if c is chunk or any(c is s for s in sharing)]
+        return bool(sharing) and max(rivals, key=lambda c: c.total_bytes) is chunk
+
+    def path_company(self, chunk: Chunk) -> list[Flow]:
+        """The flows of the engines running now for the other chunks that share the path
+        with `chunk` (`_sharing`)."""
+        sharing = self._sharing(chunk)
+        with self._lock:
+            return [e.flow for e, c in self._engines.items()
+                    if any(c is s for s in sharing)]
 
     def known_load(self, src_url: str, dest_url: str) -> int:
         """Other transfers the daemon runs now on this link (other attempts on either host,
@@ -427,19 +449,19 @@ class DatasetRun:
             with self._lock:
                 self._children.discard(child)
 
-    def add_engine(self, engine: Engine) -> bool:
-        """An engine of this pass, stopped with it from now on; False (not added) when the
-        pass is stopped already: the engine is not to run."""
+    def add_engine(self, engine: Engine, chunk: Chunk) -> bool:
+        """An engine of this pass for `chunk`, stopped with it from now on; False (not
+        added) when the pass is stopped already: the engine is not to run."""
         with self._lock:
             if self._stop is not None:
                 return False
-            self._engines.add(engine)
+            self._engines[engine] = chunk
         return True
 
     def discard_engine(self, engine: Engine) -> None:
         """An engine of this pass that has ended."""
         with self._lock:
-            self._engines.discard(engine)
+            self._engines.pop(engine, None)
 
     def request(self, src: str, dest: str, streams: int) -> TransferRequest:
         spec = self.job.spec

@@ -49,6 +49,16 @@ stepped until it runs alone: each window it would judge moves with what the othe
 and when they end (in 15.15 and 15.18 of docs/BENCHMARKS.md three controllers at once on
 the mix made 0.67-1.01 of the preset, and the end of the small files' chunk read as a change
 of load). Once alone, the flow goes to the controller's prior and the climb starts there.
+One of them may *lead* meanwhile (`Lead`: a dataset's chunk of the most bytes): its setting
+is tuned on the job's total, its own windows with the bytes the others moved in each
+(`with_company`), by a controller of the same rules started at the setting in effect with
+no history (`joint_climb`: the transfer log's rows are of a flow's own rate, not of a
+job's total), while the others hold. What the job gains is the total: a lead that takes
+bytes from the others gains nothing. When the flows it counts change (one ended), that
+controller starts again at the setting in effect, measuring the new total; the windows
+of a total go to no transfer log row. Held without a lead, the mix on wan40 made 0.99
+of the preset runs, and its rate fell to 116-148 Mbit/s of 200 for 4-6 s after the
+small files' chunk ended while the other two held (15.19, 15.37's run r19MIX).
 
 Each change is kept on the job's ad (`optimizer_<what>`: the prior and why, every change
 with its reason and figures, the setting held at the end) as it is made, so `stork_q -l`
@@ -67,11 +77,12 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from stork.config import ONLINE_OPTIMIZERS, Settings
 from stork.engine import Engine
-from stork.engine.flow import Stretch, Window
+from stork.engine.flow import Flow, Stretch, Window
 from stork.job import JobSpec
 from stork.transfer.options import MAX_CONCURRENCY
 from stork.transfer.worker import Setting
@@ -261,18 +272,63 @@ def span(windows: list[Window]) -> Stretch | None:
                    statistics.stdev(rates) if len(rates) > 1 else 0.0)
 
 
+@dataclass(frozen=True)
+class Lead:
+    """How a flow that shares its job's path may lead it (see the module): whether it
+    leads now, and the other flows of its job on the path, whose bytes count with its own
+    while it does."""
+
+    leads: Callable[[], bool]
+    company: Callable[[], Sequence[Flow]]
+
+
+def joint_climb(own: Climb, at: Setting) -> Climb:
+    """The controller of a flow that leads its job's shared path: `own`'s rules, axes,
+    limits and ceiling (the link's rate bounds the job's total too), started at `at`
+    with no history (see the module)."""
+    from stork.tuning.online import Climb
+
+    return Climb(at, own.limits, axes=own.axes, ceiling_mbps=own.ceiling_mbps,
+                 name=own.name, alike_axes=own.alike_axes)
+
+
+def with_company(own: list[Window], company: Sequence[Flow]) -> list[Window]:
+    """`own` (a flow's whole windows, oldest first), each with the bytes the flows of
+    `company` moved in its span (their final windows, pro rata of the overlap); only the
+    windows their final windows all reach (a window later than that is not whole yet)."""
+    if not own or not company:
+        return own
+    start = own[0].start_s
+    theirs = [flow.windows(start - flow.window_s) for flow in company]
+    reach = min((ws[-1].start_s + ws[-1].seconds if ws else -math.inf) for ws in theirs)
+    out = []
+    for window in own:
+        begin, end = window.start_s, window.start_s + window.seconds
+        if end > reach + 1e-9:
+            break
+        extra = sum(w.bytes * (min(end, w.start_s + w.seconds) - max(begin, w.start_s))
+                    / w.seconds for ws in theirs for w in ws
+                    if w.seconds > 0 and w.start_s < end and w.start_s + w.seconds > begin)
+        out.append(replace(window, bytes=window.bytes + extra))
+    return out
+
+
 class FlowTuner:
     def __init__(self, engine: Engine, climb: Climb, *, what: str, prior_reason: str,
                  write_result: Callable[[dict[str, Any]], None],
                  shared: Callable[[], bool] | None = None, hold: Setting | None = None,
+                 lead: Lead | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`shared`: whether other flows of the job share the path now; while they do the
-        engine runs at `hold` (see the module). The engine is set to where the flow starts
-        (`start_setting`)."""
+        engine runs at `hold`, unless the flow leads (`lead`; see the module). The engine
+        is set to where the flow starts (`start_setting`)."""
         if shared is not None and hold is None:
             raise ValueError("a flow that may share its path needs a setting to hold")
         self.engine = engine
-        self.climb = climb
+        self.climb = climb  # the controller stepped: `own`, or while the flow leads a joint one
+        self.own = climb  # the flow's own controller (alone on the path)
+        self._lead = lead
+        self._company: tuple[int, ...] = ()  # the flows a joint controller counts (`_leads`)
         self.key = f"optimizer_{what}"
         self.clock = clock
         self._write_result = write_result
@@ -325,8 +381,10 @@ class FlowTuner:
         self._write()
 
     def _close_span(self) -> None:
-        """The windows that counted at the setting now left, as one stretch."""
-        if self._counted and (whole := span(self._counted)) is not None:
+        """The windows that counted at the setting now left, as one stretch (not a job's
+        total: the flow's own rate is what the transfer log holds)."""
+        if self._counted and self.climb is self.own \
+                and (whole := span(self._counted)) is not None:
             self.spans.append(whole)
         self._counted = []
 
@@ -351,7 +409,7 @@ class FlowTuner:
         self.engine.tick(now)
         if not self.engine.left() and self.engine.workers() < self.engine.setting.cc:
             return None  # the tail (a worker found nothing to take): nothing more to tune
-        if self._waiting and not self._alone(now):
+        if self._waiting and not self._alone(now) and not self._leads(now):
             return None
         current = self.climb.current
         if (late := self._late()) is not None:
@@ -367,13 +425,15 @@ class FlowTuner:
                 return self._apply(now, self._unsettled())
             self._measure_from = now + RAMP_S
             self._took["told_after_s"] = round(now - self._set_at, 1)
-        self._counted = self._full_windows(current, self._measure_from)
+        own = self._own_windows(current, self._measure_from)
+        self._counted = self._joined(own)
         rates = [b.rate_mbps for b in blocks(self._counted)]
         if rates and len(rates) != self._logged:  # the windows as the controller sees them
             self._logged = len(rates)  # (a late marker may still move the last ones)
             log.debug("%s: %s at %.1f s: %s Mbit/s", self.key, current.label(),
                       now - self._started, " ".join(f"{r:.1f}" for r in rates[-12:]))
-        change = self.climb.step(rates, left_s=self._left_s(rates), try_s=now - self._set_at)
+        left_s = self._left_s([b.rate_mbps for b in blocks(own)])
+        change = self.climb.step(rates, left_s=left_s, try_s=now - self._set_at)
         left = (current, self._measure_from, self.engine.clock(), len(rates)) \
             if change is not None and change.setting != current else None
         if change is None and len(rates) < self.climb.windows:
@@ -382,10 +442,23 @@ class FlowTuner:
 
     def _full_windows(self, setting: Setting, since: float,
                       until: float = math.inf) -> list[Window]:
+        """The windows the controller stepped reads (`_joined`) at `setting` from
+        `since`, begun before `until`."""
+        return self._joined(self._own_windows(setting, since, until))
+
+    def _own_windows(self, setting: Setting, since: float,
+                     until: float = math.inf) -> list[Window]:
         """The flow's whole windows at `setting` from `since`, begun before `until`."""
         full = self.engine.flow.window_s * (1 - 1e-9)
         return [w for w in self.engine.flow.windows(since) if w.setting == setting
                 and w.seconds >= full and w.start_s < until]
+
+    def _joined(self, own: list[Window]) -> list[Window]:
+        """`own` as the controller stepped reads them: with the bytes of the flows it
+        leads beside (`with_company`) while a joint controller is stepped."""
+        if self.climb is self.own or self._lead is None:
+            return own
+        return with_company(own, self._lead.company())
 
     def _late(self) -> Change | None:
         """The windows of the setting the flow left at the last change the controller's
@@ -436,7 +509,8 @@ class FlowTuner:
     def _size_calls(self) -> None:
         """The engine's calls short while the controller searches a climb that may change
         `p` (see the module)."""
-        searching = not self._waiting and not self.climb.holding
+        searching = (not self._waiting or self.climb is not self.own) \
+            and not self.climb.holding
         short = searching and "p" in self.climb.axes
         self.engine.call_s = min(self._hold_call_s, SEARCH_CALL_S) if short \
             else self._hold_call_s
@@ -447,18 +521,52 @@ class FlowTuner:
         from the hold to the controller's setting, and its windows count from then."""
         assert self._shared is not None and self._hold is not None
         if self._shared():
-            if self.engine.setting != self._hold:
-                self.engine.set(self._hold)
+            if self.climb is self.own and self.engine.setting != self._hold:
+                self.engine.set(self._hold)  # (a flow that leads is set by `_leads`)
             return False
         self._waiting = False
+        self._counted, self.climb = [], self.own  # (a joint controller's windows: no row)
         self._measure_anew(now)
         self._info["alone_at_s"] = round(now - self._started, 1)
-        current = self.climb.current
-        if self.engine.setting != current:
+        current, was = self.climb.current, self.engine.setting
+        if was != current:
             self.engine.set(current)
             self._record(now, current, f"alone on the path (the job's other chunks ended): "
-                                       f"from {self._hold.label()} to {current.label()}", {})
+                                       f"from {was.label()} to {current.label()}", {})
         self._write()
+        return True
+
+    def _leads(self, now: float) -> bool:
+        """Whether the flow, sharing the path, leads it now (see the module): the first
+        look it does, and each look where the flows it counts are not those of the last,
+        a joint controller (`joint_climb`) starts at the setting in effect, measured anew.
+        Not leading (any more), the flow holds."""
+        assert self._hold is not None
+        lead = self._lead
+        if lead is None or not lead.leads():
+            if self.climb is not self.own:
+                self._counted, self.climb = [], self.own
+                self.engine.set(self._hold)
+                self._record(now, self._hold, "no longer leads the path its job's flows "
+                                              f"share: back to {self._hold.label()}", {})
+                self._write()
+            return False
+        company = tuple(id(flow) for flow in lead.company())
+        if self.climb is self.own or company != self._company:
+            first = self.climb is self.own
+            self._counted, self._company = [], company
+            at = self.engine.setting
+            self.climb = joint_climb(self.own, at)
+            self._measure_anew(now)
+            self._info.setdefault("led_at_s", round(now - self._started, 1))
+            self._record(now, at, (
+                f"leads the path it shares with {len(company)} other flow"
+                f"{'s' if len(company) != 1 else ''} of its job (they hold their "
+                f"settings): tuned on the job's total from {at.label()}" if first else
+                f"the flows sharing the path changed ({len(company)} other"
+                f"{'s' if len(company) != 1 else ''} now): the job's total measured anew "
+                f"at {at.label()}"), {})
+            self._write()
         return True
 
     def _record(self, now: float, setting: Setting, reason: str,
