@@ -285,10 +285,12 @@ class Lead:
 def joint_climb(own: Climb, at: Setting) -> Climb:
     """The controller of a flow that leads its job's shared path: `own`'s rules, axes,
     limits and ceiling (the link's rate bounds the job's total too), started at `at`
-    with no history (see the module)."""
+    (its cc at most the limits': a chunk's hold may have more than its files) with no
+    history (see the module)."""
     from stork.tuning.online import Climb
 
-    return Climb(at, own.limits, axes=own.axes, ceiling_mbps=own.ceiling_mbps,
+    start = Setting(min(at.cc, own.limits.max_cc), at.p, at.pp)
+    return Climb(start, own.limits, axes=own.axes, ceiling_mbps=own.ceiling_mbps,
                  name=own.name, alike_axes=own.alike_axes)
 
 
@@ -555,8 +557,9 @@ class FlowTuner:
         if self.climb is self.own or company != self._company:
             first = self.climb is self.own
             self._counted, self._company = [], company
-            at = self.engine.setting
-            self.climb = joint_climb(self.own, at)
+            self.climb = joint_climb(self.own, self.engine.setting)
+            at = self.climb.prior
+            self.engine.set(at)
             self._measure_anew(now)
             self._info.setdefault("led_at_s", round(now - self._started, 1))
             self._record(now, at, (

@@ -60,7 +60,7 @@ def neighbour(setting: Setting, axis: str, up: bool, limits: Limits) -> Setting 
     value = getattr(setting, axis)
     top = limits.max_cc if axis == "cc" else limits.max_p
     new = min(value * 2, top) if up else max(value // 2, 1)
-    if new == value:
+    if (new <= value) if up else (new >= value):  # (up from above `top` is no move up)
         return None
     moved = Setting(new, setting.p, setting.pp) if axis == "cc" else \
         Setting(setting.cc, new, setting.pp)
