@@ -1615,11 +1615,19 @@ def test_the_chunk_that_leads_a_shared_path_is_tuned_on_the_jobs_total() -> None
         second()
     assert "refused" in lead.changes[-1]["reason"], lead.changes  # -6% of the total
     assert held.count == 0 and medium.setting == Setting(8, 2, 1)  # the other held
-    company[0] = []
+    for _ in range(60):  # measured again, the next try
+        if large.setting != hold:
+            break
+        second()
+    tried_now = large.setting
+    assert tried_now != hold and joint.reference is not None, lead.changes
+    company[0] = []  # while it tries: the new controller starts at the reference
     second()
-    assert lead.changes[-1]["reason"].startswith("the flows sharing the path changed (0 "), \
-        lead.changes
-    assert lead.climb is not joint and lead.climb.reference is None
+    assert lead.changes[-1]["reason"] == (
+        f"the flows sharing the path changed (0 other flows now): the job's total measured "
+        f"anew at {hold.label()}, the setting judged last (the try of {tried_now.label()} "
+        f"left unjudged)"), lead.changes
+    assert lead.climb is not joint and lead.climb.reference is None and large.setting == hold
     for _ in range(5):
         second()
     shared[0] = False

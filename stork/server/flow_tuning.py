@@ -70,7 +70,9 @@ setting it settled at (`stretches`: its windows only, no change-over, slow start
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import logging
 import math
 import statistics
@@ -303,16 +305,31 @@ def with_company(own: list[Window], company: Sequence[Flow]) -> list[Window]:
     start = own[0].start_s
     theirs = [flow.windows(start - flow.window_s) for flow in company]
     reach = min((ws[-1].start_s + ws[-1].seconds if ws else -math.inf) for ws in theirs)
+    moved = [_moved_by(ws) for ws in theirs]
     out = []
     for window in own:
         begin, end = window.start_s, window.start_s + window.seconds
         if end > reach + 1e-9:
             break
-        extra = sum(w.bytes * (min(end, w.start_s + w.seconds) - max(begin, w.start_s))
-                    / w.seconds for ws in theirs for w in ws
-                    if w.seconds > 0 and w.start_s < end and w.start_s + w.seconds > begin)
+        extra = sum(before(end) - before(begin) for before in moved)
         out.append(replace(window, bytes=window.bytes + extra))
     return out
+
+
+def _moved_by(windows: list[Window]) -> Callable[[float], float]:
+    """The bytes a flow's `windows` (one after another, oldest first) moved before a
+    time, pro rata inside the window that holds it."""
+    starts = [w.start_s for w in windows]
+    before = list(itertools.accumulate((w.bytes for w in windows), initial=0.0))
+
+    def moved(t: float) -> float:
+        i = bisect.bisect_right(starts, t) - 1
+        if i < 0:
+            return 0.0
+        w = windows[i]
+        return before[i] + w.bytes * (min(1.0, (t - w.start_s) / w.seconds)
+                                      if w.seconds > 0 else 1.0)
+    return moved
 
 
 class FlowTuner:
@@ -540,9 +557,10 @@ class FlowTuner:
 
     def _leads(self, now: float) -> bool:
         """Whether the flow, sharing the path, leads it now (see the module): the first
-        look it does, and each look where the flows it counts are not those of the last,
-        a joint controller (`joint_climb`) starts at the setting in effect, measured anew.
-        Not leading (any more), the flow holds."""
+        look it does, a joint controller (`joint_climb`) starts at the setting in effect;
+        each look where the flows it counts are not those of the last, a new one starts
+        at the setting the last one judged (its reference: a try it had not judged yet is
+        left), measured anew. Not leading (any more), the flow holds."""
         assert self._hold is not None
         lead = self._lead
         if lead is None or not lead.leads():
@@ -554,22 +572,25 @@ class FlowTuner:
                 self._write()
             return False
         company = tuple(id(flow) for flow in lead.company())
-        if self.climb is self.own or company != self._company:
-            first = self.climb is self.own
-            self._counted, self._company = [], company
-            self.climb = joint_climb(self.own, self.engine.setting)
-            at = self.climb.prior
-            self.engine.set(at)
-            self._measure_anew(now)
-            self._info.setdefault("led_at_s", round(now - self._started, 1))
-            self._record(now, at, (
-                f"leads the path it shares with {len(company)} other flow"
-                f"{'s' if len(company) != 1 else ''} of its job (they hold their "
-                f"settings): tuned on the job's total from {at.label()}" if first else
-                f"the flows sharing the path changed ({len(company)} other"
-                f"{'s' if len(company) != 1 else ''} now): the job's total measured anew "
-                f"at {at.label()}"), {})
-            self._write()
+        if self.climb is not self.own and company == self._company:
+            return True
+        first, judged = self.climb is self.own, self.climb.reference
+        self._counted, self._company = [], company
+        self.climb = joint_climb(self.own, self.engine.setting if first or judged is None
+                                 else judged.setting)
+        at, left = self.climb.prior, self.engine.setting
+        self.engine.set(at)
+        self._measure_anew(now)
+        self._info.setdefault("led_at_s", round(now - self._started, 1))
+        others = f"{len(company)} other flow{'s' if len(company) != 1 else ''}"
+        self._record(now, at, (
+            f"leads the path it shares with {others} of its job (they hold their "
+            f"settings): tuned on the job's total from {at.label()}" if first else
+            f"the flows sharing the path changed ({others} now): the job's total measured "
+            f"anew at {at.label()}" + (f", the setting judged last (the try of "
+                                       f"{left.label()} left unjudged)" if at != left
+                                       else "")), {})
+        self._write()
         return True
 
     def _record(self, now: float, setting: Setting, reason: str,
