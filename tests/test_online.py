@@ -1544,10 +1544,10 @@ def test_a_window_counts_the_bytes_its_company_moved_in_its_span() -> None:
     assert with_company(own, [Flow(0.0)]) == []  # a flow with no final window reaches nothing
 
 
-def test_a_setting_above_the_limits_has_no_move_up_and_a_lead_starts_inside_them() -> None:
-    """A chunk of 5 large files holds its class's cc 8 (5 workers at work): "cc up" from
-    there is no move (it would be cc 5), and a controller that leads from that hold
-    starts at cc 5."""
+def test_a_setting_above_the_limits_has_no_move_up() -> None:
+    """A chunk of 5 large files holds its class's cc 8 (5 files at work, and the other
+    slots take pieces of them at the end of the queue): "cc up" from there is no move (it
+    would be cc 5), and a controller that leads from that hold starts there."""
     from stork.server.flow_tuning import joint_climb
 
     five = LIMITS.at_most_cc(5)
@@ -1556,7 +1556,7 @@ def test_a_setting_above_the_limits_has_no_move_up_and_a_lead_starts_inside_them
     assert neighbour(Setting(4, 4, 1), "cc", True, five) == Setting(5, 4, 1)
     joint = joint_climb(Climb(Setting(4, 4, 1), five, axes=("cc", "p"), alike_axes=True),
                         Setting(8, 4, 1))
-    assert joint.prior == Setting(5, 4, 1) and joint.limits == five and joint.alike_axes
+    assert joint.prior == Setting(8, 4, 1) and joint.limits == five and joint.alike_axes
     assert joint.known == {} and joint.axes == ("cc", "p")
 
 

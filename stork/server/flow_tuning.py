@@ -287,12 +287,16 @@ class Lead:
 def joint_climb(own: Climb, at: Setting) -> Climb:
     """The controller of a flow that leads its job's shared path: `own`'s rules, axes,
     limits and ceiling (the link's rate bounds the job's total too), started at `at`
-    (its cc at most the limits': a chunk's hold may have more than its files) with no
-    history (see the module)."""
+    with no history (see the module). `at` is the setting in effect, even with a cc
+    above the limits' (a chunk's hold may have more than its files): the slots beyond
+    the files take pieces of the last ones (`Engine`'s straggler cuts), so a lead
+    that started at the limits' cc would change the flow before it measured anything
+    (on the wan40 mix, a lead started at cc 5 instead of its hold's 8 over 5 files
+    made 0.99 and 0.95 of the preset runs in two runs, at cc 8 1.00 in one: no clear
+    loss, docs/BENCHMARKS.md 15.41)."""
     from stork.tuning.online import Climb
 
-    start = Setting(min(at.cc, own.limits.max_cc), at.p, at.pp)
-    return Climb(start, own.limits, axes=own.axes, ceiling_mbps=own.ceiling_mbps,
+    return Climb(at, own.limits, axes=own.axes, ceiling_mbps=own.ceiling_mbps,
                  name=own.name, alike_axes=own.alike_axes)
 
 
@@ -579,7 +583,8 @@ class FlowTuner:
         self.climb = joint_climb(self.own, self.engine.setting if first or judged is None
                                  else judged.setting)
         at, left = self.climb.prior, self.engine.setting
-        self.engine.set(at)
+        if at != left:
+            self.engine.set(at)
         self._measure_anew(now)
         self._info.setdefault("led_at_s", round(now - self._started, 1))
         others = f"{len(company)} other flow{'s' if len(company) != 1 else ''}"
