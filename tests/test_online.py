@@ -1580,10 +1580,11 @@ def test_the_chunk_that_leads_a_shared_path_is_tuned_on_the_jobs_total() -> None
 
     hold, prior = Setting(8, 4, 1), Setting(4, 4, 1)
     large, medium = engine(64 << 20, prior), engine(2 << 20, Setting(8, 2, 1))
-    shared, company = [True], [[medium.flow]]
+    shared, company, leading = [True], [[medium.flow]], [True]
     lead = FlowTuner(large, Climb(prior, LIMITS), what="large", prior_reason="test",
                      write_result=lambda _: None, shared=lambda: shared[0], hold=hold,
-                     lead=Lead(lambda: True, lambda: company[0]), clock=lambda: now[0])
+                     lead=Lead(lambda: leading[0], lambda: company[0]),
+                     clock=lambda: now[0])
     held = FlowTuner(medium, Climb(Setting(4, 2, 1), LIMITS), what="medium",
                      prior_reason="test", write_result=lambda _: None,
                      shared=lambda: shared[0], hold=Setting(8, 2, 1),
@@ -1630,6 +1631,15 @@ def test_the_chunk_that_leads_a_shared_path_is_tuned_on_the_jobs_total() -> None
     assert lead.climb is not joint and lead.climb.reference is None and large.setting == hold
     for _ in range(5):
         second()
+    leading[0] = False  # (another chunk leads: it holds, its own controller not stepped)
+    second()
+    assert lead.climb is lead.own and large.setting == hold, lead.changes
+    assert lead.changes[-1]["reason"] == ("no longer leads the path its job's flows share: "
+                                          "back to cc=8 p=4 pp=1"), lead.changes
+    leading[0] = True
+    second()
+    assert lead.changes[-1]["reason"].startswith("leads the path it shares with 0 other "), \
+        lead.changes
     shared[0] = False
     second()
     assert lead.climb is lead.own and large.setting == prior, lead.changes

@@ -54,13 +54,14 @@ is tuned on the job's total, its own windows with the bytes the others moved in 
 (`with_company`), by a controller of the same rules started at the setting in effect with
 no history (`joint_climb`: the transfer log's rows are of a flow's own rate, not of a
 job's total), while the others hold. What the job gains is the total: a lead that takes
-bytes from the others gains nothing. When the flows it counts change (one ended), that
-controller starts again at the setting in effect, measuring the new total; the windows
-of a total go to no transfer log row. Held without a lead, the mix on wan40 made 0.98-1.01
-of the preset runs and no chunk changed its setting (15.19). With one, on that mix of 33 s
-the first measurement of the total is final 16-20 s in (the large files' third-party
-calls tell their bytes every 5 s), as the small files' chunk ends; on a mix twice as long
-the total read the link's data rate, where no doubling has room (docs/BENCHMARKS.md 15.41).
+bytes from the others gains nothing. When the flows it counts change (one ended), a new
+controller starts at the setting the last one judged (a try it had not judged is left),
+measuring the new total; the windows of a total go to no transfer log row. Held without
+a lead, the mix on wan40 made 0.98-1.01 of the preset runs and no chunk changed its
+setting (15.19). With one, on that mix of 33 s the first measurement of the total is
+final 16-20 s in (the large files' third-party calls tell their bytes every 5 s), as the
+small files' chunk ends; on a mix twice as long the total read the link's data rate,
+where no doubling has room (docs/BENCHMARKS.md 15.41).
 
 Each change is kept on the job's ad (`optimizer_<what>`: the prior and why, every change
 with its reason and figures, the setting held at the end) as it is made, so `stork_q -l`
