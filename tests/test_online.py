@@ -157,6 +157,29 @@ def test_a_halving_the_history_vouches_for_keeps_within_five_percent_of_the_best
     assert "against the best at this load" in change.reason, change.reason
 
 
+def test_a_flow_too_short_to_tune_runs_at_the_historys_choice_without_a_try() -> None:
+    """A file too short to repay a try (`untuned_setting`) runs at what the path's history
+    measured best, not at the preset, and not at the halving or doubling a tuned job would
+    start at to measure it (it would have no verdict to go back on); the preset where the
+    path has no row."""
+    from stork.server.flow_tuning import untuned_setting
+
+    s8p4, s16p4, s4p4 = Setting(8, 4, 1), Setting(16, 4, 1), Setting(4, 4, 1)
+    # the history measured the preset and its doubling, 20% above it
+    known = {s8p4: Measured(s8p4, 200.0, 4.0, 8), s16p4: Measured(s16p4, 240.0, 4.0, 8)}
+    climb = Climb(s4p4, LIMITS, known=known)  # (a tuned job's start: a halving to measure)
+    setting, why = untuned_setting(climb, s8p4)
+    assert setting == s16p4 and "the path's history" in why, why
+    # within 5% the fewer streams, and no halving of them that the history has not measured
+    known = {s8p4: Measured(s8p4, 236.0, 4.0, 8), s16p4: Measured(s16p4, 240.0, 4.0, 8)}
+    assert untuned_setting(Climb(s4p4, LIMITS, known=known), s16p4)[0] == s8p4
+    # cc at most the flow's items
+    assert untuned_setting(Climb(s4p4, LIMITS.at_most_cc(10), known={
+        s16p4: Measured(s16p4, 240.0, 4.0, 8)}), s8p4)[0] == Setting(10, 4, 1)
+    setting, why = untuned_setting(Climb(s4p4, LIMITS), s8p4)
+    assert setting == s8p4 and "the preset cc=8 p=4 pp=1" in why, why
+
+
 def peaked(s: Setting, t: float) -> float:
     """Best at 8 streams (200 Mbit/s), 20 Mbit/s less at each doubling or halving away."""
     return 200.0 - 20.0 * abs(streams(s).bit_length() - 4)

@@ -46,7 +46,7 @@ from stork.engine.items import Span, covered, merged
 from stork.errors import IdentityError, RetryableTransferError, TransferError
 from stork.identity import RunAs
 from stork.server.flow_report import FlowReport, stretch_records
-from stork.server.flow_tuning import FlowTuner, climb_for, shortest_tuned_s
+from stork.server.flow_tuning import FlowTuner, climb_for, shortest_tuned_s, untuned_setting
 from stork.server.runner import AttemptProcess, AttemptResult, StopReason, open_output
 from stork.transfer import verify
 from stork.transfer.base import Progress, TransferModule, TransferRequest
@@ -260,20 +260,19 @@ class FileRun:
                               cls=SizeClass.LARGE, bdp_bytes=bdp, load=0, items=len(items),
                               name=self.controller, dataset=dataset, settings=self.settings)
             setting = climb[0].prior
-            # a file too short to repay a try runs at the preset, not tuned (the EOS does
-            # not sample one either): its time at the best rate the path's history holds,
-            # else at STORK_LINK_MBPS
+            # a file too short to repay a try is not tuned (the EOS does not sample one
+            # either): its time at the best rate the path's history holds, else at
+            # STORK_LINK_MBPS
             rate = max((m.mean for m in climb[0].known.values()),
                        default=self.settings.link_mbps)
             predicted_s = (size - before) * 8 / 1e6 / rate if rate > 0 else math.inf
             shortest_s = shortest_tuned_s(self.settings.eos_sampling_budget)
             if predicted_s < shortest_s:
-                setting = preset
-                self._untuned(preset, (
+                setting, why = untuned_setting(climb[0], preset)
+                self._untuned(setting, (
                     f"not tuned: {predicted_s:.0f} s at {rate:.0f} Mbit/s is shorter than "
                     f"{shortest_s:.0f} s, where one try would pass EOS_SAMPLING_BUDGET "
-                    f"({self.settings.eos_sampling_budget:g}) of it; the preset "
-                    f"{preset.label()}"))
+                    f"({self.settings.eos_sampling_budget:g}) of it; {why}"))
                 climb = None
         engine = Engine(items, new_worker, setting,
                         lambda taken, results: self._landed(engine, assembly, results),

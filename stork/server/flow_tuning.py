@@ -145,11 +145,23 @@ def tunes_online(spec: JobSpec, settings: Settings) -> bool:
 def shortest_tuned_s(budget: float) -> float:
     """The shortest predicted transfer of a single file worth tuning while it moves: one
     judged try (RAMP_S, then WINDOWS windows) must fit in `budget` (EOS_SAMPLING_BUDGET) of
-    it, as two EOS samples must; a shorter file runs at the preset untouched, as the EOS
-    answers one without sampling (`FileRun`). 0 with no budget: every file is tuned."""
+    it, as two EOS samples must; a shorter file runs untouched (`untuned_setting`), as the
+    EOS answers one without sampling (`FileRun`). 0 with no budget: every file is tuned."""
     from stork.tuning.verdicts import WINDOW_S, WINDOWS
 
     return (RAMP_S + WINDOWS * WINDOW_S) / budget if budget > 0 else 0.0
+
+
+def untuned_setting(climb: Climb, preset: Setting) -> tuple[Setting, str]:
+    """Where a flow too short to be tuned (`shortest_tuned_s`) runs, with why: the setting
+    of `climb`'s history of the path that `prior_from_history` chooses (the fewest streams
+    within 5% of the best measured), without the halving or doubling a tuned job may start
+    at to measure it (an untuned flow has no verdict to go back on); `preset` where the
+    path has no row. The EOS answers a file too short to sample from its history alike."""
+    from stork.tuning.path_history import prior_from_history
+
+    setting, why = prior_from_history(climb.known, preset, limits=climb.limits)
+    return Setting(min(setting.cc, climb.limits.max_cc), setting.p, setting.pp), why
 
 
 def shares_path(chunk: Chunk, link_mbps: float) -> bool:
