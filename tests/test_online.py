@@ -518,6 +518,22 @@ def test_a_hold_won_back_under_a_load_rechecks_fewer_streams_until_the_load_goes
     assert climb.holding and not any("rechecking" in c.reason for _, c in changes)
 
 
+def test_a_recheck_needs_the_time_a_try_takes_not_what_the_hold_lasted() -> None:
+    """The data left must allow the recheck's verdict: what measuring the hold's first
+    windows took and the windows a verdict may add, not the whole time at the hold (15.43's
+    L2: a hold measured from 16.6 s after it was set, at its tenth window 37.8 s after,
+    found no time for a recheck with about a minute of data left)."""
+    climb = Climb(Setting(4, 1, 1), LIMITS)
+    run(climb, bound_elsewhere(60, 10**6), seconds=85)
+    assert climb.holding and streams(climb.current) >= 32, climb.current
+    hold = [150.0 + (-1) ** i for i in range(12)]
+    # 12 windows of 2 s after 16 s of set-up: 40 s at the hold, 22 s for its first 3
+    assert climb.step(hold[:9], left_s=25.0, try_s=34.0) is None  # (not yet 10 windows)
+    assert climb.step(hold, left_s=25.0, try_s=40.0) is None  # 25 s < 22 + 5 x 2
+    recheck = climb.step([*hold, 150.0], left_s=35.0, try_s=42.0)
+    assert recheck is not None and "rechecking" in recheck.reason, recheck
+
+
 def test_a_load_that_goes_reopens_the_search_from_the_prior() -> None:
     """When the rate rose, the prior (what the path wants without that load) is where the
     search starts again: the streams the load called for are not kept by default."""

@@ -502,13 +502,15 @@ class Climb:
         return no_room(self.reference, moved, self.ceiling_mbps, min_gain=self.min_gain,
                        z=self.z, max_windows=self.max_windows)
 
-    def _short_of_time(self) -> str:
+    def _short_of_time(self, *, extra_windows: int = 0) -> str:
         """Why a try cannot be judged before the data runs out, or "" (see the module): it
-        needs what measuring the setting in effect took, and the windows it may add while
-        its verdict stays open."""
+        needs what measuring the setting in effect took (less its `extra_windows` past
+        the first `windows`, at a hold), and the windows it may add while its verdict
+        stays open."""
         left_s, try_s = self._time
         if left_s is None or try_s is None:
             return ""
+        try_s = max(try_s - extra_windows * WINDOW_S, 0.0)
         need = try_s + (self.max_windows - self.windows) * WINDOW_S
         if left_s >= need:
             return ""
@@ -569,14 +571,17 @@ class Climb:
         windows: a try of half the cc (or the one axis), to see whether the load has gone
         (see the module), or nothing. The hold's windows are the reference; neither the
         load's weight nor what the flow measured under it refuses the try first (they are
-        what it checks); the data left must still allow a verdict."""
+        what it checks); the data left must still allow a verdict, on what measuring the
+        hold's first `windows` windows took (its windows since are not a try's)."""
         if self._load_streams <= 0 or len(rates) < RECHECK_WINDOWS:
             return None
         axis = "cc" if "cc" in self.axes else self.axes[0]
         hold = Measured.of(self.current, rates)
         moved = neighbour(self.current, axis, False, self.limits)
-        if moved is None or self._short_of_time():
+        if moved is None:
             self._load_streams = 0.0  # nothing left to check
+            return None
+        if self._short_of_time(extra_windows=len(rates) - self.windows):
             return None
         self.holding, self.reference, self._ref_known = False, hold, False
         self._rechecking, self._load_streams = self._load_streams, 0.0
