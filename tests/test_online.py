@@ -1854,6 +1854,45 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
         runner.join(30)
 
 
+def test_a_change_that_moves_nothing_counts_its_windows_at_once() -> None:
+    """A climb with no move to try holds its start: the hold, said at the setting the
+    flow is at, counts its windows from that moment, with no wait for the calls to settle
+    or tell (they run at it and have told already); its next verdict says so."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork
+
+    now = [0.0]
+    done = threading.Event()
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(4)]
+    engine = Engine([Item(f) for f in work], lambda: HeldWorker(done), Setting(2, 1, 1),
+                    lambda *_: None, clock=lambda: now[0])
+    nowhere = Limits(max_cc=2, max_p=1, max_pp=1, max_streams=2)
+    climb = Climb(Setting(2, 1, 1), nowhere, axes=("p",))  # p 1: no halving, no doubling
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=lambda _: None, clock=lambda: now[0])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 2, 10, what="two calls in flight")
+        lanes = sorted(engine._calls)
+        last = dict.fromkeys(lanes, 0.0)
+        while not climb.holding and now[0] < 30:
+            now[0] += 0.5
+            for lane in lanes:
+                engine._report(lane, last[lane], now[0], 75e6 / 8 * (now[0] - last[lane]))
+                last[lane] = now[0]
+            tuner.tick()
+        assert climb.holding and "holding cc=2 p=1 pp=1" in tuner.changes[-1]["reason"]
+        held_at = now[0]
+        assert tuner._measure_from == held_at, (tuner._measure_from, held_at)
+        assert tuner._took == {"settled_after_s": 0.0, "told_after_s": 0.0}
+    finally:
+        done.set()
+        engine.stop()
+        runner.join(30)
+
+
 def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold() -> None:
     """A change of p waits for the calls in flight: while the climb searches, the engine's
     lists are sized for SEARCH_CALL_S and its items cut into pieces of SEARCH_PIECE_S; at

@@ -14,6 +14,10 @@ p 4 at 241.5 ± 2.6 Mbit/s, where the job before had held it at 290.0 ± 11.6 ov
 windows, and a doubling was kept at +23.0% on that; docs/BENCHMARKS.md 15.27, run K2).
 Calls taken after that moment (a slot's next call, set up while its last one ends) are not
 waited for: with many workers one of them would be setting up at almost any moment.
+A change that moves nothing (the hold, said once where the last try left the flow; a
+search that starts again where the flow is) waits for none of this: its windows count at
+once (in docs/BENCHMARKS.md 15.43's runs the hold's first window came 8 to 16 s after it,
+which a load that left had to wait out before a recheck).
 Once a worker finds nothing left to take, the tail of the flow says nothing of a setting
 and the tuner stops stepping. Before a try of fewer streams has its own windows, the
 windows since it was set (the calls taken at the reference ending one by one) may already
@@ -528,9 +532,15 @@ class FlowTuner:
         if change is None:
             return None
         self._close_span()
+        # a change that moves nothing (the hold, said once; a search that starts again
+        # where the flow is) needs no wait: every call in flight runs at it and told
+        same = change.setting == self.engine.setting and self._measure_from is not None
         self.engine.set(change.setting)
         took = {**self._took, "judged_after_s": round(now - self._set_at, 1)}
         self._measure_anew(now)
+        if same:
+            self._settled_at, self._measure_from = self.engine.clock(), now
+            self._took = {"settled_after_s": 0.0, "told_after_s": 0.0}
         self._left, self._late_seen = left, 0
         self._record(now, change.setting, change.reason, {**change.figures, **took})
         self._write()
