@@ -71,7 +71,7 @@ settled. It answers a `Change` or nothing:
    Refused, the flow goes back to the hold, which rechecks again as long as it holds:
    issue 28 asks for the flow to be back within 20 s of a load that goes, and nothing
    else tells it went. Under a load that stays, each recheck costs a try that loses (in
-   the pure tests, about 10% for 3 to 5 windows of every 17).
+   the pure tests, 8-16% for 3 to 8 windows of every 17 or so).
 
 The evidence for each rule (the runs of docs/BENCHMARKS.md and the figures on the grids of
 ../shared/data that chose it) is in docs/OPTIMIZERS.md, "climb".
