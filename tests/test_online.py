@@ -6,7 +6,8 @@ import math
 import random
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -1797,6 +1798,33 @@ def test_the_data_left_for_a_try_is_what_is_queued_not_what_is_in_flight() -> No
         runner.join(30)
 
 
+@contextmanager
+def clocked_flow(climb: Climb) -> Iterator[tuple[Engine, FlowTuner, list[float]]]:
+    """A real engine at cc 2 p 1 pp 1 with its two calls in flight, held until the end
+    (the test tells their bytes itself, `Engine._report`), and a tuner of `climb`, both
+    on the clock the test moves (`now[0]`)."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork
+
+    now = [0.0]
+    done = threading.Event()
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(4)]
+    engine = Engine([Item(f) for f in work], lambda: HeldWorker(done), Setting(2, 1, 1),
+                    lambda *_: None, clock=lambda: now[0])
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=lambda _: None, clock=lambda: now[0])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 2, 10, what="two calls in flight")
+        yield engine, tuner, now
+    finally:
+        done.set()
+        engine.stop()
+        runner.join(30)
+
+
 def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first_bytes(
 ) -> None:
     """A real engine on a clock of the test's, its two calls third-party ones: each tells
@@ -1805,23 +1833,10 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
     measured from one ramp after the last of those first reports, at the rate the calls
     then tell; counted from one ramp after the calls began, it read the set-ups too. The
     change says how long each of those waits took."""
-    from stork.engine import Engine
-    from stork.server.flow_tuning import RAMP_S, FlowTuner
-    from stork.transfer.worker import FileWork
+    from stork.server.flow_tuning import RAMP_S
 
-    now = [0.0]
-    done = threading.Event()
-    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(4)]
-    # the test tells the calls' bytes itself (`Engine._report`)
-    engine = Engine([Item(f) for f in work], lambda: HeldWorker(done), Setting(2, 1, 1),
-                    lambda *_: None, clock=lambda: now[0])
     climb = Climb(Setting(2, 1, 1), LIMITS)
-    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
-                      write_result=lambda _: None, clock=lambda: now[0])
-    runner = threading.Thread(target=engine.run)
-    runner.start()
-    try:
-        wait_for(lambda: len(engine.in_flight()) == 2, 10, what="two calls in flight")
+    with clocked_flow(climb) as (engine, tuner, now):
         lanes = sorted(engine._calls)
         per_call = 75e6 / 8  # bytes a second, once moving
         now[0] = 0.5
@@ -1848,33 +1863,15 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
         took = tuner.changes[-1]
         assert (took["settled_after_s"], took["told_after_s"]) == (0.5, 6.5), took
         assert took["judged_after_s"] >= 6.5 + RAMP_S + 3 * 2.0, took
-    finally:
-        done.set()
-        engine.stop()
-        runner.join(30)
 
 
 def test_a_change_that_moves_nothing_counts_its_windows_at_once() -> None:
     """A climb with no move to try holds its start: the hold, said at the setting the
     flow is at, counts its windows from that moment, with no wait for the calls to settle
     or tell (they run at it and have told already); its next verdict says so."""
-    from stork.engine import Engine
-    from stork.server.flow_tuning import FlowTuner
-    from stork.transfer.worker import FileWork
-
-    now = [0.0]
-    done = threading.Event()
-    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(4)]
-    engine = Engine([Item(f) for f in work], lambda: HeldWorker(done), Setting(2, 1, 1),
-                    lambda *_: None, clock=lambda: now[0])
     nowhere = Limits(max_cc=2, max_p=1, max_pp=1, max_streams=2)
     climb = Climb(Setting(2, 1, 1), nowhere, axes=("p",))  # p 1: no halving, no doubling
-    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
-                      write_result=lambda _: None, clock=lambda: now[0])
-    runner = threading.Thread(target=engine.run)
-    runner.start()
-    try:
-        wait_for(lambda: len(engine.in_flight()) == 2, 10, what="two calls in flight")
+    with clocked_flow(climb) as (engine, tuner, now):
         lanes = sorted(engine._calls)
         last = dict.fromkeys(lanes, 0.0)
         while not climb.holding and now[0] < 30:
@@ -1887,10 +1884,6 @@ def test_a_change_that_moves_nothing_counts_its_windows_at_once() -> None:
         held_at = now[0]
         assert tuner._measure_from == held_at, (tuner._measure_from, held_at)
         assert tuner._took == {"settled_after_s": 0.0, "told_after_s": 0.0}
-    finally:
-        done.set()
-        engine.stop()
-        runner.join(30)
 
 
 def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold() -> None:
