@@ -1832,8 +1832,9 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
     set-up as the engine knows it (0.5 s), though it moved for half that time. The start is
     measured from one ramp after the last of those first reports, at the rate the calls
     then tell; counted from one ramp after the calls began, it read the set-ups too. The
-    change says how long each of those waits took."""
-    from stork.server.flow_tuning import RAMP_S
+    change says how long each of those waits took. The start is the flow's first setting
+    (every connection new): its ramp is one window longer than a later setting's."""
+    from stork.server.flow_tuning import COLD_S, RAMP_S
 
     climb = Climb(Setting(2, 1, 1), LIMITS)
     with clocked_flow(climb) as (engine, tuner, now):
@@ -1848,7 +1849,8 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
         now[0] = 6.5
         engine._report(lanes[1], 0.0, 6.5, per_call * 3.5)
         tuner.tick()
-        assert engine.unreported(now[0]) == 0 and tuner._measure_from == 6.5 + RAMP_S
+        assert engine.unreported(now[0]) == 0
+        assert tuner._measure_from == 6.5 + RAMP_S + COLD_S, tuner._measure_from
         last = {lanes[0]: 6.0, lanes[1]: 6.5}
         while climb.reference is None and now[0] < 30:
             now[0] += 0.5
@@ -1862,7 +1864,17 @@ def test_a_setting_is_measured_only_once_every_call_in_flight_has_told_its_first
         # first reports, and the verdict after the ramp and three whole 2-s windows
         took = tuner.changes[-1]
         assert (took["settled_after_s"], took["told_after_s"]) == (0.5, 6.5), took
-        assert took["judged_after_s"] >= 6.5 + RAMP_S + 3 * 2.0, took
+        assert took["judged_after_s"] >= 6.5 + RAMP_S + COLD_S + 3 * 2.0, took
+        # the try (cc up: two calls more) counts from one ramp after its calls told
+        assert engine.setting == Setting(4, 1, 1) and tuner._measure_from is None
+        while tuner._measure_from is None and now[0] < 60:
+            now[0] += 0.5
+            for lane in sorted(engine._calls):
+                since = last.setdefault(lane, now[0] - 0.5)
+                engine._report(lane, since, now[0], per_call * (now[0] - since))
+                last[lane] = now[0]
+            tuner.tick()
+        assert tuner._measure_from == now[0] + RAMP_S, (tuner._measure_from, now[0])
 
 
 def test_a_change_that_moves_nothing_counts_its_windows_at_once() -> None:
@@ -1948,6 +1960,40 @@ def test_a_try_of_fewer_streams_is_refused_on_the_windows_of_its_settling() -> N
     halved = Climb(Setting(8, 2, 1), LIMITS, known=known([row(8, 4, 100.0)] * 4))
     assert halved._came_from == Setting(8, 4, 1)
     assert halved.unsettled([50.0, 50.0, 50.0]) is None  # the flow never ran at cc 8 p 4
+
+
+def test_back_at_the_reference_after_a_refused_doubling_a_fall_reopens_the_search_at_once(
+) -> None:
+    """A load came in the last windows of a try of cc 16, refused: back at cc 8, with the
+    try's calls still ending (more streams in flight than cc 8 has), the windows read 45%
+    below the start. The search reopens at once on them, as the new load's start at cc 8,
+    and its first try wins the rate back (cc x8 for a fall to 0.55, as far as the limits
+    go), without waiting for
+    cc 8's own windows. A fall within 20%, or fewer windows than a measurement's, waits for
+    them; so does the way back from a refused halving (fewer streams in flight)."""
+    climb = Climb(Setting(8, 3, 2), LIMITS, ceiling_mbps=200.0)
+    first = climb.step([157.0, 160.0, 159.0])
+    assert first is not None and first.setting == Setting(16, 3, 2), first
+    refused = climb.step([161.0, 163.0, 159.0])
+    assert refused is not None and refused.setting == Setting(8, 3, 2) \
+        and refused.reason.startswith("refused") and climb.measuring_again, refused
+    assert climb.unsettled([150.0, 90.0]) is None  # fewer than `windows` windows
+    assert climb.unsettled([150.0, 140.0, 135.0]) is None  # -11%: cc 8's own windows tell
+    reopened = climb.unsettled([140.0, 88.0, 86.0, 90.0])
+    assert reopened is not None and reopened.reason.startswith(
+        "back at cc=8 p=3 pp=2 from cc=16 p=3 pp=2, with more streams in flight than it "
+        "has, the flow read 88.0 Mbit/s over 3 windows"), reopened.reason
+    assert "its last 3 windows measured the start, cc=8 p=3 pp=2: 88.0" in reopened.reason
+    assert reopened.setting == Setting(32, 3, 2), reopened  # x8, as far as the limits go
+    assert not climb.measuring_again and climb.reference is not None \
+        and climb.reference.mean == pytest.approx(88.0)
+    # back from a refused halving: fewer streams were in flight, a fall says nothing
+    down = Climb(Setting(8, 3, 2), LIMITS, axes=("cc",), ceiling_mbps=160.0)
+    first = down.step([157.0, 160.0, 159.0])
+    assert first is not None and first.setting == Setting(4, 3, 2), first
+    back = down.step([120.0, 118.0, 119.0])
+    assert back is not None and back.setting == Setting(8, 3, 2) and down.measuring_again
+    assert down.unsettled([100.0, 88.0, 86.0, 90.0]) is None
 
 
 class ByFileWorker(HeldWorker):

@@ -5,7 +5,13 @@ windows while the engine runs, on a thread of its own, and applies what it answe
 `Engine.set`: nothing stops, nothing is sent again. A window counts for a setting only once
 every call in flight was taken at it (a change of `p` or `pp` applies to each worker's next
 call; a lower `cc` retires workers as their calls end), every call in flight then has told
-its first bytes, and `RAMP_S` after that (new connections start slow). A call's first report
+its first bytes, and `RAMP_S` after that (new connections start slow); at the flow's
+first setting, where every connection is new, `COLD_S` (one window) more. On wan80 a fixed
+cell's flow rose from 232 to 277 Mbit/s over its first 8 s (docs/BENCHMARKS.md 15.42's
+cells), and in 15.43's load runs on wan40 the start's first window read 132.6-154.6 Mbit/s
+where its next two read 155.7-183.3: the start measured 152.7-167.9 with a spread of 7.7 to
+23.8, which made the path's noise hide a load that came during the first try, and a
+doubling look 10-25% better where the fixed cells differ by 2%. A call's first report
 is spread back to the end of its set-up as the engine knows it (half a second until a call
 has told its own), and a third-party call reports only at its server's markers, every 5 s:
 counted before them, the windows of a job's start held the set-ups of all its calls at
@@ -112,6 +118,7 @@ MAX_TUNED_PIPELINING = 32  # pipelining depth,
 MAX_TUNED_TOTAL_STREAMS = 256  # and cc * p
 STEP_S = 0.5  # how often the controller looks at the flow
 RAMP_S = 1.0  # after a setting is in effect in every call, its first windows are slow start
+COLD_S = 2.0  # and at a flow's first setting (every connection new) one window more
 STRAGGLER_CC = 8  # from this cc a measurement again counts with one call of the try left
 SEARCH_CALL_S = 2.0  # a list call's length while the controller searches (see the module)
 SEARCH_PIECE_S = 8.0  # and a piece of a range or large file (see the module)
@@ -465,7 +472,8 @@ class FlowTuner:
             if self.engine.unreported(self._settled_at):
                 # a call still in its set-up, or before its first marker
                 return self._apply(now, self._unsettled())
-            self._measure_from = now + RAMP_S
+            cold = COLD_S if self._set_at == self._started else 0.0  # (see the module)
+            self._measure_from = now + RAMP_S + cold
             self._took["told_after_s"] = round(now - self._set_at, 1)
         own = self._own_windows(current, self._measure_from)
         self._counted = self._joined(own)

@@ -55,8 +55,11 @@ settled. It answers a `Change` or nothing:
    only after it (`late`), against what it measured then (`trimmed`). Apart, the load came
    or went, and the search reopens (when the rate fell, at the setting of the most streams
    the flow was at); a try of more streams more than `FELL_SHARE` below the reference, and
-   apart from it, reopens it at the try. A start measured anew at the setting a fall was
-   seen at, still below the rate before, is won back the same way (`win_back`). What the
+   apart from it, reopens it at the try, and the windows back at the reference after a
+   refused try of more streams, before the reference's own count, reopen it there when
+   they fall that far (`_fell_back`: more streams were in flight in them). A start
+   measured anew at the setting a fall was seen at, still below the rate before, is won
+   back the same way (`win_back`). What the
    flow measured at each load is kept for the job (`Loads.same_load`) and serves as the
    history (`known`) when a start is where it was at an earlier load.
 4. A hold won back under a load that came (the search reopened on a fall, so the load is
@@ -198,6 +201,7 @@ class Climb:
         self._todo = in_halving_order(
             [(axis, up) for axis in self.axes for up in (True, False)], self.halving)
         self._trying, self._drifts, self._again = None, 0, False
+        self._back_from: Setting | None = None  # a refused try the flow is back from
         self._rechecking: float | None = None  # the load's weight while a recheck tries
         self._waited = 0  # windows a verdict on the try in flight waited (`step`)
         self._came_from: Setting | None = None  # the history's setting a start moved from
@@ -324,10 +328,13 @@ class Climb:
         and a lower p for every call in flight: on wan40 a try of cc 2 from cc 4 (20 files
         of 64 MiB) lost 50.5% and was refused 25.5 s after it began, most of it that wait
         (docs/BENCHMARKS.md 15.29, run P11). Not for a start at a halving (`moved_start`: the
-        flow never ran at the setting it halves), nor a measurement again; these windows
-        join no measurement (their setting was in no call throughout)."""
+        flow never ran at the setting it halves); these windows join no measurement
+        (their setting was in no call throughout). Back at the reference after a refused
+        try, the windows say whether a load came instead (`_fell_back`)."""
+        if self._again:
+            return self._fell_back(rates)
         ref = self.reference
-        if self.holding or self._again or self._trying is None or ref is None \
+        if self.holding or self._trying is None or ref is None \
                 or self._came_from is not None or len(rates) < self.windows \
                 or streams(self.current) >= streams(ref.setting):
             return None
@@ -340,6 +347,37 @@ class Climb:
         self._left = None  # (the windows it judged carried both settings)
         return self._after(verdict, tried, f"while its calls settled, with more streams in "
                                            f"flight than it has: {why}", figures, saw=False)
+
+    def _fell_back(self, rates: Sequence[float]) -> Change | None:
+        """Back at the reference after a refused try of more streams, judged on `rates`,
+        the full windows since the flow went back (before the reference's own count: the
+        calls taken at the try still ending): when the last `windows` of them, with more
+        streams in flight than the reference, already read more than `FELL_SHARE` below
+        it and apart from it (the path's noise), a load came, as when a try of more
+        streams falls that far (`step`), and the search reopens at once instead of after
+        the reference's own windows. Those windows are the new load's start at the
+        reference's setting (`_reopen`); the flow ran with more streams in them, so the
+        setting itself would read no more, and a try of more streams judged against them
+        is kept only on a gain still larger. In docs/BENCHMARKS.md 15.43's runs L3 and L5
+        the load came in the last windows of a try of cc 16 refused within the noise;
+        back at cc 8 the windows read 80-105 Mbit/s against the start's 157.8-158.8 from
+        its third second, and the search reopened 14-16 s after the refusal, when cc 8's
+        own three windows had counted."""
+        ref, back = self.reference, self._back_from
+        if ref is None or back is None or streams(back) <= streams(ref.setting) \
+                or len(rates) < self.windows:
+            return None
+        now = Measured.of(self.current, rates[-self.windows:])
+        if now.mean >= (1 - FELL_SHARE) * ref.mean or not self.loads.apart(ref, now, ()):
+            return None
+        if self._wait_for_moved(ref.mean, now.mean, rates, room=True):
+            return None
+        self._again, self._left = False, None  # (its windows carried both settings)
+        return self._reopen(ref.mean, now.mean, "", rates, said=(
+            f"back at {ref.setting.label()} from {back.label()}, with more streams in "
+            f"flight than it has, the flow read {now.mean:.1f} Mbit/s over "
+            f"{now.count} windows, more than the noise and {FELL_SHARE:.0%} below its "
+            f"{ref.label()} (the load moved)"))
 
     def _judge(self, tried: Measured, *, wait: bool = False) -> Change | None:
         """The verdict on the try, or None while it is open; with `wait` (the try's last
@@ -391,7 +429,7 @@ class Climb:
         self._todo = turned(self._todo, axis, up, self.axes, self.halving)
         # back to the reference, measured again before the next try: a reference measured
         # high by chance would refuse every neighbour, and the path may have moved since
-        self._again, self._trying = True, None
+        self._again, self._trying, self._back_from = True, None, tried.setting
         ref = self.reference.setting
         return self._go(ref, f"refused: {why}; back to {ref.label()} to measure it again",
                         figures)
@@ -448,7 +486,7 @@ class Climb:
             if verdict is Verdict.KEPT:  # taken on the history's word, measured on arrival
                 self.reference, self._ref_known = self.known[moved], True
                 self._todo = went(self._todo, axis, up, self.axes)
-                self._again, self._trying = True, None
+                self._again, self._trying, self._back_from = True, None, None
                 if passed:
                     why += "; " + "; ".join(passed)
                 return self._go(moved, f"{why}; {moved.label()} kept from the history: "
