@@ -2081,6 +2081,53 @@ def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle
         runner.join(30)
 
 
+def test_a_tuner_reopens_on_a_fall_it_sees_while_the_calls_of_a_refused_doubling_end(
+) -> None:
+    """A real engine on a clock of the test's: from cc 4 (160 Mbit/s) the climb tries cc 8,
+    which makes no more and is refused. Back at cc 4, the four calls it retires are still
+    in flight when every call tells half the rate before: with more streams than cc 4 in
+    flight the flow lost 50%, so a load came, and the search reopens then, with those
+    windows as the new load's start, its first try cc x8 (as far as the limits go), before
+    cc 4's own windows counted."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork
+
+    now = [0.0]
+    events = {i: threading.Event() for i in range(12)}
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(12)]
+    engine = Engine([Item(f) for f in work], lambda: ByFileWorker(events), Setting(4, 1, 1),
+                    lambda *_: None, clock=lambda: now[0])
+    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",))
+    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
+                      write_result=lambda _: None, clock=lambda: now[0])
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    move = telling(engine, tuner, now)
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 4, 10, what="four calls in flight")
+        while climb.current == Setting(4, 1, 1) and now[0] < 40:
+            move(40.0)
+        assert climb.current == Setting(8, 1, 1), tuner.changes
+        wait_for(lambda: len(engine.in_flight()) == 8, 10, what="eight calls in flight")
+        while climb.current == Setting(8, 1, 1) and now[0] < 80:
+            move(20.0)  # twice the calls, the same 160 Mbit/s
+        assert climb.current == Setting(4, 1, 1) and climb.measuring_again, tuner.changes
+        assert tuner.changes[-1]["reason"].startswith("refused"), tuner.changes[-1]
+        while climb.current == Setting(4, 1, 1) and now[0] < 120:
+            assert len(engine.in_flight()) == 8  # the retired calls still move
+            move(10.0)  # 80 Mbit/s with eight calls in flight
+        reopened = tuner.changes[-1]
+        assert reopened["reason"].startswith(
+            "back at cc=4 p=1 pp=1 from cc=8 p=1 pp=1, with more streams in flight than it "
+            "has, the flow read 80.0 Mbit/s"), reopened
+        assert reopened["setting"] == "cc=32 p=1 pp=1", reopened
+        assert "settled_after_s" not in reopened  # before cc 4's own windows
+    finally:
+        engine.stop()
+        runner.join(30)
+
+
 def test_a_measurement_again_counts_with_one_call_of_the_refused_try_still_in_flight() -> None:
     """A real engine of 1 GiB files at cc 8 p 2 on a clock of the test's: the climb tries
     p 1 (the link's 100 Mbit/s leaves no room up), which counts only once every call taken
