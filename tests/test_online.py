@@ -2012,23 +2012,31 @@ class ByFileWorker(HeldWorker):
             event.set()
 
 
-def tuned_at_cc4(worker: Callable[[], Worker], now: list[float]
-                 ) -> tuple[Engine, Climb, FlowTuner, threading.Thread]:
-    """A real engine of 8 files of 1 GiB at cc 4 on the test's clock (`now`), its workers
-    made by `worker`, stepped by a climb of cc alone on a link of 150 Mbit/s; running."""
+@contextmanager
+def tuned_at_cc4(worker: Callable[[], Worker], now: list[float], *, files: int = 8,
+                 ceiling_mbps: float | None = 150.0
+                 ) -> Iterator[tuple[Engine, Climb, FlowTuner]]:
+    """A real engine of `files` files of 1 GiB at cc 4 on the test's clock (`now`), its
+    workers made by `worker`, stepped by a climb of cc alone on a link of `ceiling_mbps`
+    (None: not known); running, its four calls in flight, until the block ends."""
     from stork.engine import Engine
     from stork.server.flow_tuning import FlowTuner
     from stork.transfer.worker import FileWork
 
-    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(8)]
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(files)]
     engine = Engine([Item(f) for f in work], worker, Setting(4, 1, 1), lambda *_: None,
                     clock=lambda: now[0])
-    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=150.0)
+    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=ceiling_mbps)
     tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
                       write_result=lambda _: None, clock=lambda: now[0])
     runner = threading.Thread(target=engine.run)
     runner.start()
-    return engine, climb, tuner, runner
+    try:
+        wait_for(lambda: len(engine.in_flight()) == 4, 10, what="four calls in flight")
+        yield engine, climb, tuner
+    finally:
+        engine.stop()
+        runner.join(30)
 
 
 def telling(engine: Engine, tuner: FlowTuner, now: list[float]) -> Callable[[float], None]:
@@ -2054,11 +2062,8 @@ def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle
     not measured at its own setting."""
     now = [0.0]
     events = {i: threading.Event() for i in range(8)}
-    engine, climb, tuner, runner = tuned_at_cc4(lambda: ByFileWorker(events), now)
-    move = telling(engine, tuner, now)
-
-    try:
-        wait_for(lambda: len(engine.in_flight()) == 4, 10, what="four calls in flight")
+    with tuned_at_cc4(lambda: ByFileWorker(events), now) as (engine, climb, tuner):
+        move = telling(engine, tuner, now)
         while climb.current == Setting(4, 1, 1) and now[0] < 30:
             move(37.5)
         assert climb.current == Setting(2, 1, 1), tuner.changes
@@ -2076,9 +2081,6 @@ def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle
         assert back["reason"].startswith("refused: while its calls settled"), back
         assert back["gain"] == pytest.approx(-0.25, abs=0.01)
         assert "settled_after_s" not in back
-    finally:
-        engine.stop()
-        runner.join(30)
 
 
 def test_a_tuner_reopens_on_a_fall_it_sees_while_the_calls_of_a_refused_doubling_end(
@@ -2089,23 +2091,11 @@ def test_a_tuner_reopens_on_a_fall_it_sees_while_the_calls_of_a_refused_doubling
     flight the flow lost 50%, so a load came, and the search reopens then, with those
     windows as the new load's start, its first try cc x8 (as far as the limits go), before
     cc 4's own windows counted."""
-    from stork.engine import Engine
-    from stork.server.flow_tuning import FlowTuner
-    from stork.transfer.worker import FileWork
-
     now = [0.0]
     events = {i: threading.Event() for i in range(12)}
-    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 1 << 30) for i in range(12)]
-    engine = Engine([Item(f) for f in work], lambda: ByFileWorker(events), Setting(4, 1, 1),
-                    lambda *_: None, clock=lambda: now[0])
-    climb = Climb(Setting(4, 1, 1), LIMITS, axes=("cc",))
-    tuner = FlowTuner(engine, climb, what="large", prior_reason="test",
-                      write_result=lambda _: None, clock=lambda: now[0])
-    runner = threading.Thread(target=engine.run)
-    runner.start()
-    move = telling(engine, tuner, now)
-    try:
-        wait_for(lambda: len(engine.in_flight()) == 4, 10, what="four calls in flight")
+    with tuned_at_cc4(lambda: ByFileWorker(events), now, files=12,
+                      ceiling_mbps=None) as (engine, climb, tuner):
+        move = telling(engine, tuner, now)
         while climb.current == Setting(4, 1, 1) and now[0] < 40:
             move(40.0)
         assert climb.current == Setting(8, 1, 1), tuner.changes
@@ -2123,9 +2113,6 @@ def test_a_tuner_reopens_on_a_fall_it_sees_while_the_calls_of_a_refused_doubling
             "has, the flow read 80.0 Mbit/s"), reopened
         assert reopened["setting"] == "cc=32 p=1 pp=1", reopened
         assert "settled_after_s" not in reopened  # before cc 4's own windows
-    finally:
-        engine.stop()
-        runner.join(30)
 
 
 def test_a_measurement_again_counts_with_one_call_of_the_refused_try_still_in_flight() -> None:
@@ -2191,23 +2178,21 @@ def test_a_tuner_gives_the_climb_the_windows_told_after_it_left_a_setting() -> N
     told, the search reopens at cc 4 at once, before cc 2 has a window of its own."""
     now = [0.0]
     done = threading.Event()
-    engine, climb, tuner, runner = tuned_at_cc4(lambda: HeldWorker(done), now)
-    lag, load_at = 4.0, [math.inf]
+    with tuned_at_cc4(lambda: HeldWorker(done), now) as (engine, climb, tuner):
+        lag, load_at = 4.0, [math.inf]
 
-    def moved(t0: float, t1: float) -> float:  # bytes of one of 4 calls: 150 Mbit/s, 75 after
-        cut = min(max(load_at[0], t0), t1)
-        return ((cut - t0) * 150e6 + (t1 - cut) * 75e6) / 8 / 4
+        def moved(t0: float, t1: float) -> float:  # bytes of one of 4 calls: 150 Mbit/s, 75 after
+            cut = min(max(load_at[0], t0), t1)
+            return ((cut - t0) * 150e6 + (t1 - cut) * 75e6) / 8 / 4
 
-    def tell() -> None:  # half a second on: each call tells what it moved up to `lag` ago
-        now[0] += 0.5
-        told = max(now[0] - lag, 0.0)
-        for lane, since in list(last.items()):
-            if told > since:
-                engine._report(lane, since, told, moved(since, told))
-                last[lane] = told
+        def tell() -> None:  # half a second on: each call tells what it moved up to `lag` ago
+            now[0] += 0.5
+            told = max(now[0] - lag, 0.0)
+            for lane, since in list(last.items()):
+                if told > since:
+                    engine._report(lane, since, told, moved(since, told))
+                    last[lane] = told
 
-    try:
-        wait_for(lambda: len(engine.in_flight()) == 4, 10, what="four calls in flight")
         last = dict.fromkeys(engine._calls, 0.0)
         while climb.current == Setting(4, 1, 1) and now[0] < 40:
             tell()
@@ -2227,10 +2212,6 @@ def test_a_tuner_gives_the_climb_the_windows_told_after_it_left_a_setting() -> N
         assert back["reason"].startswith("a window at cc=4 p=1 pp=1 told after the flow "
                                          "left it, 75.0 Mbit/s"), back
         assert now[0] - left_at <= 2.5  # the first of them, told 2 s after it ended
-    finally:
-        done.set()
-        engine.stop()
-        runner.join(30)
 
 
 def test_the_history_of_files_of_about_the_jobs_size_is_its_prior_within_a_class() -> None:
