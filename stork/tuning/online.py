@@ -360,8 +360,8 @@ class Climb:
         setting itself would read no more, and a try of more streams judged against them
         is kept only on a gain still larger. In docs/BENCHMARKS.md 15.43's runs L3 and L5
         the load came in the last windows of a try of cc 16 refused within the noise;
-        back at cc 8 the windows read 80-105 Mbit/s against the start's 157.8-158.8 from
-        its third second, and the search reopened 14-16 s after the refusal, when cc 8's
+        back at cc 8 the windows read 80-116 Mbit/s against the start's 157.8-158.8 from
+        its third second, and the search reopened 14.2 s after the refusal, when cc 8's
         own three windows had counted."""
         ref, back = self.reference, self._back_from
         if ref is None or back is None or streams(back) <= streams(ref.setting) \
