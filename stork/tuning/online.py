@@ -300,8 +300,7 @@ class Climb:
         recent = rates[-self.max_windows:]
         tried = Measured.of(self.current, recent)
         if streams(self.current) > streams(ref.setting) \
-                and tried.mean < (1 - FELL_SHARE) * ref.mean \
-                and self.loads.apart(ref, tried, (tried,)):
+                and self._fell_far(ref, tried, (tried,)):
             # more streams far below the reference: not the streams, a load that came
             if self._wait_for_moved(ref.mean, tried.mean, rates, room=True):
                 return None
@@ -368,7 +367,7 @@ class Climb:
                 or len(rates) < self.windows:
             return None
         now = Measured.of(self.current, rates[-self.windows:])
-        if now.mean >= (1 - FELL_SHARE) * ref.mean or not self.loads.apart(ref, now, ()):
+        if not self._fell_far(ref, now, ()):
             return None
         if self._wait_for_moved(ref.mean, now.mean, rates, room=True):
             return None
@@ -378,6 +377,12 @@ class Climb:
             f"flight than it has, the flow read {now.mean:.1f} Mbit/s over "
             f"{now.count} windows, more than the noise and {FELL_SHARE:.0%} below its "
             f"{ref.label()} (the load moved)"))
+
+    def _fell_far(self, ref: Measured, now: Measured, new: Sequence[Measured]) -> bool:
+        """Whether `now`, measured with more streams than `ref`, fell more than
+        `FELL_SHARE` below it and apart from it (`Loads.apart`; `new`: measurements the
+        noise has not counted yet): not the streams, a load that came."""
+        return now.mean < (1 - FELL_SHARE) * ref.mean and self.loads.apart(ref, now, new)
 
     def _judge(self, tried: Measured, *, wait: bool = False) -> Change | None:
         """The verdict on the try, or None while it is open; with `wait` (the try's last
