@@ -497,8 +497,9 @@ def test_a_hold_won_back_under_a_load_rechecks_fewer_streams_until_the_load_goes
     """A load that goes leaves no drift where the flow is bound elsewhere: the hold the
     search won back under it tries half its cc every `RECHECK_WINDOWS` windows. Under the
     load each recheck loses and the flow goes back; once the load has gone, the first
-    recheck keeps the fewer streams, and the search starts again from the prior, which
-    climbs to the path's own 8."""
+    recheck keeps the fewer streams, and the search starts again where the flow was before
+    the load came (the path's own 8, not the prior's 4), which measures as it did then:
+    what the flow measured at that load refuses the tries again without making them."""
     for seed in (1, 2, 3):
         climb = Climb(Setting(4, 1, 1), LIMITS)
         changes = run(climb, bound_elsewhere(60, 200), seconds=320, seed=seed)
@@ -511,7 +512,11 @@ def test_a_hold_won_back_under_a_load_rechecks_fewer_streams_until_the_load_goes
         assert min(streams(c.setting) for t, c in under if t > 80) >= 32  # back each time
         t, gone = next((t, c) for t, c in changes if "the load that came has gone" in c.reason)
         assert 200 <= t <= 200 + 2 * RECHECK_WINDOWS + 10, t
-        assert gone.setting == Setting(4, 1, 1) and gone.reason.endswith("from the prior")
+        assert gone.setting == Setting(8, 1, 1) and gone.reason.endswith(
+            "searching again from cc=8 p=1 pp=1, where the flow was before the load came")
+        after = [c for u, c in changes if u > t]
+        assert len(after) == 1 and "as at an earlier load" in after[0].reason \
+            and after[0].reason.endswith("holding cc=8 p=1 pp=1"), after
         assert climb.holding and streams(climb.current) == 8, climb.current
     # without the load's fall, a hold rechecks nothing
     climb = Climb(Setting(4, 1, 1), LIMITS)
@@ -546,6 +551,31 @@ def test_a_load_that_goes_reopens_the_search_from_the_prior() -> None:
     assert reopened.setting == prior and reopened.reason.endswith("from the prior")
     assert reopened.figures["now_mbps"] > reopened.figures["hold_mbps"] * 1.2
     assert climb.holding and streams(climb.current) == 8
+
+
+def test_a_load_that_came_and_goes_reopens_the_search_where_the_flow_was_before_it() -> None:
+    """A rise at a hold won back under a load that came: the search starts again at the
+    setting the flow held before the fall (cc 8, the path's own), not at the prior (cc 4),
+    and what the flow measured there then serves as the history. A later fall and rise
+    go back there again: the setting is the one before the first fall since the last
+    rise."""
+    prior = Setting(4, 1, 1)
+    climb = Climb(prior, LIMITS, axes=("cc",))
+
+    def surface(s: Setting, t: float) -> float:
+        loaded = 60 <= t < 140 or 220 <= t < 300
+        return shared_from(0 if loaded else 10**6, others=16)(s, t)
+
+    changes = run(climb, surface, seconds=380)
+    assert max(streams(c.setting) for t, c in changes if 60 <= t < 140) >= 32
+    for gone_at in (140, 300):
+        t, back = next((t, c) for t, c in changes if t >= gone_at)
+        assert t <= gone_at + 15 and back.setting == Setting(8, 1, 1), (t, back)
+        assert back.reason.endswith("searching again from cc=8 p=1 pp=1, where the flow "
+                                    "was before the load came"), back.reason
+        assert back.figures["now_mbps"] > 1.2 * back.figures["hold_mbps"]
+        assert min(streams(c.setting) for u, c in changes if gone_at <= u < gone_at + 60) == 8
+    assert climb.holding and climb.current == Setting(8, 1, 1)
 
 
 def test_a_load_that_comes_during_the_search_reopens_it_instead_of_joining_the_reference(

@@ -90,6 +90,11 @@ class Loads:
                 return load
         return None
 
+    def again(self, load: dict[Setting, Measured]) -> None:
+        """The load of now is `load` again (`same_load`): what the flow measured then
+        counts as measured now, so a later return to this load finds all of it."""
+        self.now = {**load, **self.now}
+
     def noise(self, new: Sequence[Measured] = ()) -> float:
         """The spread of one window at an unchanged setting, as a share of its mean: pooled
         over every setting this job measured and `new` (each measurement's windows about

@@ -183,6 +183,7 @@ class Climb:
         self._time: tuple[float | None, float | None] = (None, None)  # left_s, try_s
         self.loads = Loads(drift_z=drift_z, drift_share=drift_share, windows=windows)
         self._left: Measured | None = None  # the setting the flow left, as measured (`late`)
+        self._before_load: Setting | None = None  # where a load that came found the flow
         self._restart()
 
     @property
@@ -657,6 +658,7 @@ class Climb:
             self._jump = win_back(fell[1], measured.mean)
         if (earlier := self.loads.same_load(measured)) is not None:
             self.known = dict(earlier)
+            self.loads.again(earlier)
             why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
                     f"): what the flow measured then counts as the path's history")
         self.loads.saw(measured)
@@ -686,7 +688,11 @@ class Climb:
         (`_recheck`) found the load gone, whichever way the rate read."""
         figures = {"hold_mbps": round(before_mbps, 3), "now_mbps": round(now_mbps, 3)}
         fell = now_mbps < before_mbps and not went
+        if fell and self._before_load is None and self.reference is not None:
+            self._before_load = self.reference.setting
         start, whence = self._reopen_at(fell=fell)
+        if not fell:
+            self._before_load = None
         said = said or (f"{what} {self.current.label()} went from {before_mbps:.1f} to "
                         f"{now_mbps:.1f} Mbit/s with nothing changed (the load moved)")
         why = f"{said}: searching again from {whence}"
@@ -710,9 +716,14 @@ class Climb:
     def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
         """Where `_reopen` starts the search again, and how it says so: when the rate fell,
         the setting of the most streams the flow was at (the reference, or a try of more
-        streams) if more than the prior's, else the prior."""
+        streams) if more than the prior's, else the prior; when it rose (or a recheck
+        found the load gone), the reference the first fall since the last rise found the
+        flow at (`_before_load`), else the prior."""
         held = max([self.current, *([self.reference.setting] if self.reference else [])],
                    key=streams)
         if fell and streams(held) > streams(self.prior):
             return held, f"{held.label()}, more streams than the prior's"
+        if not fell and self._before_load is not None:
+            return self._before_load, (f"{self._before_load.label()}, where the flow was "
+                                       f"before the load came")
         return self.prior, "the prior"
