@@ -39,8 +39,10 @@ settled. It answers a `Change` or nothing:
 3. When every axis is done it holds the reference and watches: when the mean of the last
    `windows` windows leaves the hold's mean by more than `drift_z` of its spread and
    `drift_share` of it, twice in a row, the load changed, and the search starts again
-   without the history's figures: from the prior, or, when the rate fell, from the setting
-   held if it has more streams (a load that came is won back with streams). Where it starts
+   without the history's figures: when the rate fell, from the setting held if it has more
+   streams than the prior (a load that came is won back with streams); when it rose, from
+   where the first fall since the last rise found the flow (`_before_load`: the load that
+   went left the path as it was then); else from the prior. Where it starts
    at the setting the flow is at, the new load's own windows measure that start when there
    are `windows` of them and they are steady (`Loads.steady`, `_reopen`), and the first try
    is made at once. When the rate fell, that try of cc up is as many doublings at once (at
@@ -70,7 +72,11 @@ settled. It answers a `Change` or nothing:
    (`_recheck`): after `RECHECK_WINDOWS` windows it tries half its cc (or its one axis),
    judged as any try against the hold's windows, without the load's weight or this
    load's measurements refusing it first. Kept, the load has gone, and the search starts
-   again from the prior, as when the rate rose at a hold.
+   again as when the rate rose at a hold: where the flow was before the load came, which,
+   measured as it was then (`same_load`), takes that load's measurements as its history
+   (`Loads.again`) and holds without trying again what they refused (in
+   docs/BENCHMARKS.md 15.44's run W, from the prior: cc 8 for 15 s at 0.93 of the cc 16
+   the flow had kept before the load, then cc 16 from the history).
    Refused, the flow goes back to the hold, which rechecks again as long as it holds:
    issue 28 asks for the flow to be back within 20 s of a load that goes, and nothing
    else tells it went. Under a load that stays, each recheck costs a try that loses (in
