@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_asm_load.py [--profile wan40] [--dataset 800x2M]
         [--schedule 0:0,30:25,60:50] [--methods asm,harp,default] [--out /tmp]
-        [--history FILE.csv|none] [--best-cells CC/P/PP,... [--best-files 200]]
+        [--history FILE.csv|none] [--best-cells CC/P/PP,... [--best-files 800]]
         [--knob NAME=VALUE ...]
 
 Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 Mbit/s):
@@ -32,9 +32,12 @@ Point 5 of issue 15, on one emulated link (default wan40: 40 ms, 0.1% loss, 200 
 With --best-cells, issue 28's load target: before the methods, each of those fixed settings
 runs as a job (`-cc -p -pp`, the first --best-files files, one daemon) under each load of the
 schedule held constant, and its rate over the middle 80% of its bytes is that cell's rate at
-the load; per phase, the table then gives the method's rate from 20 s after the switch (to
-the phase's end, or to 90% of the job's bytes) over the best cell's at the phase's load
-(the target: >= 0.9). `--history none` gives the methods no history (a path never seen).
+the load (800 files by default, 70-100 s a cell on wan40: over its first 200 files, about 3
+calls a worker, cc 64 made 19-26% more than over a whole job of 1600, a start no long flow
+at cc 64 keeps; docs/BENCHMARKS.md 15.44); per phase, the table then gives the method's
+rate from 20 s after the switch (to the phase's end, or to 90% of the job's bytes) over the
+best cell's at the phase's load (the target: >= 0.9). `--history none` gives the methods no
+history (a path never seen).
 
 Printed: per method and phase, the job's mean throughput, the background measured, the share
 of the link the background left over that the job took (throughput / (link rate - measured
@@ -658,8 +661,8 @@ def main() -> int:
     parser.add_argument("--best-cells", default="",
                         help="CC/P/PP,...: fixed settings run as jobs under each load of the "
                              "schedule, the best cell per load (none)")
-    parser.add_argument("--best-files", type=int, default=200,
-                        help="files of each --best-cells job (200)")
+    parser.add_argument("--best-files", type=int, default=800,
+                        help="files of each --best-cells job (800; see the module)")
     parser.add_argument("--history-files", type=int, default=40)
     parser.add_argument("--history-loads", default="0,25,50")
     parser.add_argument("--grid", default=UNLOADED_GRID,
