@@ -499,7 +499,8 @@ def test_a_hold_won_back_under_a_load_rechecks_fewer_streams_until_the_load_goes
     load each recheck loses and the flow goes back; once the load has gone, the first
     recheck keeps the fewer streams, and the search starts again where the flow was before
     the load came (the path's own 8, not the prior's 4), which measures as it did then:
-    what the flow measured at that load refuses the tries again without making them."""
+    what the flow measured at that load refuses the tries again without making them. The
+    recheck's own measurement is of the load of now, not of the load that went."""
     for seed in (1, 2, 3):
         climb = Climb(Setting(4, 1, 1), LIMITS)
         changes = run(climb, bound_elsewhere(60, 200), seconds=320, seed=seed)
@@ -510,8 +511,13 @@ def test_a_hold_won_back_under_a_load_rechecks_fewer_streams_until_the_load_goes
         assert any("the load is still there" in c.reason for _, c in under)
         assert not any("has gone" in c.reason and "kept" in c.reason for _, c in under)
         assert min(streams(c.setting) for t, c in under if t > 80) >= 32  # back each time
-        t, gone = next((t, c) for t, c in changes if "the load that came has gone" in c.reason)
+        i, (t, gone) = next((i, (t, c)) for i, (t, c) in enumerate(changes)
+                            if "the load that came has gone" in c.reason)
         assert 200 <= t <= 200 + 2 * RECHECK_WINDOWS + 10, t
+        # the recheck measured its setting without the load: filed with the load of now
+        rechecked = changes[i - 1][1].setting
+        assert climb.loads.now[rechecked].mean == pytest.approx(gone.figures["now_mbps"],
+                                                                abs=1e-3), climb.loads.now
         assert gone.setting == Setting(8, 1, 1) and gone.reason.endswith(
             "searching again from cc=8 p=1 pp=1, where the flow was before the load came")
         after = [c for u, c in changes if u > t]

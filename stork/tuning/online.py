@@ -420,15 +420,18 @@ class Climb:
             why = (f"the start, {'twice' if up else 'half'} the history's "
                    f"{self._came_from.label()}: {why}")
             self._came_from = None
+        recheck, self._rechecking = self._rechecking, None
+        if recheck is not None and verdict is Verdict.KEPT:  # (`_recheck`) the load went,
+            hold = self.reference  # as when the rate rose at a hold
+            change = self._reopen(hold.mean, tried.mean, "", went=True, said=(
+                f"rechecking {hold.setting.label()}: {why}: the load that came has gone "
+                f"(the load moved)"))
+            if saw:  # measured without the load: the new load's, not the one that went
+                self.loads.saw(tried)
+            return change
         if saw:  # `tried` measured its setting (not so the windows `unsettled` judges)
             self.loads.saw(tried)
-        recheck, self._rechecking = self._rechecking, None
-        if recheck is not None:  # (`_recheck`)
-            if verdict is Verdict.KEPT:  # the load went, as when the rate rose at a hold
-                hold = self.reference
-                return self._reopen(hold.mean, tried.mean, "", went=True, said=(
-                    f"rechecking {hold.setting.label()}: {why}: the load that came has "
-                    f"gone (the load moved)"))
+        if recheck is not None:
             self._load_streams = recheck
             why = f"{why}: the load is still there"
         self._learn(verdict, self.reference.setting, tried.setting)
