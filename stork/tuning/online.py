@@ -421,16 +421,16 @@ class Climb:
                    f"{self._came_from.label()}: {why}")
             self._came_from = None
         recheck, self._rechecking = self._rechecking, None
+        gone = None
         if recheck is not None and verdict is Verdict.KEPT:  # (`_recheck`) the load went,
             hold = self.reference  # as when the rate rose at a hold
-            change = self._reopen(hold.mean, tried.mean, "", went=True, said=(
+            gone = self._reopen(hold.mean, tried.mean, "", went=True, said=(
                 f"rechecking {hold.setting.label()}: {why}: the load that came has gone "
                 f"(the load moved)"))
-            if saw:  # measured without the load: the new load's, not the one that went
-                self.loads.saw(tried)
-            return change
-        if saw:  # `tried` measured its setting (not so the windows `unsettled` judges)
-            self.loads.saw(tried)
+        if saw:  # `tried` measured its setting (not so the windows `unsettled` judges),
+            self.loads.saw(tried)  # at the load of now (a recheck kept: the new load's)
+        if gone is not None:
+            return gone
         if recheck is not None:
             self._load_streams = recheck
             why = f"{why}: the load is still there"
