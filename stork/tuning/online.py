@@ -676,8 +676,9 @@ class Climb:
     def _reopen(self, before_mbps: float, now_mbps: float, what: str,
                 rates: Sequence[float] = (), *, said: str = "",
                 seen_at: Setting | None = None, went: bool = False) -> Change:
-        """The search again for the new load (see the module), from the prior, or when
-        the rate fell from the reference's setting if it has more streams; without the
+        """The search again for the new load (see the module), from where `_reopen_at`
+        says (when the rate fell, the setting of the most streams the flow was at; when
+        it rose, where the flow was before the load came; else the prior); without the
         history's figures (they were of the load before). `rates`: the windows at the
         setting in effect that showed the load moved; when the search starts from that
         setting, the last of them that each moved past `drift_share` the same way (the
