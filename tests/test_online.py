@@ -721,6 +721,39 @@ def test_a_load_that_comes_during_a_try_of_more_streams_starts_the_search_there(
     assert reopened.setting == Setting(32, 3, 2), reopened  # 141.0 of 184.7: twice
 
 
+def test_a_try_in_flight_when_a_load_came_is_where_the_search_goes_back_to_when_it_goes(
+) -> None:
+    """15.45's runs W4 and W5: the load came during the try of cc 16 from cc 8, whose
+    first windows beat cc 8 by more than the noise but were still open. They measured cc
+    16 at the load before, so when the load goes the search starts again at cc 16, not at
+    cc 8, and, measured as then, takes those windows as its history: it holds there
+    without trying cc 8 again."""
+    def surface(s: Setting, t: float) -> float:
+        if t < 60:  # a load of 48 streams, sharing the path by streams
+            return 200.0 * streams(s) / (streams(s) + 48)
+        return {24: 168.0, 48: 192.0}.get(streams(s), 193.0 if streams(s) > 48 else 90.0)
+
+    climb = Climb(Setting(8, 3, 2), LIMITS, axes=("cc",), ceiling_mbps=200.0)
+    first = climb.step([160.0, 175.0, 170.0])
+    assert first is not None and first.setting == Setting(16, 3, 2), first
+    tried = [200.0, 178.0, 197.0, 120.0, 118.0, 121.0]
+    for n in (3, 4, 5):
+        assert climb.step(tried[:n]) is None, n  # open (+13.9% within 9.7%), then a wait
+    reopened = climb.step(tried)
+    assert reopened is not None and reopened.reason.startswith(
+        "the last windows while trying cc=16 p=3 pp=2 went from 191.7 to 121.0"), reopened
+    changes = run(climb, surface, seconds=140, noise=0.02)
+    assert max(c.setting.cc for t, c in changes if t < 60) == 32, changes
+    t, back = next((t, c) for t, c in changes if t >= 60)
+    assert t <= 75 and back.setting == Setting(16, 3, 2), (t, back)
+    assert back.reason.endswith("searching again from cc=16 p=3 pp=2, where the flow was "
+                                "before the load came"), back.reason
+    after = [c for u, c in changes if u > t]
+    assert len(after) == 1 and "as at an earlier load" in after[0].reason \
+        and after[0].reason.endswith("holding cc=16 p=3 pp=2"), after
+    assert climb.loads.now[Setting(16, 3, 2)].count >= 6  # the try's windows then, and now
+
+
 def test_a_try_of_more_streams_that_falls_far_below_the_reference_is_a_load_that_came(
 ) -> None:
     """A load that came as a try of cc 16 began: every window of the try reads a third

@@ -302,7 +302,8 @@ class Climb:
             last = lasts[-1]
             if self._wait_for_moved(first.mean, last.mean, rates, room=True):
                 return None
-            return self._reopen(first.mean, last.mean, "the last windows while trying", rates)
+            return self._reopen(first.mean, last.mean, "the last windows while trying", rates,
+                                tried_before=first)
         ref = self.reference
         recent = rates[-self.max_windows:]
         tried = Measured.of(self.current, recent)
@@ -319,7 +320,8 @@ class Climb:
             early = Measured.of(self.current, recent[:self.windows])
             late = Measured.of(self.current, recent[-self.windows:])
             if self.loads.apart(early, late, (early, late)):
-                return self._reopen(early.mean, late.mean, "the rate while trying")
+                return self._reopen(early.mean, late.mean, "the rate while trying",
+                                    tried_before=early)
         last_apart = bool(lasts) and len(rates) <= self.max_windows \
             and self.loads.apart(first, lasts[-1], (first,))
         return self._judge(tried, wait=last_apart)
@@ -675,7 +677,8 @@ class Climb:
 
     def _reopen(self, before_mbps: float, now_mbps: float, what: str,
                 rates: Sequence[float] = (), *, said: str = "",
-                seen_at: Setting | None = None, went: bool = False) -> Change:
+                seen_at: Setting | None = None, went: bool = False,
+                tried_before: Measured | None = None) -> Change:
         """The search again for the new load (see the module), from where `_reopen_at`
         says (when the rate fell, the setting of the most streams the flow was at; when
         it rose, where the flow was before the load came; else the prior); without the
@@ -695,11 +698,15 @@ class Climb:
         by those windows or anew, when the start is the setting it was seen at (`seen_at`:
         where a window told late fell, `late`; else the setting in effect); a start
         elsewhere weighs it on `now_mbps`, but for a window told late. `went`: a recheck
-        (`_recheck`) found the load gone, whichever way the rate read."""
+        (`_recheck`) found the load gone, whichever way the rate read. `tried_before`: the
+        first windows of a try the load moved under, measured at the load before
+        (`_kept_before`)."""
         figures = {"hold_mbps": round(before_mbps, 3), "now_mbps": round(now_mbps, 3)}
         fell = now_mbps < before_mbps and not went
         if fell and self._before_load is None and self.reference is not None:
-            self._before_load = self.reference.setting
+            self._before_load = self._kept_before(tried_before)
+        if tried_before is not None:  # measured at the load before, filed with it
+            self.loads.saw(tried_before)
         start, whence = self._reopen_at(fell=fell)
         if not fell:
             self._before_load = None
@@ -722,6 +729,25 @@ class Climb:
             if first is not None:
                 return Change(first.setting, first.reason, {**figures, **first.figures})
         return Change(start, why, figures)
+
+    def _kept_before(self, tried: Measured | None) -> Setting:
+        """Where a load that came found the flow (`_before_load`): the reference, or the
+        try in flight when it came, when the try's windows before it (`tried`) win as at a
+        try's last look (`settled`; the try cannot go on, the load moved). In
+        docs/BENCHMARKS.md 15.45's runs W4 and W5 the load came during the try of cc 16
+        from cc 8 (its first windows 193.3 and 179.3 Mbit/s against 169.2 and 162.3); with
+        the reference as where the flow was, the search went back to cc 8 when the load
+        went and climbed to cc 16 again."""
+        assert self.reference is not None
+        ref = self.reference
+        if tried is None or tried.count < self.windows or tried.setting == ref.setting:
+            return ref.setting
+        verdict, _, figures = settled(ref, tried, min_gain=self.min_gain, z=self.z,
+                                      max_windows=tried.count)
+        verdict, _, _ = against_best(verdict, "", figures, ref, self._best(), tried,
+                                     min_gain=self.min_gain, z=self.z,
+                                     max_windows=tried.count)
+        return tried.setting if verdict is Verdict.KEPT else ref.setting
 
     def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
         """Where `_reopen` starts the search again, and how it says so: when the rate fell,
