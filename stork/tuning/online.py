@@ -42,13 +42,18 @@ settled. It answers a `Change` or nothing:
    without the history's figures: when the rate fell, from the setting held if it has more
    streams than the prior (a load that came is won back with streams); when it rose, from
    where the first fall since the last rise found the flow (`_before_load`: the load that
-   went left the path as it was then); else from the prior. Where it starts
+   went left the path as it was then; a try in flight when the load came counts there
+   when its windows before the fall won, `_kept_before`); else from the prior. Where it starts
    at the setting the flow is at, the new load's own windows measure that start when there
    are `windows` of them and they are steady (`Loads.steady`, `_reopen`), and the first try
    is made at once. When the rate fell, that try of cc up is as many doublings at once (at
    most three) as TCP's fair share says win back `WIN_BACK` of the rate before (`win_back`);
    the same model weighs the load in streams (`load_streams`), and until the search reopens
-   again no halving it says would lose past `min_gain` is tried. Once the hold has
+   again no halving it says would lose past `min_gain` is tried, but for those a jump
+   kept skipped, tried first (`_skipped`): the model measured none of them, and with
+   gains within `min_gain` the fewer streams win (on wan40 under its 50% load cc 32
+   made 0.94-1.05 of cc 64 over cells of 800 files, and without the load 0.96-0.99 of
+   the best where cc 64 made 0.86-0.92: docs/BENCHMARKS.md 15.44-15.45). Once the hold has
    `3 x windows` windows, they stop growing at the first look that saw a drift.
    While it searches, two measurements of one setting are compared with the path's noise
    (`stork.tuning.loads`): the reference measured again (and its last window alone) against
@@ -202,6 +207,7 @@ class Climb:
         """The search from `start` (default the prior), nothing measured yet."""
         self.current, self.reference, self.holding = start or self.prior, None, False
         self._jump = 1  # the first try of cc up, this many times the streams (`win_back`)
+        self._skipped: Setting | None = None  # where a jump of cc went from (`_after`)
         self._load_streams = 0.0  # the weight of a load that came, in streams (`_shared`)
         self._fell: tuple[Setting, float] | None = None  # a fall seen there, from (`_start`)
         self._ref_known, self.too_few = False, 0
@@ -438,8 +444,11 @@ class Climb:
             why = f"{why}: the load is still there"
         self._learn(verdict, self.reference.setting, tried.setting)
         if verdict is Verdict.KEPT:
+            jump = axis == "cc" and up and self.reference.setting == self._skipped
             self.reference, self._ref_known = tried, False
             self._todo = went(self._todo, axis, up, self.axes)
+            if jump:  # a jump kept: the halving it skipped, first (`_shared`)
+                self._todo.insert(0, ("cc", False))
             return self._next(f"kept: {why}", figures, first=False)
         if not first:  # the other way is tried only when the first was refused at once
             self._todo = [(a, u) for a, u in self._todo if a != axis]
@@ -465,6 +474,7 @@ class Climb:
             if jump > 1 and axis == "cc" and up and moved is not None:
                 moved = jumped(ref, jump, self.limits) or moved
                 if moved.cc > 2 * ref.cc:
+                    self._skipped = ref
                     why += (f"; cc x{moved.cc // ref.cc} at once: a load that shares the "
                             f"path by streams takes that many to win back "
                             f"{WIN_BACK:.0%} of the rate before it")
@@ -537,9 +547,12 @@ class Climb:
         would lose past `min_gain` without a try, or "": a load of `_load_streams` streams
         (`load_streams`, from the fall the search reopened on) that shares the path by
         streams leaves a flow of N streams N / (N + k) of it, so the try would make
-        (N' / (N' + k)) / (N / (N + k)) of the reference (see the module)."""
+        (N' / (N' + k)) / (N / (N + k)) of the reference (see the module). Not for a
+        setting of more streams than where a jump of cc went from (`_skipped`): the jump
+        measured none of them."""
         k = self._load_streams
-        if k <= 0 or self.reference is None:
+        if k <= 0 or self.reference is None or (
+                self._skipped is not None and streams(moved) > streams(self._skipped)):
             return ""
         n, fewer = streams(self.reference.setting), streams(moved)
         kept = fewer / (fewer + k) * (n + k) / n
