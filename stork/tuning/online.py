@@ -52,8 +52,8 @@ settled. It answers a `Change` or nothing:
    again no halving it says would lose past `min_gain` is tried, but for those a jump
    kept skipped, tried first (`_skipped`): the model measured none of them, and with
    gains within `min_gain` the fewer streams win (on wan40 under its 50% load cc 32
-   made 0.94-1.05 of cc 64 over cells of 800 files, and without the load 0.96-0.99 of
-   the best where cc 64 made 0.86-0.92: docs/BENCHMARKS.md 15.44-15.45). Once the hold has
+   made 0.94-1.05 of cc 64 over cells of 800 files, and without the load 0.96-1.00 of
+   the best where cc 64 made 0.86-0.92: docs/BENCHMARKS.md 15.44-15.46). Once the hold has
    `3 x windows` windows, they stop growing at the first look that saw a drift.
    While it searches, two measurements of one setting are compared with the path's noise
    (`stork.tuning.loads`): the reference measured again (and its last window alone) against
@@ -548,11 +548,14 @@ class Climb:
         (`load_streams`, from the fall the search reopened on) that shares the path by
         streams leaves a flow of N streams N / (N + k) of it, so the try would make
         (N' / (N' + k)) / (N / (N + k)) of the reference (see the module). Not for a
-        setting of more streams than where a jump of cc went from (`_skipped`): the jump
-        measured none of them."""
+        setting between a jump of cc and where it went from (`_skipped`: more cc, the same
+        p): the jump measured none of them. A halving of p is judged by the model as
+        before (in docs/BENCHMARKS.md 15.46's run W3, exempt too, p 1 at cc 64 was tried
+        for 37 s after the skipped cc 32 was refused)."""
         k = self._load_streams
+        skipped = self._skipped
         if k <= 0 or self.reference is None or (
-                self._skipped is not None and streams(moved) > streams(self._skipped)):
+                skipped is not None and moved.p == skipped.p and moved.cc > skipped.cc):
             return ""
         n, fewer = streams(self.reference.setting), streams(moved)
         kept = fewer / (fewer + k) * (n + k) / n
