@@ -403,12 +403,8 @@ class Climb:
         """The verdict on the try, or None while it is open; with `wait` (the try's last
         window left its first: the load may have moved in it) a verdict due waits for the
         next window, which tells (see the module)."""
-        assert self.reference is not None and self._trying is not None
-        verdict, why, figures = settled(self.reference, tried, min_gain=self.min_gain,
-                                        z=self.z, max_windows=self.max_windows)
-        verdict, why, figures = against_best(
-            verdict, why, figures, self.reference, self._best(), tried,
-            min_gain=self.min_gain, z=self.z, max_windows=self.max_windows)
+        assert self._trying is not None
+        verdict, why, figures = self._verdict(tried, self.max_windows)
         if verdict is Verdict.OPEN:  # (open only below max_windows)
             return None  # more windows at the tried setting
         if wait:
@@ -758,12 +754,18 @@ class Climb:
         ref = self.reference
         if tried is None or tried.count < self.windows or tried.setting == ref.setting:
             return ref.setting
-        verdict, _, figures = settled(ref, tried, min_gain=self.min_gain, z=self.z,
-                                      max_windows=tried.count)
-        verdict, _, _ = against_best(verdict, "", figures, ref, self._best(), tried,
-                                     min_gain=self.min_gain, z=self.z,
-                                     max_windows=tried.count)
+        verdict, _, _ = self._verdict(tried, tried.count)
         return tried.setting if verdict is Verdict.KEPT else ref.setting
+
+    def _verdict(self, tried: Measured, max_windows: int
+                 ) -> tuple[Verdict, str, dict[str, float]]:
+        """`tried` against the reference and the best rate at this load (`settled`,
+        `against_best`), decided on the point estimate from `max_windows` windows."""
+        assert self.reference is not None
+        verdict, why, figures = settled(self.reference, tried, min_gain=self.min_gain,
+                                        z=self.z, max_windows=max_windows)
+        return against_best(verdict, why, figures, self.reference, self._best(), tried,
+                            min_gain=self.min_gain, z=self.z, max_windows=max_windows)
 
     def _reopen_at(self, *, fell: bool) -> tuple[Setting, str]:
         """Where `_reopen` starts the search again, and how it says so: when the rate fell,
