@@ -76,7 +76,11 @@ settled. It answers a `Change` or nothing:
    Mbit/s under the load and after it, 8 calls 179.5 after it). So such a hold rechecks
    (`_recheck`): after `RECHECK_WINDOWS` windows it tries half its cc (or its one axis),
    judged as any try against the hold's windows, without the load's weight or this
-   load's measurements refusing it first. Kept, the load has gone, and the search starts
+   load's measurements refusing it first. Where the flow measured that setting under the
+   load (a jump's start, or the halving it skipped), the try's windows are compared with
+   that measurement too: above it and apart from it (`Loads.apart`), the load has gone
+   (`_gone`), on the try's first windows; against the hold alone, fewer streams within
+   the noise take up to `max_windows`. Kept, the load has gone, and the search starts
    again as when the rate rose at a hold: where the flow was before the load came, which,
    measured as it was then (`same_load`), takes that load's measurements as its history
    (`Loads.again`) and holds without trying again what they refused (in
@@ -313,6 +317,8 @@ class Climb:
         ref = self.reference
         recent = rates[-self.max_windows:]
         tried = Measured.of(self.current, recent)
+        if self._rechecking is not None and (gone := self._gone(tried)) is not None:
+            return gone
         if streams(self.current) > streams(ref.setting) \
                 and self._fell_far(ref, tried, (tried,)):
             # more streams far below the reference: not the streams, a load that came
@@ -431,6 +437,7 @@ class Climb:
             gone = self._reopen(hold.mean, tried.mean, "", went=True, said=(
                 f"rechecking {hold.setting.label()}: {why}: the load that came has gone "
                 f"(the load moved)"))
+            gone = Change(gone.setting, gone.reason, {**figures, **gone.figures})
         if saw:  # `tried` measured its setting (not so the windows `unsettled` judges),
             self.loads.saw(tried)  # at the load of now (a recheck kept: the new load's)
         if gone is not None:
@@ -656,6 +663,26 @@ class Climb:
         return self._go(moved, (
             f"held {hold.label()} for {len(rates)} windows since a load came: rechecking "
             f"whether it has gone; trying {axis} down"), {"hold_mbps": round(hold.mean, 3)})
+
+    def _gone(self, tried: Measured) -> Change | None:
+        """A recheck's try (`_recheck`) at a setting the flow measured under the load it
+        checks (`Loads.now`: a jump's start, or the halving it skipped): when the try's
+        windows read above that measurement and apart from it (`Loads.apart`, on the
+        path's noise), the load has gone, as when a recheck is kept. The same setting
+        measured twice tells on its first `windows` windows; judged against the hold, a
+        setting of fewer streams needs the windows a gain within the noise takes (in
+        docs/BENCHMARKS.md 15.46's runs W and W2 the recheck of cc 32 against cc 64's
+        windows spread 13% took 8 windows, 34-36 s from the change)."""
+        under = self.loads.now.get(tried.setting)
+        if under is None or under.count < self.windows or tried.mean <= under.mean \
+                or not self.loads.apart(under, tried, (tried,)):
+            return None
+        why = (f"{tried.label()} ({tried.count} windows) against its {under.label()} "
+               f"under the load: {tried.mean / under.mean - 1:+.1%}, apart by more than "
+               f"the noise")
+        return self._after(Verdict.KEPT, tried, why, {
+            "under_mbps": round(under.mean, 3), "tried_mbps": round(tried.mean, 3),
+            "windows": float(tried.count)})
 
     def _wait_for_moved(self, before_mbps: float, now_mbps: float,
                         rates: Sequence[float], *, room: bool) -> bool:
