@@ -2042,14 +2042,16 @@ def test_a_change_that_moves_nothing_counts_its_windows_at_once() -> None:
         assert tuner._took == {"settled_after_s": 0.0, "told_after_s": 0.0}
 
 
-def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold() -> None:
+def test_items_are_cut_short_while_the_controller_searches_and_lists_keep_their_length(
+) -> None:
     """A change of p waits for the calls in flight: while the climb searches, the engine's
-    lists are sized for SEARCH_CALL_S and its items cut into pieces of SEARCH_PIECE_S; at
-    the hold they are the engine's own again, and while a shared chunk holds its preset
-    they are not shortened. A climb of cc alone keeps the engine's lists."""
+    items are cut into pieces of SEARCH_PIECE_S; at the hold they are taken whole again,
+    and while a shared chunk holds its preset they are not cut. Lists keep the engine's
+    length throughout, for a climb of cc and p as for one of cc alone: shorter, they cost
+    a flow of fewer workers more (docs/BENCHMARKS.md 15.47)."""
     from stork.engine import Engine
     from stork.engine.engine import CALL_S
-    from stork.server.flow_tuning import SEARCH_CALL_S, SEARCH_PIECE_S, FlowTuner
+    from stork.server.flow_tuning import SEARCH_PIECE_S, FlowTuner
     from stork.transfer.worker import FileWork
 
     now = [0.0]
@@ -2057,11 +2059,11 @@ def test_list_calls_are_short_while_the_controller_searches_and_long_at_the_hold
     prior = Setting(4, 1, 1)
     engine = Engine([Item(f) for f in work], lambda: None, prior,  # type: ignore[arg-type,return-value]
                     lambda *_: None, clock=lambda: now[0])
-    assert engine.call_s == CALL_S > SEARCH_CALL_S
+    assert engine.call_s == CALL_S and engine.cut_s is None
     climb = Climb(prior, LIMITS)
     tuner = FlowTuner(engine, climb, what="medium", prior_reason="test",
                       write_result=lambda _: None, clock=lambda: now[0])
-    assert engine.call_s == SEARCH_CALL_S and engine.cut_s == SEARCH_PIECE_S
+    assert engine.call_s == CALL_S and engine.cut_s == SEARCH_PIECE_S
     alone = Engine([Item(f) for f in work], lambda: None, prior,  # type: ignore[arg-type,return-value]
                    lambda *_: None, clock=lambda: now[0])
     FlowTuner(alone, Climb(prior, LIMITS, axes=("cc",)), what="small", prior_reason="test",

@@ -32,25 +32,29 @@ of the setting a change left that become final only after it (the calls tell the
 go to the controller as they come (`Climb.late`): a load that came while a verdict was
 due shows there first.
 
-A change of `p` waits for the calls in flight to end, so while the controller searches the
-engine's list calls are sized for `SEARCH_CALL_S` (2 s) of a worker's rate instead of the
-engine's `call_s` (4 s), which they get back at the hold. On wan40 the measurement at p 3
-after a refused try of p 1 came 24-25 s after the change back: 7 s of it its ramp and
-three windows, the rest mostly the wait for the calls taken at p 1 to end
-(docs/BENCHMARKS.md 15.28, runs M1-M2). A climb of cc alone (small files) keeps the
-engine's `call_s`: more workers start at once and fewer retire as their calls end, so a
-change of cc waits for one call at most, and short calls cost a flow of small files its rate: on
-wan80 one at cc 32 ran at 137-215 Mbit/s from its 6th to its 13th second on 2-s calls, where
-the preset's 4-s calls at the same cc ran at 178-277 (15.34, run W80), and the climb's
-measurement of cc 32 read 181.9 Mbit/s against 237.5 on 4-s calls (15.36's run W80b against
-15.37's W80), so that cc 64 looked 48.7% better where the fixed cells differ by 2-7%.
-(15.10 had found 2-s and 4-s calls level on wan80's fixed cells.) For the same reason a
-range or a large file is taken as a piece of
-`SEARCH_PIECE_S` (8 s) of a worker's rate while it searches (`Engine.cut_s`, where the
-engine cuts items at all): on wan80 a try of fewer streams waited about 30 s for the 64 MiB
-ranges in flight, and was judged 45-48 s after it began (15.28, run N2). Not shorter: a
-third-party call tells its bytes at its server's markers, every 5 s, and calls of 2-6 s
-(16 MiB ranges on wan40) made windows far noisier (15.25, run A).
+A change of `p` waits for the calls in flight to end, and a range or a large file is
+taken as a piece of `SEARCH_PIECE_S` (8 s) of a worker's rate while the controller searches
+(`Engine.cut_s`, where the engine cuts items at all): on wan80 a try of fewer streams waited
+about 30 s for the 64 MiB ranges in flight, and was judged 45-48 s after it began
+(docs/BENCHMARKS.md 15.28, run N2). Not shorter: a third-party call tells its bytes at its
+server's markers, every 5 s, and calls of 2-6 s (16 MiB ranges on wan40) made windows far
+noisier (15.25, run A).
+
+The engine's list calls keep their length (`call_s`, 4 s) while the controller searches,
+for files of every size class. Shorter calls cost a flow of fewer workers more, so a try of
+fewer streams on them read low: on wan80 a flow of small files at cc 32 ran at 137-215
+Mbit/s from its 6th to its 13th second on 2-s calls, where the preset's 4-s calls at the
+same cc ran at 178-277 (15.34, run W80), and the climb's measurement of cc 32 read 181.9
+Mbit/s against 237.5 on 4-s calls (15.36's run W80b against 15.37's W80), so that cc 64
+looked 48.7% better where the fixed cells differ by 2-7%. Files of the other classes (p
+searched too) were searched on 2-s calls until 2026-11-30, for the wait of a change of `p`
+(on wan40 the measurement at p 3 after a refused try of p 1 came 24-25 s after the change
+back, most of it the wait for the calls taken at p 1: 15.28, runs M1-M2); under wan40's
+load the halving a jump skipped, cc 32, then read 0.77-0.81 of cc 64's windows in a try
+where the same runs' cells (4-s calls) put it at 0.99-1.01 of cc 64 (15.46's W3, 15.47's
+W). A likely cause: a call that ends before its server's first marker tells nothing until
+its end, so its slot cannot set the next call up while it ends (`Engine._plan_hand_over`),
+and each such call costs the slot a set-up (0.7-0.9 s at 40 ms) with nothing moving.
 
 A flow that shares the path with other flows of its own job (a dataset's chunks of other
 size classes, `shared`; not a chunk that ends in its first round of calls: `shares_path`)
@@ -120,8 +124,8 @@ STEP_S = 0.5  # how often the controller looks at the flow
 RAMP_S = 1.0  # after a setting is in effect in every call, its first windows are slow start
 COLD_S = 2.0  # and at a flow's first setting (every connection new) one window more
 STRAGGLER_CC = 8  # from this cc a measurement again counts with one call of the try left
-SEARCH_CALL_S = 2.0  # a list call's length while the controller searches (see the module)
-SEARCH_PIECE_S = 8.0  # and a piece of a range or large file (see the module)
+SEARCH_PIECE_S = 8.0  # a piece of a range or large file while the controller searches (see
+# the module)
 PRIOR_SOURCES = ((True, True), (False, True), (True, False), (False, False))  # where a
 # climb's prior comes from, first first: (this path, files of about the job's size only)
 CHANGES_KEPT = 40  # changes listed on the job's ad (the count is of all of them)
@@ -404,7 +408,6 @@ class FlowTuner:
                                       "start": self.start_setting().label()}
         if engine.setting != self.start_setting():  # (an engine not started yet)
             engine.set(self.start_setting())
-        self._hold_call_s = engine.call_s
         self._size_calls()
 
     def start_setting(self) -> Setting:
@@ -563,13 +566,9 @@ class FlowTuner:
         self._took, self._logged = {}, 0
 
     def _size_calls(self) -> None:
-        """The engine's calls short while the controller searches a climb that may change
-        `p` (see the module)."""
+        """The engine's items cut short while the controller searches (see the module)."""
         searching = (not self._waiting or self.climb is not self.own) \
             and not self.climb.holding
-        short = searching and "p" in self.climb.axes
-        self.engine.call_s = min(self._hold_call_s, SEARCH_CALL_S) if short \
-            else self._hold_call_s
         self.engine.cut_s = SEARCH_PIECE_S if searching else None
 
     def _alone(self, now: float) -> bool:
