@@ -622,6 +622,9 @@ def test_a_recheck_at_a_setting_measured_under_the_load_tells_it_went_on_its_fir
         assert recheck_t - last <= 2 * RECHECK_WINDOWS + 10, (last, recheck_t)
         told += 1
     assert told >= 8, told
+
+
+def test_a_load_that_goes_reopens_the_search_from_the_prior() -> None:
     """When the rate rose, the prior (what the path wants without that load) is where the
     search starts again: the streams the load called for are not kept by default."""
     prior = Setting(4, 1, 1)
