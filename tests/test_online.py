@@ -434,6 +434,33 @@ def test_a_jump_kept_under_a_load_tries_the_halving_it_skipped() -> None:
         held_at.reason.endswith("holding cc=64 p=2 pp=1"), held_at
 
 
+def test_fewer_streams_refused_at_the_last_look_are_judged_again_on_the_reference_measured_again(
+) -> None:
+    """A try of fewer streams still open at the last look is decided on the point estimate,
+    against a reference of `WINDOWS` windows; the flow goes back to measure the reference
+    again, and the try is judged again against the reference pooled: within 5% of it, the
+    fewer streams win (15.47's run W2: the halving a jump skipped, cc 32, read 167.7 Mbit/s
+    against the jump's first windows, 177.3, and was refused at -5.4%; cc 64 measured again
+    read 150.6, 163.9 pooled). Where the reference measured again holds its rate, the
+    refusal stands."""
+    def climbed(again: list[float]) -> list[Change]:
+        climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=195.0)
+        said = [climb.step([200.0, 180.0, 190.0])]  # no room for cc 16: cc 4 is tried
+        tried = [180.0, 170.0, 185.0, 175.0, 180.0, 178.0, 172.0, 182.0]
+        said += [climb.step(tried[:n]) for n in range(WINDOWS, MAX_WINDOWS + 1)]
+        said += [climb.step(again)]
+        return [c for c in said if c is not None]
+
+    start, refused, judged = climbed([170.0, 172.0, 168.0])
+    assert start.setting == Setting(4, 1, 1) and refused.setting == Setting(8, 1, 1), start
+    assert refused.reason.startswith("refused: cc=4 p=1 pp=1") and \
+        "still open after 8 windows" in refused.reason, refused
+    assert judged.setting == Setting(4, 1, 1) and "180.0 Mbit/s over 6" in judged.reason \
+        and "refused at the last look, judged again against it" in judged.reason, judged
+    *_, held = climbed([190.0, 191.0, 189.0])
+    assert held.setting == Setting(8, 1, 1) and held.reason.endswith("holding cc=8 p=1 pp=1")
+
+
 def test_a_load_seen_in_the_windows_told_after_a_verdict_reopens_the_search_at_once(
 ) -> None:
     """15.33's run L7: a load came while the verdict on cc 16 was due; the verdict read

@@ -16,8 +16,9 @@ settled. It answers a `Change` or nothing:
    longer, up to `max_windows`, then decided (`settled`): more streams are kept when their
    gain less one standard error still reaches `min_gain`, else the fewer streams win. A
    kept setting becomes the reference; a refused one sends the flow back to the reference, measured
-   again and pooled, and the other direction is tried only when the first was refused at
-   once. The next axis starts the way the last kept move went; a refused move turns the
+   again and pooled (a try of fewer streams refused at the last look is then judged again
+   against it: `_judged_again`), and the other direction is tried only when the first was
+   refused at once. The next axis starts the way the last kept move went; a refused move turns the
    other axes the other way first; of two halvings still to try, small and medium files
    try p's first (`stork.tuning.moves`: `went`, `turned`, `halving_order`). A prior that is a
    halving (or a doubling) of a setting the history measured (`moved_start`) is itself a
@@ -212,6 +213,7 @@ class Climb:
         self.current, self.reference, self.holding = start or self.prior, None, False
         self._jump = 1  # the first try of cc up, this many times the streams (`win_back`)
         self._skipped: Setting | None = None  # where a jump of cc went from (`_after`)
+        self._refused_open: Measured | None = None  # judged again (`_judged_again`)
         self._load_streams = 0.0  # the weight of a load that came, in streams (`_shared`)
         self._fell: tuple[Setting, float] | None = None  # a fall seen there, from (`_start`)
         self._ref_known, self.too_few = False, 0
@@ -301,9 +303,9 @@ class Climb:
             self._again = False
             self.loads.saw(again)
             self.reference = pooled(self.current, [self.reference, again]) or again
-            return self._next(f"measured {again.label()} again ({again.count} windows), "
-                              f"{self.reference.mean:.1f} Mbit/s over "
-                              f"{self.reference.count}")
+            said = (f"measured {again.label()} again ({again.count} windows), "
+                    f"{self.reference.mean:.1f} Mbit/s over {self.reference.count}")
+            return self._judged_again(said) or self._next(said)
         first = Measured.of(self.current, rates[:self.windows])  # the try's first windows
         lasts = [Measured.of(self.current, [r]) for r in rates[self.windows:][-2:]]
         if len(lasts) == 2 and all(self.loads.apart(first, w, (first,)) for w in lasts) \
@@ -453,6 +455,9 @@ class Climb:
             if jump:  # a jump kept: the halving it skipped, first (`_shared`)
                 self._todo.insert(0, ("cc", False))
             return self._next(f"kept: {why}", figures, first=False)
+        if saw and tried.count >= self.max_windows \
+                and streams(tried.setting) < streams(self.reference.setting):
+            self._refused_open = tried  # refused at the last look: judged again (`step`)
         if not first:  # the other way is tried only when the first was refused at once
             self._todo = [(a, u) for a, u in self._todo if a != axis]
         self._todo = turned(self._todo, axis, up, self.axes, self.halving)
@@ -532,6 +537,32 @@ class Climb:
             why += "; " + "; ".join(passed)
         self.holding, self._trying, self._looked = True, None, 0
         return self._go(ref, f"{why}; holding {ref.label()}", figures, always=True)
+
+    def _judged_again(self, said: str) -> Change | None:
+        """Back at the reference after a try of fewer streams refused at the last look, on
+        the point estimate (`_refused_open`), with the reference measured again and pooled:
+        the try judged again against it (`_verdict`); kept, the flow goes to it and
+        measures it on arrival, as a setting the history keeps. Else None. The first
+        verdict read a reference of `windows` windows, the try `max_windows`: within the
+        noise, a reference measured high by chance refuses fewer streams that would win
+        against it measured longer (a jump's first windows read high: in all five runs of
+        docs/BENCHMARKS.md 15.44-15.47 that made one, 163.3-177.3 Mbit/s against
+        146.4-159.0 for the cells of cc 64 under the load; in 15.47's run W2 the halving
+        the jump skipped, cc 32, read 167.7 against the jump's 177.3 and was refused at
+        -5.4%, and cc 64 measured again read 150.6, 163.9 pooled)."""
+        tried, self._refused_open = self._refused_open, None
+        if tried is None or self.reference is None:
+            return None
+        verdict, why, figures = self._verdict(tried, self.max_windows)
+        if verdict is not Verdict.KEPT:
+            return None
+        axis = "cc" if tried.setting.cc != self.reference.setting.cc else "p"
+        self.reference, self._ref_known = tried, False
+        self._todo = went(self._todo, axis, False, self.axes)
+        self._again, self._trying, self._back_from = True, None, None
+        return self._go(tried.setting, f"{said}; {tried.setting.label()}, refused at the "
+                                       f"last look, judged again against it: {why}; "
+                                       f"measuring it", figures)
 
     def _past_shape(self, axis: str) -> str:
         """Why halving the reference along `axis` would lose past `min_gain` without a try,
