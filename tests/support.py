@@ -188,7 +188,15 @@ class StorkServer:
             job = self.job(job_id)["job"]
             return job if job["state"] in states else None
 
-        return wait_for(reached, timeout_s, 0.1, what=f"job {job_id} to reach {states}")
+        try:
+            return wait_for(reached, timeout_s, 0.1, what=f"job {job_id} to reach {states}")
+        except TimeoutError as timed_out:  # what the job and the daemon were doing then
+            status = self.job(job_id)
+            seen = {k: v for k, v in status["job"].items() if k != "ad"}
+            log = self.stderr_path.read_text(errors="replace").splitlines()[-40:]
+            raise TimeoutError(f"{timed_out}; the job then: {seen}; its last events: "
+                               f"{status['events'][-10:]}; the daemon's last lines:\n"
+                               + "\n".join(log)) from None
 
     def signal(self, signum: int) -> None:
         assert self.proc is not None

@@ -360,6 +360,29 @@ def test_failed_removed_and_killed_attempts_leave_what_was_there(
     reader.result()
 
 
+def test_a_permanent_failure_leaves_no_file_the_claim_created_nor_one_the_tool_changed(
+        tmp_path: Path, gridftp: GridFtpServer, gridftp_root: Path) -> None:
+    """A missing source (a permanent failure) into a new local path leaves no empty file
+    behind, as cp leaves none. A file that was there stays as it was when the tool did not
+    touch it (the copy helper looks at the source first), and goes when the tool changed it
+    (globus-url-copy truncates its destination before it reaches the source), as after a
+    retryable failure: no empty file stands where the user's data was."""
+    kept, truncated = tmp_path / "kept.dat", tmp_path / "truncated.dat"
+    for path in (kept, truncated):
+        path.write_bytes(b"the user's old data")
+    missing = (f"file://{tmp_path / 'no-such.src'}", gridftp.url(gridftp_root / "no-such.src"))
+    with StorkServer(tmp_path / "state") as server:
+        ids = server.submit("".join(
+            f'[ dap_type = transfer; src_url = "{src}"; dest_url = "file://{dest}" ]\n'
+            for src, dest in zip(missing * 2, (tmp_path / "new-0.dat", tmp_path / "new-1.dat",
+                                               kept, truncated), strict=True)))
+        jobs = [server.wait_state(i) for i in ids]
+    assert all((j["state"], j["failure_kind"]) == ("FAILED", "permanent") for j in jobs), jobs
+    assert all('"created": true' in j["result"]["destination_claim"] for j in jobs[:2]), jobs
+    assert sorted(p.name for p in tmp_path.glob("*.dat")) == ["kept.dat"]
+    assert kept.read_bytes() == b"the user's old data"
+
+
 def test_kill_9_in_a_transfer_to_a_new_file_removes_that_file_and_nothing_else(
         tmp_path: Path) -> None:
     """The claim is kept on the job: recovery removes the partial file the attempt made."""

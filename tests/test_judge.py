@@ -212,6 +212,12 @@ def test_copy_helper_exit_statuses_name_the_failure(tmp_path: Path) -> None:
         failure = FileModule().judge(result.returncode, result.stderr.strip())
         assert type(failure) is expected, (src_url, dest_url, result.stderr)
         assert words in str(failure)
+    # a source it cannot read leaves the destination as it was (as cp does), new or not
+    assert not (tmp_path / "a.dat").exists()
+    old = tmp_path / "old.dat"
+    old.write_bytes(b"the user's old data")
+    assert _helper(f"file://{tmp_path}/missing.dat", f"file://{old}").returncode != 0
+    assert old.read_bytes() == b"the user's old data"
 
 
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="prlimit (util-linux) is missing")

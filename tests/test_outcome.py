@@ -125,6 +125,10 @@ def test_permanent_failure_fails_at_once_and_keeps_the_destination() -> None:
     assert t.detail == {"why": "permanent failure"} and t.error == "550 No such file"
     assert not verdict.remove_partial
     assert [e.return_value for e in verdict.userlog if e.code == TERMINATED] == [1]
+    # but not a file the attempt's claim knows (the destination's own rules remove only
+    # the file it created, or one the tool changed)
+    known = dataclasses.replace(failed(NotFound("550 No such file")), dest_known=True)
+    assert judge(job(), known, settings(), NOW).remove_partial
 
 
 def test_the_failure_class_decides_whether_to_retry() -> None:

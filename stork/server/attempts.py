@@ -324,7 +324,10 @@ class Attempts:
         """The facts the judge needs (this is where the destination is looked at)."""
         streams = result.streams if result.streams is not None else plan.streams
         facts = AttemptOutcome(plan.attempt_no, result, plan.dest_url, streams=streams,
-                               bytes_before=plan.bytes_in_destination)
+                               bytes_before=plan.bytes_in_destination,
+                               dest_known=plan.destination is not None
+                               and (plan.destination.created
+                                    or plan.destination.file is not None))
         if result.killed_reason is not None:
             return facts
         if result.exit_code != 0:

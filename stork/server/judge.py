@@ -58,6 +58,9 @@ class AttemptOutcome:
     # bytes already in the destination before the attempt (the EOS's in-place samples): the
     # attempt sent the rest, and a failure leaves a file with holes
     bytes_before: int = 0
+    # the attempt's claim knows what it found at the destination (a local or ftp:// one): it
+    # created the file, or noted the one there (`destination.removable`)
+    dest_known: bool = False
 
 
 @dataclass
@@ -171,8 +174,12 @@ def judge(job: Job, outcome: AttemptOutcome, settings: Settings, now: float) -> 
     else:
         failure = outcome.failure or RetryableTransferError(
             result.stderr_tail or f"exit status {result.exit_code}", exit_code=result.exit_code)
-    # never leave a partial file that looks like a result (nor one with the samples' ranges)
-    remove = has_dest and (failure.retryable or failure.tool_killed or outcome.bytes_before > 0)
+    # never leave a partial file that looks like a result (nor one with the samples' ranges);
+    # a permanent failure keeps a remote destination as it was (it may be the user's, and
+    # cannot be told from what the attempt wrote), but not a file its claim knows: the
+    # empty one it created (cp leaves none for a missing source) or one the tool changed
+    remove = has_dest and (failure.retryable or failure.tool_killed or outcome.bytes_before > 0
+                           or outcome.dest_known)
     return _failed(job, outcome, failure, settings, now, remove)
 
 

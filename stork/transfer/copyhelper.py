@@ -9,6 +9,7 @@ denied, 5 destination full, 6 bad URL), so the daemon never reads its words.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import sys
 import time
@@ -106,9 +107,12 @@ def copy(src_url: str, dest_url: str) -> None:
         raise BadUrl(f"destination must be a file URL, got {dest.scheme}")
     chunks = _file_chunks(src.path) if src.scheme == "file" else _http_chunks(src.text)
     start = last = time.monotonic()
+    # the source reached (opened, or its answer read) before the destination is opened: a
+    # source that fails leaves the destination as it was, as cp does
+    first = next(chunks, b"")
     done = last_done = 0
     with _open(dest.path, "wb", "destination") as out:
-        for chunk in chunks:
+        for chunk in itertools.chain((first,), chunks):
             try:
                 out.write(chunk)
             except OSError as exc:
