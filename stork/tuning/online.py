@@ -455,7 +455,7 @@ class Climb:
             if jump:  # a jump kept: the halving it skipped, first (`_shared`)
                 self._todo.insert(0, ("cc", False))
             return self._next(f"kept: {why}", figures, first=False)
-        if saw and tried.count >= self.max_windows \
+        if saw and recheck is None and tried.count >= self.max_windows \
                 and streams(tried.setting) < streams(self.reference.setting):
             self._refused_open = tried  # refused at the last look: judged again (`step`)
         if not first:  # the other way is tried only when the first was refused at once
@@ -549,7 +549,8 @@ class Climb:
         docs/BENCHMARKS.md 15.44-15.47 that made one, 163.3-177.3 Mbit/s against
         146.4-159.0 for the cells of cc 64 under the load; in 15.47's run W2 the halving
         the jump skipped, cc 32, read 167.7 against the jump's 177.3 and was refused at
-        -5.4%, and cc 64 measured again read 150.6, 163.9 pooled)."""
+        -5.4%, and cc 64 measured again read 150.6, 163.9 pooled). Not a recheck's try
+        (`_recheck`): that asks whether the load went, and its refusal says it is there."""
         tried, self._refused_open = self._refused_open, None
         if tried is None or self.reference is None:
             return None
