@@ -326,8 +326,7 @@ class Attempts:
         facts = AttemptOutcome(plan.attempt_no, result, plan.dest_url, streams=streams,
                                bytes_before=plan.bytes_in_destination,
                                dest_known=plan.destination is not None
-                               and (plan.destination.created
-                                    or plan.destination.file is not None))
+                               and plan.destination.known)
         if result.killed_reason is not None:
             return facts
         if result.exit_code != 0:

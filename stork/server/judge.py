@@ -58,8 +58,7 @@ class AttemptOutcome:
     # bytes already in the destination before the attempt (the EOS's in-place samples): the
     # attempt sent the rest, and a failure leaves a file with holes
     bytes_before: int = 0
-    # the attempt's claim knows what it found at the destination (a local or ftp:// one): it
-    # created the file, or noted the one there (`destination.removable`)
+    # the attempt's claim knows what it found at the destination (`Destination.known`)
     dest_known: bool = False
 
 

@@ -91,6 +91,12 @@ class Destination:
         return self.kind in SINKS
 
     @property
+    def known(self) -> bool:
+        """The claim knows what it found here (a local or ftp:// end): it created the
+        file, or noted the one there, so `removable` can tell what the attempt wrote."""
+        return self.created or self.file is not None
+
+    @property
     def ordered(self) -> bool:
         """Bytes must arrive in order: one stream, one file at a time."""
         return self.kind in (DestKind.DEVICE, DestKind.FIFO)
