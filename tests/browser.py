@@ -1,11 +1,12 @@
 """Headless Debian Chromium for tests, the docs' screenshot and the cost benchmark, and a
-way to hold a dataset between two batches (its globus-url-copy children stopped)."""
+way to hold a dataset between two calls (its globus-url-copy held before it starts)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
+import shlex
+import shutil
+from pathlib import Path
 from typing import Any
 
 from tests.support import wait_for
@@ -58,26 +59,68 @@ def children(pid: int, name: str, without: str = "") -> list[int]:
 
 
 class Freezer:
-    """Stops the daemon's globus-url-copy children one after another (each is one batch of
-    a dataset; the remote dataset's listing, `globus-url-copy -list`, is left alone);
-    `release` lets them all go on."""
+    """Holds a dataset's calls before they start: the daemon runs globus-url-copy through a
+    wrapper (`knobs`) that waits, before it starts the tool, while the hold is on and it
+    has not been let go. Held at the wrapper, a call cannot slip past as a stopped process
+    could: a SIGSTOP sent to a call of one 16 MiB file on loopback came as it was ending,
+    and the next call took the rest of the dataset.
 
-    def __init__(self, daemon_pid: int) -> None:
-        self.daemon_pid = daemon_pid
+    `next_batch` turns the hold on and waits for a call held at it; `release` lets every
+    held call go and turns the hold off."""
+
+    def __init__(self, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.dir = workdir
+        self.hold_file = workdir / "hold"
+        self.tool = workdir / "globus-url-copy"
+        real = shutil.which("globus-url-copy")
+        if real is None:
+            raise RuntimeError("globus-url-copy is not installed; run `make setup`")
+        self.tool.write_text(f"""#!/bin/sh
+# a call waits here while {self.hold_file} exists and it was not let go (tests/browser.py)
+while [ -e {shlex.quote(str(self.hold_file))} ] && [ ! -e {shlex.quote(str(workdir))}/go.$$ ]; do
+  : > {shlex.quote(str(workdir))}/held.$$
+  sleep 0.02
+done
+exec {shlex.quote(real)} "$@"
+""")
+        self.tool.chmod(0o755)
         self.frozen: list[int] = []
 
-    def next_batch(self) -> int:
-        def fresh() -> int | None:
-            new = [p for p in children(self.daemon_pid, "globus-url-copy", without="-list")
-                   if p not in self.frozen]
-            return new[0] if new else None
+    @property
+    def knobs(self) -> dict[str, str]:
+        """The daemon's configuration that runs its calls through the wrapper."""
+        return {"STORK_GLOBUS_URL_COPY": str(self.tool)}
 
-        pid: int = wait_for(fresh, 60, 0.01, what="the next batch's globus-url-copy")
-        os.kill(pid, signal.SIGSTOP)
+    def hold(self) -> None:
+        """Calls started from now on wait at the wrapper."""
+        self.hold_file.touch()
+
+    def next_batch(self) -> int:
+        """Hold calls, and wait for one (not held before) to be held; its pid."""
+        self.hold()
+
+        def fresh() -> int | None:
+            for held in sorted(self.dir.glob("held.*")):
+                pid = int(held.suffix[1:])
+                if pid not in self.frozen and _alive(pid):
+                    return pid
+            return None
+
+        pid: int = wait_for(fresh, 60, 0.01, what="the next call held at the wrapper")
         self.frozen.append(pid)
         return pid
 
     def release(self) -> None:
-        for pid in self.frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        """Let every held call go, and hold no more."""
+        for held in self.dir.glob("held.*"):
+            (self.dir / f"go{held.suffix}").touch()
+        self.hold_file.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

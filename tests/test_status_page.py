@@ -1,10 +1,11 @@
 """The status page in a real browser: Debian's Chromium, headless, driven through Selenium
 and chromedriver, against a real stork_server moving real files over loopback GridFTP.
 
-A dataset's progress is caught between batches without timing anything: each batch is one
-globus-url-copy process, which the test stops (SIGSTOP) as soon as it appears; the batch
-before it was committed before it started, so the page must show more files done than at
-the previous stop.
+A dataset's progress is caught between calls without timing anything: each call of the
+engine's one worker (`-cc 1`) is one globus-url-copy, which the daemon runs through the
+test's wrapper (`tests.browser.Freezer`), where a call waits before it starts while the test
+holds it. Once let go, the call held first moves its file while the next one waits, so
+the page must show more files done than at the previous hold.
 """
 
 from __future__ import annotations
@@ -87,12 +88,11 @@ def test_page_follows_a_dataset_and_a_removed_job_leaves(
         with open(src / f"f{i:02d}.dat", "wb") as handle:
             handle.truncate(FILE_BYTES)  # sparse: the source costs no disk
     out = tmp_path / "out"
-    server, base = tcp_daemon(tmp_path, STORK_MAX_NUM_JOBS=1)
-    freezer: Freezer | None = None
+    freezer = Freezer(tmp_path / "freezer")
+    server, base = tcp_daemon(tmp_path, STORK_MAX_NUM_JOBS=1, **freezer.knobs)
     try:
         server.start()
-        assert server.proc is not None
-        freezer = Freezer(server.proc.pid)
+        freezer.hold()
         [dataset] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 1 -p 1";
           src_url = "{gridftp.url(src)}/"; dest_url = "file://{out}/" ]""")
         freezer.next_batch()
@@ -109,7 +109,7 @@ def test_page_follows_a_dataset_and_a_removed_job_leaves(
                                 or "")
 
         freezer.release()
-        freezer.next_batch()  # started only after the batch before it was committed
+        freezer.next_batch()  # the next call waits; the one let go lands its file
         wait_for(lambda: (fraction(browser, dataset) or 0) > first, 20,
                  what="the progress bar to advance")
         done = server.job(dataset)["job"]["files_done"]
@@ -141,8 +141,7 @@ def test_page_follows_a_dataset_and_a_removed_job_leaves(
         assert pairs == ["127.0.0.1 -> localhost"]
         assert browser.find_element("id", "banner").get_attribute("data-state") == "ok"
     finally:
-        if freezer is not None:
-            freezer.release()
+        freezer.release()
         server.stop()
         shutil.rmtree(src, ignore_errors=True)
 

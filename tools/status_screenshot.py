@@ -3,9 +3,9 @@ running, after real transfers over loopback GridFTP (two EOS optimizations, a fa
 
     .venv/bin/python tools/status_screenshot.py [--out docs/status_page.png]
 
-The dataset is held between two batches (its globus-url-copy stopped) while the picture is
-taken, so the progress bar shows part of the files done; then it is let go and the daemon
-stopped.
+The dataset is held between two calls (its next globus-url-copy held before it starts)
+while the picture is taken, so the progress bar shows part of the files done; then it is
+let go and the daemon stopped.
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ def take(work: Path, gridftp: GridFtpServer, out: str) -> None:
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
     port = free_port()
-    server = StorkServer(work / "daemon", {
+    freezer = Freezer(work / "freezer")
+    server = StorkServer(work / "daemon", {**freezer.knobs,
         "STORK_API_ADDRESS": f"127.0.0.1:{port}", "STORK_API_TOKEN_FILE": str(token_file),
         "STORK_MAX_NUM_JOBS": "1", "STORK_LINK_MBPS": "2", "EOS_SAMPLE_TIME": "1"})
     driver = None
-    freezer = None
     with server:
         assert server.proc is not None
         ids = server.submit(f"""
@@ -75,7 +75,6 @@ def take(work: Path, gridftp: GridFtpServer, out: str) -> None:
               dest_url = "file://{work}/copy{i}.h5"; arguments = "-p {2 ** i}" ]""")
         for job in ids:
             server.wait_state(job, timeout_s=120)
-        freezer = Freezer(server.proc.pid)
         [dataset] = server.submit(f"""[ dap_type = transfer; arguments = "-cc 1 -p 4";
           src_url = "{gridftp.url(data / 'run42')}/"; dest_url = "file://{work}/run42/" ]""")
         for _ in range(4):
