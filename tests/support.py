@@ -190,13 +190,28 @@ class StorkServer:
 
         try:
             return wait_for(reached, timeout_s, 0.1, what=f"job {job_id} to reach {states}")
-        except TimeoutError as timed_out:  # what the job and the daemon were doing then
-            status = self.job(job_id)
-            seen = {k: v for k, v in status["job"].items() if k != "ad"}
-            log = self.stderr_path.read_text(errors="replace").splitlines()[-40:]
-            raise TimeoutError(f"{timed_out}; the job then: {seen}; its last events: "
-                               f"{status['events'][-10:]}; the daemon's last lines:\n"
-                               + "\n".join(log)) from None
+        except TimeoutError as timed_out:
+            raise TimeoutError(f"{timed_out}; {self.diagnosis(job_id)}") from None
+
+    def diagnosis(self, job_id: int) -> str:
+        """What the job and the daemon were doing (a wait for the job timed out): the job's
+        fields and last events, and the daemon's last log lines with every thread's stack
+        (SIGUSR2), or how the daemon ended."""
+        if self.proc is None or self.proc.poll() is not None:
+            said = ("stork_server is not running" if self.proc is None
+                    else f"stork_server exited with status {self.proc.returncode}")
+        else:
+            try:
+                status = self.job(job_id)
+                seen = {k: v for k, v in status["job"].items() if k != "ad"}
+                said = f"the job then: {seen}; its last events: {status['events'][-10:]}"
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                said = f"stork_server did not answer for the job: {exc!r}"
+            self.proc.send_signal(signal.SIGUSR2)
+            time.sleep(1)  # (faulthandler writes at once; the log's lines before it too)
+        log = Path(self.knobs.get("STORK_LOG", self.state / "stork_server.log"))
+        tail = log.read_text(errors="replace").splitlines()[-150:] if log.exists() else []
+        return f"{said}; the daemon's last log lines:\n" + "\n".join(tail)
 
     def signal(self, signum: int) -> None:
         assert self.proc is not None

@@ -196,10 +196,34 @@ def test_detaches_with_a_pid_file(tmp_path: Path) -> None:
                        what="pid file"))
     wait_for(server.ready, 20, what="detached daemon")
     assert server.api("GET", "/v1/ping").json()["pid"] == pid
+    log = server.state / "stork_server.log"
+    os.kill(pid, signal.SIGUSR2)  # every thread's stack to the log, and it goes on
+    wait_for(lambda: "most recent call first" in log.read_text(), 10, what="the stacks")
+    assert server.api("GET", "/v1/ping").json()["pid"] == pid
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not Path(f"/proc/{pid}").exists(), 20, what="daemon to exit")
     assert not pid_file.exists() and not Path(server.socket).exists()
     assert "stork_server stopped" in (server.state / "stork_server.log").read_text()
+
+
+def test_a_wait_that_times_out_says_what_the_job_and_the_daemon_were_doing(
+        tmp_path: Path) -> None:
+    src = make_file(tmp_path / "src.dat", 4096 * KB)
+    server = slow_server(tmp_path, delay_s=0.5).start()
+    try:
+        [job_id] = server.submit(transfer_ad(src, tmp_path / "d.dat"))
+        with pytest.raises(TimeoutError) as timed_out:
+            server.wait_state(job_id, timeout_s=2)
+        said = str(timed_out.value)
+        assert "'state': 'RUNNING'" in said and "'execute'" in said  # the job, its events
+        assert "most recent call first" in said  # the daemon's threads (SIGUSR2)
+        assert server.api("GET", "/v1/ping").status_code == 200  # and it goes on
+        assert server.proc is not None
+        server.proc.kill()
+        server.proc.wait()
+        assert "stork_server exited with status -9" in server.diagnosis(job_id)
+    finally:
+        server.stop()
 
 
 def test_second_server_on_the_same_socket_is_refused(stork: StorkServer) -> None:

@@ -1,9 +1,12 @@
-"""stork_server: the daemon. Detaches with python-daemon unless -f is given."""
+"""stork_server: the daemon. Detaches with python-daemon unless -f is given. SIGUSR2
+writes every thread's stack to its log."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 from stork import config
@@ -30,6 +33,13 @@ def _logging(settings: config.Settings, foreground: bool) -> logging.FileHandler
     return handler
 
 
+def _dump_stacks_on_usr2(handler: logging.FileHandler) -> None:
+    """SIGUSR2 writes every thread's stack to the log (a daemon that seems stuck can say
+    where, without stopping it: `kill -USR2 PID`)."""
+    if handler.stream is not None:  # (opened at once: the handler is not delayed)
+        faulthandler.register(signal.SIGUSR2, file=handler.stream, all_threads=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("stork_server", "The Stork data placement daemon.")
     p.add_argument("-f", "--foreground", action="store_true",
@@ -49,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(settings.state_dir, mode=0o755, exist_ok=True)
     daemon_obj = Daemon(settings, path)
     if args.foreground:
-        _logging(settings, foreground=True)
+        _dump_stacks_on_usr2(_logging(settings, foreground=True))
         try:
             daemon_obj.run()
         except StorkError as exc:
@@ -69,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         signal_map={},  # Daemon.install_signals sets the handlers after detaching
     )
     with context:
+        _dump_stacks_on_usr2(handler)
         try:
             daemon_obj.run()
         except StorkError as exc:
