@@ -519,13 +519,11 @@ class Climb:
                 first = True
                 continue
             if verdict is Verdict.KEPT:  # taken on the history's word, measured on arrival
-                self.reference, self._ref_known = self.known[moved], True
-                self._todo = went(self._todo, axis, up, self.axes)
-                self._again, self._trying, self._back_from = True, None, None
                 if passed:
                     why += "; " + "; ".join(passed)
-                return self._go(moved, f"{why}; {moved.label()} kept from the history: "
-                                       f"{known_why}; measuring it", figures)
+                return self._arrive(self.known[moved], axis, up, f"{why}; {moved.label()} "
+                                    f"kept from the history: {known_why}; measuring it",
+                                    figures, ref_known=True)
             if not up and (short := self._short_of_time()):  # a halving it could not judge
                 passed.append(f"{moved.label()} not tried: {short}")
                 break
@@ -558,12 +556,19 @@ class Climb:
         if verdict is not Verdict.KEPT:
             return None
         axis = "cc" if tried.setting.cc != self.reference.setting.cc else "p"
-        self.reference, self._ref_known = tried, False
-        self._todo = went(self._todo, axis, False, self.axes)
+        return self._arrive(tried, axis, False, f"{said}; {tried.setting.label()}, refused "
+                            f"at the last look, judged again against it: {why}; measuring it",
+                            figures, ref_known=False)
+
+    def _arrive(self, kept: Measured, axis: str, up: bool, reason: str,
+                figures: dict[str, float] | None, *, ref_known: bool) -> Change | None:
+        """The flow to `kept`, a move along `axis` kept without a try of its own (on the
+        history's word, or a refused try judged again), as the reference: it is measured
+        on arrival (`_again`), and the search goes on from it (`went`)."""
+        self.reference, self._ref_known = kept, ref_known
+        self._todo = went(self._todo, axis, up, self.axes)
         self._again, self._trying, self._back_from = True, None, None
-        return self._go(tried.setting, f"{said}; {tried.setting.label()}, refused at the "
-                                       f"last look, judged again against it: {why}; "
-                                       f"measuring it", figures)
+        return self._go(kept.setting, reason, figures)
 
     def _past_shape(self, axis: str) -> str:
         """Why halving the reference along `axis` would lose past `min_gain` without a try,
