@@ -549,6 +549,29 @@ def test_a_passing_dip_at_the_hold_is_not_taken_as_a_new_loads_start() -> None:
         and tried.setting == Setting(8, 1, 1), tried
 
 
+def test_a_try_refused_while_its_calls_settled_is_not_made_again_at_the_same_load() -> None:
+    """A try refused on the windows of its settling has no measurement of its own, but it
+    lost at that load: when the search reopens on a passing dip and finds the load as it
+    was, the try is refused from what the load saw, not made again (15.49's wan80 run:
+    cc 2 p 8 refused so at -31.4%, then tried again at -35.7% at the same load)."""
+    climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=200.0)
+    first = climb.step([195.0, 200.0, 205.0])  # the start: no room up, so down
+    assert first is not None and first.setting == Setting(4, 1, 1), first
+    back = climb.unsettled([150.0, 120.0, 110.0, 105.0])
+    assert back is not None and back.reason.startswith("refused: while its calls settled")
+    held = climb.step([196.0, 204.0, 200.0])
+    assert held is not None and climb.holding and held.setting == Setting(8, 1, 1), held
+    hold = [200.0 + 5 * math.sin(i) for i in range(12)]
+    climb.step([*hold, 125.0, 70.0])
+    reopened = climb.step([*hold, 125.0, 70.0, 75.0])  # a passing dip: the start anew
+    assert reopened is not None and "the load moved" in reopened.reason, reopened
+    again = climb.step([199.0, 201.0, 200.0])
+    assert again is not None and "as at an earlier load" in again.reason, again
+    assert again.setting == Setting(8, 1, 1) and climb.holding, again
+    assert "cc=4 p=1 pp=1 refused from the history" in again.reason, again.reason
+    assert Setting(4, 1, 1) not in climb.loads.now  # a bound, not a measurement
+
+
 def bound_elsewhere(t0: float, until: float, *, others: int = 16) -> Surface:
     """As `shared_from`, but something else than the link bounds a flow of more than 16
     streams to 150 Mbit/s (the testbed's 64 calls at once: docs/BENCHMARKS.md 15.42, L24):

@@ -22,7 +22,12 @@ What the flow measured at each load is kept for the job (`saw`, `new_load`): whe
 search, reopened, measures its start where it was at an earlier load (not `apart`), that
 load's measurements serve again as the path's history (`same_load`), so the tries it
 refused then are passed over instead of made again (in docs/BENCHMARKS.md 15.20's run A
-the halving of cc lost 25% at the start and 29% once more when the load had gone).
+the halving of cc lost 25% at the start and 29% once more when the load had gone). A try
+refused on the windows while its calls settled (`Climb.unsettled`: more streams in flight
+than it has) has no measurement of its own; those windows are kept with the load apart
+(`lost`), and serve as that history too, where the load measured nothing else of the
+setting: the try would make no more (in 15.49's wan80 run, job 2 refused cc 2 p 8 so at
+-31.4%, and tried it again at -35.7% when the search reopened at the same load).
 
 The settings a flow left at a change are measured again by the windows told after it
 (`Climb.late`); their spread, pooled apart from the path's noise (`left`, `late_noise`),
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from stork.transfer.worker import Setting
 from stork.tuning.verdicts import (
@@ -49,6 +55,20 @@ DRIFT_Z = 3.0  # a hold's drift: this many spreads of its windows,
 DRIFT_SHARE = 0.15  # and this share of its mean, twice in a row
 
 
+@dataclass(frozen=True)
+class Load:
+    """What a flow measured at one load (`measured`), and the tries it refused on windows
+    that carried more streams than they have (`lost`)."""
+
+    measured: dict[Setting, Measured]
+    lost: dict[Setting, Measured]
+
+    @property
+    def history(self) -> dict[Setting, Measured]:
+        """The load's measurements, and its lost tries where it measured nothing else."""
+        return {**self.lost, **self.measured}
+
+
 class Loads:
     """A climb's measurements by load, the path's noise, and the tests of a load that
     moved (see the module)."""
@@ -59,7 +79,8 @@ class Loads:
         self.drift_share = drift_share
         self.windows = windows  # a measurement of fewer windows is no load's
         self.now: dict[Setting, Measured] = {}  # what the flow measured at this load
-        self._before: list[dict[Setting, Measured]] = []  # and at the loads before
+        self._lost: dict[Setting, Measured] = {}  # the tries it refused unsettled (`lost`)
+        self._before: list[Load] = []  # and at the loads before
         self._noise_ss, self._noise_df = 0.0, 0  # the windows' relative spread (`noise`)
         self._late_ss, self._late_df = 0.0, 0  # the spread of the settings left (`late`)
 
@@ -73,27 +94,34 @@ class Loads:
             measured if before is None else pooled(measured.setting, [before, measured]) \
             or measured
 
+    def lost(self, windows: Measured) -> None:
+        """A try refused at this load on `windows` that carried more streams than it has
+        (`Climb.unsettled`): what it would make at most. Not the path's noise (the windows
+        span a change of setting), nor a measurement of the setting (`now`)."""
+        self._lost[windows.setting] = windows
+
     def new_load(self) -> None:
         """The load moved: what the flow measured so far was at the load before."""
-        if self.now:
-            self._before.append(self.now)
-            self.now = {}
+        if self.now or self._lost:
+            self._before.append(Load(self.now, self._lost))
+            self.now, self._lost = {}, {}
 
-    def same_load(self, start: Measured) -> dict[Setting, Measured] | None:
+    def same_load(self, start: Measured) -> Load | None:
         """The newest earlier load at which the flow measured `start`'s setting where it is
         now (not `apart`: the load came back, what was measured then holds again), or
         None."""
         for load in reversed(self._before):
-            then = load.get(start.setting)
+            then = load.measured.get(start.setting)
             if then is not None and then.count >= self.windows \
                     and not self.apart(then, start, (start,)):
                 return load
         return None
 
-    def again(self, load: dict[Setting, Measured]) -> None:
+    def again(self, load: Load) -> None:
         """The load of now is `load` again (`same_load`): what the flow measured then
         counts as measured now, so a later return to this load finds all of it."""
-        self.now = {**load, **self.now}
+        self.now = {**load.measured, **self.now}
+        self._lost = {**load.lost, **self._lost}
 
     def noise(self, new: Sequence[Measured] = ()) -> float:
         """The spread of one window at an unchanged setting, as a share of its mean: pooled

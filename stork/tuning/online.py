@@ -69,7 +69,8 @@ settled. It answers a `Change` or nothing:
    measured anew at the setting a fall was seen at, still below the rate before, is won
    back the same way (`win_back`). What the
    flow measured at each load is kept for the job (`Loads.same_load`) and serves as the
-   history (`known`) when a start is where it was at an earlier load.
+   history (`known`) when a start is where it was at an earlier load, with the tries
+   refused there on the windows of their settling (`Loads.lost`).
 4. A hold won back under a load that came (the search reopened on a fall, so the load is
    weighed in streams) may outlast the load without a drift to show it: where something
    else than the link bounds the flow at that many streams, the rate reads the same with
@@ -442,6 +443,8 @@ class Climb:
             gone = Change(gone.setting, gone.reason, {**figures, **gone.figures})
         if saw:  # `tried` measured its setting (not so the windows `unsettled` judges),
             self.loads.saw(tried)  # at the load of now (a recheck kept: the new load's)
+        elif verdict is Verdict.REFUSED:  # at most what those windows made
+            self.loads.lost(tried)
         if gone is not None:
             return gone
         if recheck is not None:
@@ -744,10 +747,11 @@ class Climb:
                                               measured.mean)
             self._jump = win_back(fell[1], measured.mean)
         if (earlier := self.loads.same_load(measured)) is not None:
-            self.known = dict(earlier)
+            self.known = earlier.history
             self.loads.again(earlier)
-            why += (f"; as at an earlier load of this job ({earlier[self.current].label()}"
-                    f"): what the flow measured then counts as the path's history")
+            why += (f"; as at an earlier load of this job "
+                    f"({earlier.measured[self.current].label()}): what the flow measured "
+                    f"then counts as the path's history")
         self.loads.saw(measured)
         return self._next(why)
 
