@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.support import wait_for
+from tests.support import alive, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -103,7 +103,7 @@ exec {shlex.quote(real)} "$@"
         def fresh() -> int | None:
             for held in sorted(self.dir.glob("held.*")):
                 pid = int(held.suffix[1:])
-                if pid not in self.frozen and _alive(pid):
+                if pid not in self.frozen and alive(pid):
                     return pid
             return None
 
@@ -116,11 +116,3 @@ exec {shlex.quote(real)} "$@"
         for held in self.dir.glob("held.*"):
             (self.dir / f"go{held.suffix}").touch()
         self.hold_file.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

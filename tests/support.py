@@ -32,6 +32,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (someone else's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def wait_for(predicate: Any, timeout_s: float = 15.0, interval_s: float = 0.05,
              what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout_s

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tests.support import alive
 from tests.testbed.topology import Link, Topology
 
 PREFIX = "stb"
@@ -77,16 +78,6 @@ def _namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def terminate(proc: subprocess.Popen[Any], grace_s: float = 5.0) -> None:
     """SIGTERM a process still running, SIGKILL it after `grace_s`; reap it."""
     if proc.poll() is None:
@@ -117,7 +108,7 @@ def remove_stale() -> list[str]:
     stale = []
     for name in _namespaces():
         match = re.fullmatch(rf"{PREFIX}(\d+)(n\d+)?-[a-z0-9]+", name)
-        if match and not _alive(int(match.group(1))):
+        if match and not alive(int(match.group(1))):
             remove_namespace(name)
             stale.append(name)
     return stale
