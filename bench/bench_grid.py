@@ -87,9 +87,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from flow_replay import WINDOW_NOISE, flow  # (bench/, beside this script)
+
 from stork import config
 from stork.dataset.chunks import Params, default_params
 from stork.errors import StorkError, TransferLogError
+from stork.transfer.worker import Setting
 from stork.translog import Skipped, TransferRecord, read_grid_csv
 from stork.tuning import OPTIMIZERS, DatasetDescription, Limits, Optimizer, ProbeResult
 from stork.tuning.asm import AsmOptimizer, AsmSettings
@@ -424,8 +427,6 @@ def replay(optimizer: Optimizer, history: Sequence[TransferRecord], t: TestSet,
 # the online controllers (`stork.tuning.CONTROLLERS`): replayed as a flow (`replay_climb`)
 CONTROLLER_NAMES = ("climb", "harp-climb")
 SETTINGS = config.load(None, env={"HOME": "/nonexistent"})  # the knobs' defaults (HARP's)
-WINDOW_NOISE = 0.05  # a climb window's relative spread about its cell's value (the testbed's
-# windows at one setting spread 2.7-9.5% of their mean, docs/BENCHMARKS.md 15.18-15.20)
 
 
 def url_host(name: str) -> str:
@@ -445,9 +446,7 @@ def replay_climb(history: Sequence[TransferRecord], t: TestSet, view: View, limi
     the best judged cell's rate (tries and ramps included). `probes`: the settings the flow
     ran at; `params`: the one it ended at."""
     from stork.dataset.chunks import size_class
-    from stork.server.flow_tuning import RAMP_S, climb_for
-    from stork.transfer.worker import Setting
-    from stork.tuning.verdicts import WINDOW_S
+    from stork.server.flow_tuning import climb_for
 
     r = t.rows[0]
     d = t.description()
@@ -465,38 +464,19 @@ def replay_climb(history: Sequence[TransferRecord], t: TestSet, view: View, limi
                            items=r.file_count, limits=limits, name=name, dataset=d,
                            settings=SETTINGS)
     seconds = time.perf_counter() - started
+
+    def cell(setting: Setting) -> Cell:
+        return view.at((setting.cc, setting.p, setting.pp))
+
     total_mbit = r.file_size_bytes * r.file_count * 8 / 1e6
-    moved = elapsed = since = 0.0
-    setting, seen, path = climb.prior, [], [climb.prior]
-    stand_ins = 0
-    while moved < total_mbit:
-        cell = view.at((setting.cc, setting.p, setting.pp))
-        stand_ins += len(seen) == 0 and cell != (setting.cc, setting.p, setting.pp)
-        rate = view.judged[cell]
-        step = min(WINDOW_S, (total_mbit - moved) / rate)
-        moved, elapsed, since = moved + rate * step, elapsed + step, since + step
-        if step < WINDOW_S:
-            break  # the last, partial window: the data ran out
-        seen.append(view.probe(cell) * max(0.0, 1 + rng.gauss(0.0, noise)))
-        recent = statistics.fmean(seen[-3:])
-        left_s = (total_mbit - moved) / recent if recent > 0 else None
-        started = time.perf_counter()
-        change = climb.step(seen, left_s=left_s, try_s=since)
-        seconds += time.perf_counter() - started
-        if change is None:
-            continue
-        if change.setting != setting:
-            path.append(change.setting)
-        setting, seen, since = change.setting, [], 0.0
-        rate = view.judged[view.at((setting.cc, setting.p, setting.pp))]
-        ramp = min(RAMP_S, (total_mbit - moved) / rate)
-        moved, elapsed = moved + rate * ramp, elapsed + ramp
+    flowed = flow(climb, total_mbit, moves=lambda s: view.judged[cell(s)],
+                  seen=lambda s: view.probe(cell(s)), rng=rng, noise=noise)
     best = max(view.judged.values())
-    final = view.at((setting.cc, setting.p, setting.pp))
-    share = total_mbit / elapsed / best if elapsed > 0 else 0.0
-    return Run((setting.cc, setting.p, setting.pp), share, len(path), (), None,
-               view.judged[final], seconds, why, stand_ins + (final != (setting.cc,
-                                                                         setting.p, setting.pp)))
+    final = flowed.final
+    share = total_mbit / flowed.elapsed_s / best if flowed.elapsed_s > 0 else 0.0
+    stand_ins = sum(cell(s) != (s.cc, s.p, s.pp) for s in (*flowed.starts, final))
+    return Run((final.cc, final.p, final.pp), share, len(flowed.path), (), None,
+               view.judged[cell(final)], seconds + flowed.step_s, why, stand_ins)
 
 
 def asm_model(history: Sequence[TransferRecord]) -> tuple[Model, float]:
