@@ -26,6 +26,20 @@ at the curve's nearest level; such stand-ins are counted. A table with a missing
 row of the given note, or no usable row ends the bench with exit status 2 and one line naming
 the file and what is missing.
 
+The default strategy, `climb`, is what `optimization = "YES"` runs: the online controller
+(`stork.tuning.online.Climb`) on the transfer itself, along P (the curve's concurrency and
+pipelining are the table's), replayed as one flow of the transfer the curve measured (its
+files' size times their number) by `bench/flow_replay.py`: every 2-s window moves the
+judging curve's rate at the count in effect and shows the controller the sampled repeat's
+value with 5% noise; a change moves 1 s unseen. It starts at the file's per-class preset
+(below), or with `--history` where the path's earlier flows put it (`prior_from_history`
+over the windows they saw). Its share is the bytes over the flow's time, tries included,
+against the judging curve's best; its samples are the counts the flow ran at; the table
+says on how many curves it changed its count at all (a transfer of a few seconds runs at its
+start: those curves measure the start, not the controller). The probing strategies below
+(the EOS's `guided` sampling, which estimation jobs run, doubling, d-w) are judged on the
+count they choose, their samples taking no time.
+
 d-w probing (`dw d=D w=W`: Algorithm 1; `dw-interval`: the variant of the paper's [11];
 stork/tuning/probing.py) measures each level D times: the k-th measurement of a count is the
 file's k-th repeat from the sampled one on (cycling; a file measured once gives the same value
@@ -61,6 +75,7 @@ import argparse
 import csv
 import json
 import math
+import random
 import statistics
 import subprocess
 import sys
@@ -74,11 +89,20 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from flow_replay import Flowed, flow  # (bench/, beside this script)
+
+from stork import config
 from stork.dataset.chunks import default_params, size_class
 from stork.errors import StorkError, TransferLogError
+from stork.server.flow_tuning import shortest_tuned_s
+from stork.transfer.worker import Setting
+from stork.tuning.base import Limits
 from stork.tuning.models import estimate
+from stork.tuning.online import Climb
+from stork.tuning.path_history import SIZE_NEAR, prior_from_history
 from stork.tuning.probing import interval_search, window_search
 from stork.tuning.sampling import Measure, Sample, decide, doubling, guided
+from stork.tuning.verdicts import Measured, pooled
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO.parent / "shared" / "data" / "transfer-logs"
@@ -87,7 +111,7 @@ GRIDS = LOGS / "harp-grids"
 TOLERANCE = 0.03  # EOS_TOLERANCE's default
 MAX_SAMPLES = 4  # EOS_MAX_SAMPLES's default
 SYNTHETIC_REPEATS = 3
-DEFAULT = "guided"  # the strategy the daemon runs (EOS_SAMPLING's default)
+DEFAULT = "climb"  # what `optimization = "YES"` runs (EOS_OPTIMIZER's default controller)
 EXIT_TABLE = 2  # a table the bench cannot use
 MIN_SWEEP_LEVELS = 3  # a default table part whose curves hold fewer counts is no P sweep
 
@@ -104,6 +128,7 @@ class File:
     repeats: tuple[Curve, ...]
     order: tuple[int, ...]  # each repeat's place in the table (its first row)
     preset: int | None = None  # Stork's per-size-class streams for this file and path
+    link_mbps: float | None = None  # the path's rate (the table's Bandwidth), when known
 
 
 @dataclass(frozen=True)
@@ -138,6 +163,7 @@ class Point:
     p: int
     mbps: float
     preset: int | None
+    link_mbps: float | None = None
 
 
 def _mbps_limit(bandwidth: str) -> float | None:
@@ -195,7 +221,7 @@ def _group(rows: list[Point], name: str, note: str = "") -> DataSet:
             order.append(min(v[r][1] for v in by_p.values() if len(v) > r))
         if repeats:
             files.append(File(key, first[key].path, tuple(repeats), tuple(order),
-                              first[key].preset))
+                              first[key].preset, first[key].link_mbps))
     levels = sorted({p for f in files for c in f.repeats for p in c})
     if single:
         note = (note + "; " if note else "") + f"{single} repeats with one count left out"
@@ -264,7 +290,7 @@ def load_sweeps(path: Path, note: str | None = "chris-parallelism",
             rows.append(Point((row["FileSize"], row["FileNumbers"], *hosts, *options),
                             (*hosts, *options), p, mbps,
                             _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or "")))
+                                    row.get("Bandwidth") or ""), limit))
     if note is not None and not selected:
         raise TransferLogError(str(path), f"no row with Note {note!r} (the table's notes: "
                                           f"{', '.join(sorted(notes)) or 'none'})")
@@ -307,7 +333,7 @@ def load_grid(path: Path) -> DataSet:
             rows.append(Point((row["FileSize"], row["FileCount"], *hosts, *options),
                             (*hosts, *options), p, mbps,
                             _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or "")))
+                                    row.get("Bandwidth") or ""), limit))
     _usable(path, rows, counts, first_bad, "data rows")
     rtt = ", ".join(f"RTT {float(r) * 1000:.0f} ms" for r in sorted(rtts)
                     if r.strip().lower() not in _MISSING)
@@ -341,7 +367,7 @@ def synthetic(base: DataSet, sigma: float, seed: int = 13) -> DataSet:
                             for p, n, o in zip(levels, noise, once, strict=True)})
         files.append(File(f.key, f.path, tuple(repeats),
                           tuple(len(files) * SYNTHETIC_REPEATS + r for r in range(len(repeats))),
-                          f.preset))
+                          f.preset, f.link_mbps))
     return DataSet(f"{base.name}+noise sigma {sigma:g}", tuple(files), base.levels,
                    f"{SYNTHETIC_REPEATS} synthetic repeats per {base.name} file, dips",
                    source=base.name)
@@ -388,6 +414,11 @@ STRATEGIES: dict[str, Strategy] = {
     **{f"dw d={d} w={w}": _dw(d, w) for d, w in DW_CASES},
     **{f"dw-interval d={d} w={w}": _dw(d, w, interval=True) for d, w in DW_CASES},
 }
+# the online controller, replayed as one flow over each curve (`replay_flow`)
+FLOWS = ("climb",)
+# a single file predicted shorter than this runs untuned, at the EOS_SAMPLING_BUDGET default
+SHORTEST_TUNED_S = shortest_tuned_s(config.load(None, env={"HOME": "/nonexistent"})
+                                    .eos_sampling_budget)
 # measurements per level of a strategy (its full sweep measures every level this often)
 DEPTH: dict[str, int] = {label: int(label.split()[1].removeprefix("d="))
                          for label in STRATEGIES if label.startswith("dw")}
@@ -411,6 +442,7 @@ class Row:
     missed: list[str] | None = None  # curves below 1 - WITHIN (a few, for the report)
     unjudged: int = 0  # cross-repeat cases where the strategy measured every repeat
     stand_ins: int = 0  # samples and choices of counts a curve lacks, at the nearest level
+    acted: int | None = None  # a flow's curves where the controller changed its setting
 
     def summary(self) -> dict[str, float | int | list[str]]:
         if not self.shares:  # cross-repeat, and every file measured in full
@@ -428,7 +460,8 @@ class Row:
                 "overhead_same_depth": round(overhead, 4),
                 "overhead_paper_sweep": round(paper, 4),
                 "missed_examples": (self.missed or [])[:5], "unjudged": self.unjudged,
-                "stand_ins": self.stand_ins}
+                "stand_ins": self.stand_ins,
+                **({"acted": self.acted} if self.acted is not None else {})}
 
 
 def _needed(curve: Curve) -> int:
@@ -469,7 +502,7 @@ def _nth(f: File, r: int, n: int, k: int) -> float:
 
 
 def replay(data: DataSet, mode: str, history: bool,
-           strategies: dict[str, Strategy]) -> dict[str, object]:
+           strategies: dict[str, Strategy], flows: Sequence[str] = ()) -> dict[str, object]:
     cases = _cases(data, mode)
     if not cases:
         return {"curves": 0}
@@ -543,6 +576,9 @@ def replay(data: DataSet, mode: str, history: bool,
                 runs[f.path].append((f.key, [*samples, Sample(chosen, achieved,
                                                                raw={"kind": "transfer"})]))
         rows[label] = row
+    for label in flows:
+        rows[label] = replay_flow(cases, mode, history, best_p)
+        rows[label].levels = len(data.levels)
     best_row = fixed[best_p]
     for row in fixed.values():
         row.below = sum(mine < best - 1e-9
@@ -557,6 +593,88 @@ def replay(data: DataSet, mode: str, history: bool,
         "fixed": {str(p): row.summary() for p, row in fixed.items()},
         "preset": preset.summary() if preset.shares else None,
     }
+
+
+def _bytes(f: File) -> float:
+    """The bytes of the transfer a curve measured: its files' size times their number."""
+    try:
+        return float(f.key[0]) * float(f.key[1])
+    except ValueError:
+        return 0.0
+
+
+def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, history: bool,
+                best_p: int, seed: int = 1) -> Row:
+    """The climb (`stork.tuning.online.Climb`, along P alone: the curve's concurrency and
+    pipelining are the table's) on each case moved as one flow of the transfer the curve
+    measured (`flow_replay.flow`: the windows it sees are the sampled repeat's value at the
+    setting, with noise; the bytes move at the judging curve's). It starts where the daemon
+    starts a job: the path's history (`--history`: the windows earlier flows on the path saw,
+    pooled per count, of files within `SIZE_NEAR` of its size when there are such flows,
+    `prior_from_history`), else the file's per-class preset (1 stream
+    where the table does not say). A single file predicted shorter than `SHORTEST_TUNED_S`
+    (at the best rate of that history, else the table's Bandwidth) runs untuned where the
+    history puts it, without the halving a tuned job may start at, as the daemon runs it
+    (`untuned_setting`). Its share is the transfer's bytes over the flow's time,
+    tries and ramps included, against the judging curve's best rate; its samples are the
+    counts the flow ran at; `acted` counts the curves where it changed its count (a
+    transfer shorter than a few windows runs at its start)."""
+    row = Row([], [], missed=[], acted=0)
+    rng = random.Random(seed)
+    runs: dict[tuple[str, ...], list[tuple[tuple[str, ...], dict[Setting, list[float]]]]] = \
+        defaultdict(list)
+    for f, curve, judged, r in cases:
+        total_mbit = _bytes(f) * 8 / 1e6
+        if total_mbit <= 0:
+            continue
+        levels = sorted(judged)
+        limits = Limits(max_cc=1, max_p=levels[-1], max_pp=1, max_streams=levels[-1])
+
+        def at(n: int, levels: list[int] = levels, row: Row = row) -> int:
+            if n in levels:
+                return n
+            row.stand_ins += 1
+            return _nearest_level(levels, n)
+
+        preset = start = Setting(1, _nearest_level(levels, f.preset or 1), 1)
+        known: dict[Setting, Measured] = {}
+        if history:  # judged on the other repeats, a flow may not learn from those repeats
+            earlier = [(key, w) for key, w in runs[f.path] if mode == "same" or key != f.key]
+            size = float(f.key[0])  # files of about this size first, as the daemon reads
+            near = [(k, w) for k, w in earlier  # its log (`measured_from_history`)
+                    if size / SIZE_NEAR <= float(k[0]) <= size * SIZE_NEAR]
+            seen: dict[Setting, list[Measured]] = defaultdict(list)
+            for _, windows in near or earlier:
+                for s, rates in windows.items():
+                    seen[s].append(Measured.of(s, rates))
+            known = {s: m for s, parts in seen.items() if (m := pooled(s, parts)) is not None}
+            start, _ = prior_from_history(known, start, limits=limits, axes=("p",))
+        def moves(s: Setting, judged: Curve = judged) -> float:
+            return judged[at(s.p)]
+
+        def sees(s: Setting, curve: Curve = curve) -> float:
+            return curve[at(s.p)]
+
+        climb: Climb | None = Climb(start, limits, axes=("p",), known=known)
+        if float(f.key[1]) == 1:  # one file: one too short to repay a try is not tuned
+            rate = max((m.mean for m in known.values()), default=f.link_mbps or 0.0)
+            if rate > 0 and total_mbit / rate < SHORTEST_TUNED_S:  # (`FileRun`)
+                climb, start = None, prior_from_history(known, preset, limits=limits)[0]
+        run: Flowed = flow(climb, total_mbit, moves=moves, seen=sees, rng=rng, start=start)
+        chosen = at(run.final.p)
+        top = max(judged.values())
+        share = total_mbit / run.elapsed_s / top if run.elapsed_s > 0 else 0.0
+        row.shares.append(share)
+        row.samples.append(len(run.path))
+        row.exact += judged[chosen] >= top - 1e-9
+        row.below += best_p in judged and share < judged[best_p] / top - 1e-9
+        row.excess += chosen > _needed(judged)
+        row.acted = (row.acted or 0) + (run.changes > 0)
+        if share < 1 - WITHIN and row.missed is not None:
+            row.missed.append(f"{f.key[0]} B #{r}: {run.final.p} -> {share:.2f}")
+        if history:
+            runs[f.path].append((f.key, run.windows))
+    return row
 
 
 def best_fixed_elsewhere(results: dict[str, dict[str, dict[str, object]]],
@@ -616,6 +734,8 @@ def print_table(data: DataSet, mode: str, history: bool, result: dict[str, objec
             name += f" ({s['curves']} curves)"
         if s.get("stand_ins"):
             name += f" ({s['stand_ins']} samples or choices at the nearest level)"
+        if "acted" in s:
+            name += f" (a flow: changed its count on {s['acted']} of {s['curves']} curves)"
         if not s["curves"]:
             print(f"| {name} | no file has more repeats than it measures |" + " |" * 9)
             continue
@@ -843,8 +963,9 @@ def main() -> int:
                    help="replay this table (parallelism-sweeps format) instead of the defaults")
     p.add_argument("--synthetic", default="0.1,0.2,0.3", metavar="SIGMAS",
                    help="noise levels of the synthetic loni data sets ('' for none)")
-    p.add_argument("--strategies", default=",".join(STRATEGIES),
-                   help=f"comma-separated, of: {', '.join(STRATEGIES)}")
+    known = (*FLOWS, *STRATEGIES)
+    p.add_argument("--strategies", default=",".join(known),
+                   help=f"comma-separated, of: {', '.join(known)}")
     p.add_argument("--json", action="store_true",
                    help="print the replay only, as JSON (no model cost, no transfer)")
     args = p.parse_args()
@@ -853,16 +974,18 @@ def main() -> int:
     modes = {"same-curve": ("same",), "cross-repeat": ("cross",),
              "both": ("same", "cross")}[judge]
     sigmas = [float(s) for s in args.synthetic.split(",") if s.strip()]
-    unknown = [n for n in args.strategies.split(",") if n and n not in STRATEGIES]
-    if unknown:
-        p.error(f"unknown strategy {', '.join(unknown)}: known are {', '.join(STRATEGIES)}")
-    chosen = {name: STRATEGIES[name] for name in args.strategies.split(",") if name}
+    names = [n for n in args.strategies.split(",") if n]
+    if unknown := [n for n in names if n not in known]:
+        p.error(f"unknown strategy {', '.join(unknown)}: known are {', '.join(known)}")
+    chosen = {name: STRATEGIES[name] for name in names if name in STRATEGIES}
+    flows = [name for name in names if name in FLOWS]
     try:
         sets, left_out = data_sets(args.data, sigmas)
     except (StorkError, OSError) as exc:  # a table it cannot use: one line, no traceback
         print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
         return EXIT_TABLE
-    results = {data.name: {mode: replay(data, mode, args.history, chosen) for mode in modes}
+    results = {data.name: {mode: replay(data, mode, args.history, chosen, flows)
+                           for mode in modes}
                for data in sets}
     best_fixed_elsewhere(results, sets)
     if args.json:
