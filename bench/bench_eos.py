@@ -615,11 +615,13 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
     where the table does not say). A single file predicted shorter than `SHORTEST_TUNED_S`
     (at the best rate of that history, else the table's Bandwidth) runs untuned where the
     history puts it, without the halving a tuned job may start at, as the daemon runs it
-    (`untuned_setting`). Its share is the transfer's bytes over the flow's time,
+    (`untuned_setting`). A count the curve lacks runs at its nearest level (counted once
+    each time the flow goes to it). Its share is the transfer's bytes over the flow's time,
     tries and ramps included, against the judging curve's best rate; its samples are the
     counts the flow ran at; `acted` counts the curves where it changed its count (a
     transfer shorter than a few windows runs at its start)."""
-    row = Row([], [], missed=[], acted=0)
+    row = Row([], [], missed=[])
+    acted = 0
     rng = random.Random(seed)
     runs: dict[tuple[str, ...], list[tuple[tuple[str, ...], dict[Setting, list[float]]]]] = \
         defaultdict(list)
@@ -630,11 +632,15 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
         levels = sorted(judged)
         limits = Limits(max_cc=1, max_p=levels[-1], max_pp=1, max_streams=levels[-1])
 
-        def at(n: int, levels: list[int] = levels, row: Row = row) -> int:
-            if n in levels:
-                return n
-            row.stand_ins += 1
-            return _nearest_level(levels, n)
+        def at(s: Setting, levels: list[int] = levels) -> int:
+            """The count a setting runs at on this curve (the nearest it measured)."""
+            return _nearest_level(levels, s.p)
+
+        def moves(s: Setting, judged: Curve = judged) -> float:
+            return judged[at(s)]
+
+        def sees(s: Setting, curve: Curve = curve) -> float:
+            return curve[at(s)]
 
         preset = start = Setting(1, _nearest_level(levels, f.preset or 1), 1)
         known: dict[Setting, Measured] = {}
@@ -649,19 +655,15 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
                     seen[s].append(Measured.of(s, rates))
             known = {s: m for s, parts in seen.items() if (m := pooled(s, parts)) is not None}
             start, _ = prior_from_history(known, start, limits=limits, axes=("p",))
-        def moves(s: Setting, judged: Curve = judged) -> float:
-            return judged[at(s.p)]
-
-        def sees(s: Setting, curve: Curve = curve) -> float:
-            return curve[at(s.p)]
-
-        climb: Climb | None = Climb(start, limits, axes=("p",), known=known)
-        if float(f.key[1]) == 1:  # one file: one too short to repay a try is not tuned
-            rate = max((m.mean for m in known.values()), default=f.link_mbps or 0.0)
-            if rate > 0 and total_mbit / rate < SHORTEST_TUNED_S:  # (`FileRun`)
-                climb, start = None, prior_from_history(known, preset, limits=limits)[0]
+        rate = max((m.mean for m in known.values()), default=f.link_mbps or 0.0)
+        climb = None
+        if float(f.key[1]) == 1 and rate > 0 and total_mbit / rate < SHORTEST_TUNED_S:
+            start = prior_from_history(known, preset, limits=limits)[0]  # (`FileRun`)
+        else:
+            climb = Climb(start, limits, axes=("p",), known=known)
         run: Flowed = flow(climb, total_mbit, moves=moves, seen=sees, rng=rng, start=start)
-        chosen = at(run.final.p)
+        row.stand_ins += sum(s.p not in levels for s in (*run.starts, run.final))
+        chosen = at(run.final)
         top = max(judged.values())
         share = total_mbit / run.elapsed_s / top if run.elapsed_s > 0 else 0.0
         row.shares.append(share)
@@ -669,11 +671,12 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
         row.exact += judged[chosen] >= top - 1e-9
         row.below += best_p in judged and share < judged[best_p] / top - 1e-9
         row.excess += chosen > _needed(judged)
-        row.acted = (row.acted or 0) + (run.changes > 0)
+        acted += run.changes > 0
         if share < 1 - WITHIN and row.missed is not None:
             row.missed.append(f"{f.key[0]} B #{r}: {run.final.p} -> {share:.2f}")
         if history:
             runs[f.path].append((f.key, run.windows))
+    row.acted = acted
     return row
 
 
