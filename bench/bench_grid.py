@@ -439,9 +439,10 @@ def replay_climb(history: Sequence[TransferRecord], t: TestSet, view: View, limi
     """The controller `name` as the daemon runs it (`flow_tuning.climb_for`: for climb the
     prior from the path's history, `history` being the other datasets' rows, else the
     preset; for harp-climb HARP's choice from those rows of every path, no probe; the same
-    `Climb`) on the held-out dataset moved as one flow: every WINDOW_S window at a cell moves the
-    cell's judged rate and shows the climb the probed one times 1 + N(0, `noise`); a change
-    moves RAMP_S seconds the climb does not see, then its windows count. The flow ends when
+    `Climb`) on the held-out dataset moved as one flow (`flow_replay.flow`): every WINDOW_S
+    window at a cell moves the cell's judged rate and shows the climb the probed one times
+    1 + N(0, `noise`); a change moves RAMP_S seconds the climb does not see, then its
+    windows count. The flow ends when
     the dataset's bytes have moved; its share is the dataset's bytes over that time against
     the best judged cell's rate (tries and ramps included). `probes`: the settings the flow
     ran at; `params`: the one it ended at."""
