@@ -94,7 +94,7 @@ from flow_replay import Flowed, flow  # (bench/, beside this script)
 from stork import config
 from stork.dataset.chunks import default_params, size_class
 from stork.errors import StorkError, TransferLogError
-from stork.server.flow_tuning import shortest_tuned_s
+from stork.server.flow_tuning import shortest_tuned_s, untuned_setting
 from stork.transfer.worker import Setting
 from stork.tuning.base import Limits
 from stork.tuning.models import estimate
@@ -655,13 +655,12 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
                     seen[s].append(Measured.of(s, rates))
             known = {s: m for s, parts in seen.items() if (m := pooled(s, parts)) is not None}
             start, _ = prior_from_history(known, start, limits=limits, axes=("p",))
+        climb = Climb(start, limits, axes=("p",), known=known)
+        tuned: Climb | None = climb
         rate = max((m.mean for m in known.values()), default=f.link_mbps or 0.0)
-        climb = None
         if float(f.key[1]) == 1 and rate > 0 and total_mbit / rate < SHORTEST_TUNED_S:
-            start = prior_from_history(known, preset, limits=limits)[0]  # (`FileRun`)
-        else:
-            climb = Climb(start, limits, axes=("p",), known=known)
-        run: Flowed = flow(climb, total_mbit, moves=moves, seen=sees, rng=rng, start=start)
+            start, tuned = untuned_setting(climb, preset)[0], None  # as `FileRun`
+        run: Flowed = flow(tuned, total_mbit, moves=moves, seen=sees, rng=rng, start=start)
         row.stand_ins += sum(s.p not in levels for s in (*run.starts, run.final))
         chosen = at(run.final)
         top = max(judged.values())
