@@ -31,8 +31,8 @@ The default strategy, `climb`, is what `optimization = "YES"` runs: the online c
 pipelining are the table's), replayed as one flow of the transfer the curve measured (its
 files' size times their number) by `bench/flow_replay.py`: every 2-s window moves the
 judging curve's rate at the count in effect and shows the controller the sampled repeat's
-value with 5% noise; a change moves 1 s unseen. It starts at the file's per-class preset
-(below), or with `--history` where the path's earlier flows put it (`prior_from_history`
+value with 5% noise; a change moves 1 s unseen. It starts where the daemon starts the
+transfer without a history (the preset, below), or with `--history` where the path's earlier flows put it (`prior_from_history`
 over the windows they saw). Its share is the bytes over the flow's time, tries included,
 against the judging curve's best; its samples are the counts the flow ran at; the table
 says on how many curves it changed its count at all (a transfer of a few seconds runs at its
@@ -63,9 +63,12 @@ concurrency and pipelining) sampled and what their transfers achieved at the cho
 Baselines, judged the same way: every fixed P (on a curve that lacks it, at the nearest
 level), the best fixed P in hindsight, the best fixed P learned from the other measured data
 sets (leave one out: the P with the highest mean share over them, each data set weighing the
-same; the synthetic sets are never learned from), Stork's per-size-class preset (the streams
-of `stork.dataset.chunks.default_params` for the file's size and the row's RTT and Bandwidth),
-and the oracle (1.0). The last table puts the default strategy beside them on every data set,
+same; the synthetic sets are never learned from), Stork's preset (the streams the daemon
+starts the transfer with on the row's RTT and Bandwidth: a single file as `FileRun` starts
+it, `stork.server.file_run.file_preset`'s ranges in flight times their streams; files of a
+dataset as their size class's chunk, `stork.dataset.chunks.default_params`' files in flight
+times streams, a stand-in on a table that measured one file at a time; on a grid's slice,
+whose concurrency is the table's, the chunk's streams per file), and the oracle (1.0). The last table puts the default strategy beside them on every data set,
 with the target of issue 28: a mean share at least the best fixed P of the other data sets.
 """
 
@@ -93,7 +96,9 @@ from flow_replay import Flowed, flow  # (bench/, beside this script)
 
 from stork import config
 from stork.dataset.chunks import default_params, size_class
+from stork.engine.items import range_bytes
 from stork.errors import StorkError, TransferLogError
+from stork.server.file_run import file_preset
 from stork.server.flow_tuning import shortest_tuned_s, untuned_setting
 from stork.transfer.worker import Setting
 from stork.tuning.base import Limits
@@ -177,18 +182,30 @@ def _mbps_limit(bandwidth: str) -> float | None:
     return value / 1e6 if value > 1e6 else value
 
 
-def _preset(size: str, rtt: str, bandwidth: str) -> int | None:
-    """Stork's per-size-class streams for a file of `size` bytes on the row's path
-    (`stork.dataset.chunks.default_params`); None where the table does not say."""
+def _preset(size: str, rtt: str, bandwidth: str, count: str = "1", *,
+            streams: bool = True) -> int | None:
+    """The streams Stork starts `count` files of `size` bytes with on the row's path without
+    a history (None where the table does not say): one file as `FileRun` starts it
+    (`file_preset`: its large-file preset's ranges in flight times their streams, or as
+    many streams sent whole), more as a chunk of their size class (`default_params`: files
+    in flight times streams each). With `streams` False the chunk's streams per file alone
+    (a grid's slice, whose concurrency is the table's)."""
     try:
         size_bytes, rtt_s = float(size), float(rtt)
         limit = _mbps_limit(bandwidth)
+        files = int(float(count))
     except ValueError:
         return None
     if size_bytes <= 0 or rtt_s <= 0 or limit is None:
         return None
     bdp = rtt_s * limit * 1e6 / 8
-    return default_params(size_class(round(size_bytes), bdp), size_bytes, bdp).p
+    if not streams:
+        return default_params(size_class(round(size_bytes), bdp), size_bytes, bdp).p
+    if files <= 1:
+        one = file_preset(round(size_bytes), range_bytes(bdp, RANGE_MIN_BYTES), bdp)
+        return one.cc * one.p
+    chunk = default_params(size_class(round(size_bytes), bdp), size_bytes, bdp)
+    return chunk.cc * chunk.p
 
 
 def _check_columns(path: Path, header: Sequence[str] | None, needed: Sequence[str],
@@ -290,7 +307,7 @@ def load_sweeps(path: Path, note: str | None = "chris-parallelism",
             rows.append(Point((row["FileSize"], row["FileNumbers"], *hosts, *options),
                             (*hosts, *options), p, mbps,
                             _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or ""), limit))
+                                    row.get("Bandwidth") or "", row["FileNumbers"]), limit))
     if note is not None and not selected:
         raise TransferLogError(str(path), f"no row with Note {note!r} (the table's notes: "
                                           f"{', '.join(sorted(notes)) or 'none'})")
@@ -333,7 +350,7 @@ def load_grid(path: Path) -> DataSet:
             rows.append(Point((row["FileSize"], row["FileCount"], *hosts, *options),
                             (*hosts, *options), p, mbps,
                             _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or ""), limit))
+                                    row.get("Bandwidth") or "", streams=False), limit))
     _usable(path, rows, counts, first_bad, "data rows")
     rtt = ", ".join(f"RTT {float(r) * 1000:.0f} ms" for r in sorted(rtts)
                     if r.strip().lower() not in _MISSING)
@@ -416,9 +433,10 @@ STRATEGIES: dict[str, Strategy] = {
 }
 # the online controller, replayed as one flow over each curve (`replay_flow`)
 FLOWS = ("climb",)
+DEFAULTS = config.load(None, env={"HOME": "/nonexistent"})  # the daemon's knobs' defaults
 # a single file predicted shorter than this runs untuned, at the EOS_SAMPLING_BUDGET default
-SHORTEST_TUNED_S = shortest_tuned_s(config.load(None, env={"HOME": "/nonexistent"})
-                                    .eos_sampling_budget)
+SHORTEST_TUNED_S = shortest_tuned_s(DEFAULTS.eos_sampling_budget)
+RANGE_MIN_BYTES = DEFAULTS.range_min_mb << 20  # STORK_RANGE_MIN_MB's default
 # measurements per level of a strategy (its full sweep measures every level this often)
 DEPTH: dict[str, int] = {label: int(label.split()[1].removeprefix("d="))
                          for label in STRATEGIES if label.startswith("dw")}

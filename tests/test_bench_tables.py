@@ -381,16 +381,17 @@ def test_eos_best_fixed_learned_from_the_other_data_sets(tmp_path: Path) -> None
 
 def test_climb_replayed_on_a_sweep_as_a_flow(tmp_path: Path) -> None:
     """The default strategy of the sweep replay is the daemon's online controller, moved as
-    one flow of each curve's transfer: on a long dataset it climbs P and pays for its
-    tries; a single file too short to repay a try runs untuned at the preset."""
-    rising = curve(900, 16, levels=(1, 2, 4, 8, 16, 32))  # 0.8 of the best at 4, 0.9 at 8
-    files = {size: {p: [v, v * 1.02, v * 0.99] for p, v in rising.items()}
+    one flow of each curve's transfer from the streams the daemon starts it with: on a long
+    dataset it moves P and pays for its tries; a single file too short to repay a try runs
+    untuned at the preset."""
+    falling = curve(900, 4, levels=(1, 2, 4, 8, 16, 32))  # 0.8 of the best at 16, 0.7 at 32
+    files = {size: {p: [v, v * 1.02, v * 0.99] for p, v in falling.items()}
              for size in (50_000_000, 5_000_000_000)}
-    # 100 files of 50 MB (44 s at these rates); one file of 5 GB, predicted 4 s at the
-    # table's 10 Gbit/s, below the shortest tuned file
+    # 100 files of 50 MB (about a minute at these rates); one file of 5 GB, predicted 4 s
+    # at the table's 10 Gbit/s, below the shortest tuned file
     lines = [line.replace("sweep,50000000,1,", "sweep,50000000,100,")
              for line in sweep_lines(files)]
-    table = write_sweep(tmp_path / "rise.csv", lines)
+    table = write_sweep(tmp_path / "fall.csv", lines)
     done = run_bench("bench_eos.py", "--data", str(table), "--json", "--synthetic", "",
                      "--strategies", "climb")
     assert done.returncode == 0, done.stderr
@@ -400,12 +401,15 @@ def test_climb_replayed_on_a_sweep_as_a_flow(tmp_path: Path) -> None:
     climb = result["cross"]["strategies"]["climb"]
     assert climb["default"] and climb["curves"] == 6  # two transfers, three repeats each
     assert climb["acted"] == 3  # the dataset's three flows; the file ran untuned
-    start = bench_eos._preset("50000000", "0.002", "10000000000")
-    assert start == bench_eos._preset("5000000000", "0.002", "10000000000")
-    assert start is not None and rising[start] < 0.95 * 900  # the preset is below the best
-    # the file at the preset's share; the dataset climbed past it, its tries counted: the
+    # the daemon's starts on a 2.5 MB BDP: 8 ranges of 4 streams for the file (`FileRun`),
+    # 8 files of 4 streams for the dataset of large files (its chunk's preset)
+    assert bench_eos._preset("5000000000", "0.002", "10000000000") == 32
+    assert bench_eos._preset("50000000", "0.002", "10000000000", "100") == 32
+    assert bench_eos._preset("50000000", "0.002", "10000000000", "100", streams=False) == 4
+    assert result["cross"]["preset"]["mean_share"] == pytest.approx(0.7, abs=0.01)
+    # the file at the preset's share; the dataset came down from it, its tries counted: the
     # mean lies between the preset's and the oracle's
-    assert rising[start] / 900 < climb["mean_share"] < 1.0
+    assert 0.7 < climb["mean_share"] < 1.0
     assert climb["mean_samples"] > 1
 
 

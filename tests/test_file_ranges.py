@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from stork.server.file_run import file_preset
 from stork.store.sqlite import SqliteStore
+from stork.transfer.worker import Setting
 from tests.browser import children
 from tests.support import GridFtpServer, StorkServer, make_file, wait_for
 from tests.test_eos_partial import invocations, option, real_guc
@@ -184,3 +186,15 @@ def test_the_last_ranges_of_a_file_are_cut_into_pieces_and_every_byte_sent_once(
         assert spans[:3] == [(0, 8 * MB), (8 * MB, 8 * MB), (16 * MB, 5 * MB)]
     finally:
         server.stop()
+
+
+def test_a_tuned_file_starts_from_the_large_file_preset_in_ranges_or_whole() -> None:
+    """`file_preset`: a file of two ranges starts as the large-file preset's ranges of p
+    streams; a smaller one (or of unknown size) whole, with as many streams in one run."""
+    bdp = 2.5e6  # 2 ms at 10 Gbit/s
+    assert file_preset(5_000_000_000, 64 * MB, bdp) == Setting(8, 4, 1)  # 64 MiB = 27 BDPs
+    assert file_preset(128 * MB, 64 * MB, bdp) == Setting(8, 4, 1)
+    assert file_preset(128 * MB - 1, 64 * MB, bdp) == Setting(1, 32, 1)  # whole: 8 x 4
+    assert file_preset(2_000_000, 64 * MB, bdp) == Setting(1, 8, 1)  # below 1 BDP: 8 x 1
+    assert file_preset(None, 64 * MB, bdp) == Setting(1, 32, 1)  # unknown: 4 BDPs assumed
+    assert file_preset(5_000_000_000, 0, bdp) == Setting(1, 32, 1)  # no ranges: whole

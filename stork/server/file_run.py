@@ -76,6 +76,18 @@ def landed_of(result: dict[str, Any]) -> tuple[list[Span], int | None]:
         return [], None
 
 
+def file_preset(size: int | None, range_size: int, bdp_bytes: float) -> Setting:
+    """The large-file preset a tuned single file starts from when the job gives no -p or -cc:
+    a file of two ranges or more (`split`) as `default_params(LARGE, range_size)`'s cc ranges
+    of p streams each; a smaller one (or of unknown size) sent whole with as many streams
+    (cc x p of the preset for its size: what its ranges would have started with)."""
+    if size is not None and range_size > 0 and size >= 2 * range_size:
+        p = default_params(SizeClass.LARGE, range_size, bdp_bytes)
+        return Setting(p.cc, p.p, p.pp)
+    p = default_params(SizeClass.LARGE, float(size) if size else 4 * bdp_bytes, bdp_bytes)
+    return Setting(1, p.cc * p.p, 1)
+
+
 def range_setting(streams: int, concurrency: int | None) -> Setting:
     """The engine's setting for a file sent as ranges: with the job's -cc, that many ranges
     of `streams` each; without, RANGE_WORKERS ranges sharing `streams`."""
@@ -204,9 +216,7 @@ class FileRun:
         the large-file preset's streams (cc x p: what its ranges would have started with;
         the EOS's answer for a file too short to sample was its default of as many), and the
         job's ad says so."""
-        bdp = self._bdp()
-        p = default_params(SizeClass.LARGE, float(size) if size else 4 * bdp, bdp)
-        streams = p.cc * p.p
+        streams = file_preset(size, 0, self._bdp()).p
         what = f"smaller than two ranges ({size} bytes)" if size is not None else \
             "its size not told by the source"
         self._untuned(Setting(1, streams, 1), f"{what}: sent whole, with the large-file "
@@ -248,8 +258,7 @@ class FileRun:
             bdp = self._bdp()
             preset = setting  # the job's own -p / -cc; without them the large-file preset
             if options.streams is None and options.concurrency is None:
-                p = default_params(SizeClass.LARGE, range_size, bdp)
-                preset = Setting(p.cc, p.p, p.pp)
+                preset = file_preset(size, range_size, bdp)
             src, dest = self.request.src_url, self.request.dest_url
             dataset = DatasetDescription.of(
                 float(size), 1, rtt_s=self._rtt_s(), bandwidth_bps=self.settings.link_mbps * 1e6,
