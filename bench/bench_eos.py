@@ -32,13 +32,13 @@ pipelining are the table's), replayed as one flow of the transfer the curve meas
 files' size times their number) by `bench/flow_replay.py`: every 2-s window moves the
 judging curve's rate at the count in effect and shows the controller the sampled repeat's
 value with 5% noise; a change moves 1 s unseen. It starts where the daemon starts the
-transfer without a history (the preset, below), or with `--history` where the path's earlier flows put it (`prior_from_history`
-over the windows they saw). Its share is the bytes over the flow's time, tries included,
-against the judging curve's best; its samples are the counts the flow ran at; the table
-says on how many curves it changed its count at all (a transfer of a few seconds runs at its
-start: those curves measure the start, not the controller). The probing strategies below
-(the EOS's `guided` sampling, which estimation jobs run, doubling, d-w) are judged on the
-count they choose, their samples taking no time.
+transfer without a history (the preset, below), or with `--history` where the path's earlier
+flows put it (`prior_from_history` over the windows they saw). Its share is the bytes over
+the flow's time, tries included, against the judging curve's best; its samples are the
+counts the flow ran at; the table says on how many curves it changed its count at all (a
+transfer of a few seconds runs at its start: those curves measure the start, not the
+controller). The probing strategies below (the EOS's `guided` sampling, which estimation
+jobs run, doubling, d-w) are judged on the count they choose, their samples taking no time.
 
 d-w probing (`dw d=D w=W`: Algorithm 1; `dw-interval`: the variant of the paper's [11];
 stork/tuning/probing.py) measures each level D times: the k-th measurement of a count is the
@@ -68,8 +68,9 @@ starts the transfer with on the row's RTT and Bandwidth: a single file as `FileR
 it, `stork.server.file_run.file_preset`'s ranges in flight times their streams; files of a
 dataset as their size class's chunk, `stork.dataset.chunks.default_params`' files in flight
 times streams, a stand-in on a table that measured one file at a time; on a grid's slice,
-whose concurrency is the table's, the chunk's streams per file), and the oracle (1.0). The last table puts the default strategy beside them on every data set,
-with the target of issue 28: a mean share at least the best fixed P of the other data sets.
+whose concurrency is the table's, the chunk's streams per file), and the oracle (1.0). The
+last table puts the default strategy beside them on every data set, with the target of issue
+28: a mean share at least the best fixed P of the other data sets.
 """
 
 from __future__ import annotations

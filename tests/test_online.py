@@ -2280,6 +2280,12 @@ def test_a_tuner_refuses_a_lower_cc_on_the_loss_it_shows_before_its_calls_settle
         assert back["reason"].startswith("refused: while its calls settled"), back
         assert back["gain"] == pytest.approx(-0.25, abs=0.01)
         assert "settled_after_s" not in back
+        # the transfer log gets the refused windows as cc 2's stretch, beside cc 4's
+        rows = {s.setting: s for s in tuner.stretches()}
+        assert set(rows) == {Setting(4, 1, 1), Setting(2, 1, 1)}, rows
+        assert rows[Setting(4, 1, 1)].mean_mbps == pytest.approx(150.0, rel=0.01)
+        assert rows[Setting(2, 1, 1)].mean_mbps == pytest.approx(112.5, rel=0.01)
+        assert rows[Setting(2, 1, 1)].windows >= climb.windows
 
 
 def test_a_tuner_reopens_on_a_fall_it_sees_while_the_calls_of_a_refused_doubling_end(
@@ -2312,6 +2318,9 @@ def test_a_tuner_reopens_on_a_fall_it_sees_while_the_calls_of_a_refused_doubling
             "has, the flow read 80.0 Mbit/s"), reopened
         assert reopened["setting"] == "cc=32 p=1 pp=1", reopened
         assert "settled_after_s" not in reopened  # before cc 4's own windows
+        # the fall's windows carried cc 8's calls: they are no stretch of cc 4's
+        assert [(s.setting.cc, round(s.mean_mbps)) for s in tuner.stretches()] == \
+            [(4, 160), (8, 160)], tuner.stretches()
 
 
 def test_a_measurement_again_counts_with_one_call_of_the_refused_try_still_in_flight() -> None:

@@ -81,8 +81,9 @@ Each change is kept on the job's ad (`optimizer_<what>`: the prior and why, ever
 with its reason and figures, the setting held at the end) as it is made, so `stork_q -l`
 shows a running job's tuning. The transfer log gets what the controller measured at each
 setting it settled at (`stretches`: its windows only, no change-over, slow start or tail;
-`Flows._log_flow`, `FileRun`): the next job on the path starts from the best of them
-(`prior_from_history`).
+`Flows._log_flow`, `FileRun`), and each try refused while its calls settled, on the windows
+that refused it (at most what the try makes: `_unsettled`): the next job on the path starts
+from the best of them (`prior_from_history`).
 """
 
 from __future__ import annotations
@@ -442,7 +443,8 @@ class FlowTuner:
 
     def stretches(self) -> list[Stretch]:
         """What the controller measured: one stretch per setting it settled at, its windows
-        only (no change-over, no slow start, no tail), for the transfer log."""
+        only (no change-over, no slow start, no tail), and per try refused before it
+        settled, for the transfer log."""
         return list(self.spans)
 
     def _loop(self) -> None:
@@ -530,9 +532,20 @@ class FlowTuner:
 
     def _unsettled(self) -> Change | None:
         """A try of fewer streams refused on the windows since it was set, before its own
-        count (`Climb.unsettled`: the calls taken at the reference still ending)."""
-        since = self._full_windows(self.climb.current, self._set_at)
-        return self.climb.unsettled([b.rate_mbps for b in blocks(since)])
+        count (`Climb.unsettled`: the calls taken at the reference still ending). Those
+        windows, refused, go to the transfer log as the try's stretch (`_close_span`):
+        what it makes at most, so the path's next job neither starts at it nor tries it
+        without cause (`prior_from_history`, `history_verdict`); on lossy20 a job started
+        at the p 1 its last job had refused so and lost 9.4% over 15 s again
+        (docs/BENCHMARKS.md 15.50)."""
+        current, ref = self.climb.current, self.climb.reference
+        since = self._full_windows(current, self._set_at)
+        change = self.climb.unsettled([b.rate_mbps for b in blocks(since)])
+        # (not a fall seen back at the reference: `Climb._fell_back`)
+        if change is not None and ref is not None \
+                and current not in (ref.setting, change.setting):
+            self._counted = since
+        return change
 
     def _apply(self, now: float, change: Change | None,
                left: tuple[Setting, float, float, int] | None = None) -> Change | None:
