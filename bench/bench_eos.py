@@ -105,10 +105,10 @@ from stork.transfer.worker import Setting
 from stork.tuning.base import Limits
 from stork.tuning.models import estimate
 from stork.tuning.online import Climb
-from stork.tuning.path_history import SIZE_NEAR, prior_from_history
+from stork.tuning.path_history import SIZE_NEAR, pooled_jobs, prior_from_history
 from stork.tuning.probing import interval_search, window_search
 from stork.tuning.sampling import Measure, Sample, decide, doubling, guided
-from stork.tuning.verdicts import Measured, pooled
+from stork.tuning.verdicts import Measured
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO.parent / "shared" / "data" / "transfer-logs"
@@ -668,11 +668,8 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
             size = float(f.key[0])  # files of about this size first, as the daemon reads
             near = [(k, w) for k, w in earlier  # its log (`measured_from_history`)
                     if size / SIZE_NEAR <= float(k[0]) <= size * SIZE_NEAR]
-            seen: dict[Setting, list[Measured]] = defaultdict(list)
-            for _, windows in near or earlier:
-                for s, rates in windows.items():
-                    seen[s].append(Measured.of(s, rates))
-            known = {s: m for s, parts in seen.items() if (m := pooled(s, parts)) is not None}
+            known = pooled_jobs([{s: Measured.of(s, rates) for s, rates in windows.items()}
+                                 for _, windows in near or earlier])  # (as the daemon's log)
             start, _ = prior_from_history(known, start, limits=limits, axes=("p",))
         climb = Climb(start, limits, axes=("p",), known=known)
         tuned: Climb | None = climb

@@ -23,6 +23,7 @@ from stork.tuning.moves import halving_order, in_halving_order, turned, went
 from stork.tuning.online import RECHECK_WINDOWS, Change, Climb
 from stork.tuning.path_history import (
     history_verdict,
+    job_levels,
     measured_from_history,
     prior_from_history,
     prior_from_optimizer,
@@ -1017,13 +1018,13 @@ def test_bad_arguments_are_named() -> None:
 
 def row(cc: int, p: int, mbps: float, *, src: str = "a", size: float = 256 << 10,
         sharing: int = 0, seconds: float = 10.0, outcome: str = COMPLETED,
-        spread: float | None = 5.0) -> TransferRecord:
+        spread: float | None = 5.0, job: int | None = None) -> TransferRecord:
     return TransferRecord(time=0.0, src_host=src, dest_host="b", rtt_s=0.04,
                           bandwidth_bps=2e8, buffer_bytes=None, file_size_bytes=size,
                           file_count=100, cc=cc, p=p, pp=1, fast=True,
                           bytes_moved=int(mbps * 1e6 / 8 * seconds), duration_s=seconds,
                           throughput_mbps=mbps, sharing=sharing, outcome=outcome,
-                          spread_mbps=spread)
+                          spread_mbps=spread, job_id=job)
 
 
 def known(history: list[TransferRecord], *, src: str = "a",
@@ -2477,3 +2478,30 @@ def test_a_path_without_files_of_about_the_jobs_size_starts_from_other_paths() -
     assert climb.prior == Setting(4, 2, 1) and "other paths'" in why, why
     climb, why = prior([], 3e6)
     assert climb.prior == Setting(8, 1, 2) and "the preset" in why, why
+
+
+def test_jobs_at_other_levels_compare_settings_within_each_job() -> None:
+    """Two jobs on one path ran at different levels (other files, other traffic): job 1
+    measured cc 8 at 100 and cc 4 at 90, job 2 cc 8 at 200 and cc 16 at 220. Pooled as
+    they came, cc 4 and cc 16 looked 2.4 times apart and cc 8 spread from 100 to 200;
+    set on one level, each setting keeps what its job measured against cc 8 (-10%, +10%),
+    and cc 8's windows agree. A job of one setting (cc 2 alone, at 40) tells no level:
+    its rate is taken as it is. Rows of no job are each their own."""
+    history = [row(8, 1, 100.0, job=1), row(4, 1, 90.0, job=1),
+               row(8, 1, 200.0, job=2), row(16, 1, 220.0, job=2), row(2, 1, 40.0, job=3)]
+    levels = job_levels([{Setting(8, 1, 1): Measured(Setting(8, 1, 1), 100.0, 5.0, 5),
+                          Setting(4, 1, 1): Measured(Setting(4, 1, 1), 90.0, 5.0, 5)},
+                         {Setting(8, 1, 1): Measured(Setting(8, 1, 1), 200.0, 5.0, 5),
+                          Setting(16, 1, 1): Measured(Setting(16, 1, 1), 220.0, 5.0, 5)},
+                         {Setting(2, 1, 1): Measured(Setting(2, 1, 1), 40.0, 5.0, 5)}])
+    assert levels[0] * levels[1] == pytest.approx(1.0)  # the linked jobs' levels average 1
+    assert levels[1] / levels[0] == pytest.approx(2.0) and levels[2] == 1.0
+    seen = known(history)
+    cc8, cc4, cc16 = seen[Setting(8, 1, 1)], seen[Setting(4, 1, 1)], seen[Setting(16, 1, 1)]
+    assert cc4.mean / cc8.mean == pytest.approx(0.9) and cc16.mean / cc8.mean == \
+        pytest.approx(1.1)
+    assert cc8.mean == pytest.approx(100.0 * math.sqrt(2))
+    assert cc8.stdev < 10.0  # the rows' own spread, scaled (as they came: about 52)
+    assert seen[Setting(2, 1, 1)].mean == 40.0
+    unlinked = known([row(8, 1, 100.0), row(4, 1, 90.0), row(8, 1, 200.0)])  # no jobs:
+    assert unlinked[Setting(8, 1, 1)].mean == pytest.approx(150.0)  # pooled as they came

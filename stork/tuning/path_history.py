@@ -10,7 +10,9 @@ own flow measured; and what the history says of a climb's neighbour (`history_ve
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from stork.dataset.chunks import SizeClass, size_class
 from stork.transfer.worker import Setting
@@ -72,16 +74,82 @@ def measured_from_history(history: Iterable[TransferRecord], *, src_host: str | 
         rows = [r for r in rows if file_bytes / SIZE_NEAR <= r.file_size_bytes
                 <= file_bytes * SIZE_NEAR] or ([] if near_only else rows)
     rows = [r for r in rows if r.sharing == load] or rows
-    parts: dict[Setting, list[Measured]] = {}
-    for r in rows:
+    jobs: dict[Hashable, dict[Setting, list[Measured]]] = {}
+    for i, r in enumerate(rows):
         setting = Setting(r.cc, r.p, r.pp)
         if setting.cc <= limits.max_cc and setting.p <= limits.max_p \
                 and streams(setting) <= limits.max_streams:
             windows = max(int(r.duration_s / WINDOW_S), 1) if r.spread_mbps is not None else 1
-            parts.setdefault(setting, []).append(
+            job = jobs.setdefault(("job", r.job_id) if r.job_id is not None else ("row", i), {})
+            job.setdefault(setting, []).append(
                 Measured(setting, r.throughput_mbps, r.spread_mbps or 0.0, windows))
+    return pooled_jobs([{s: m for s, ms in job.items() if (m := pooled(s, ms)) is not None}
+                        for job in jobs.values()])
+
+
+def pooled_jobs(jobs: Sequence[Mapping[Setting, Measured]]) -> dict[Setting, Measured]:
+    """What several jobs measured on a path, per setting, on one level (`job_levels`):
+    each job's windows divided by its level, then pooled (`pooled`)."""
+    parts: dict[Setting, list[Measured]] = {}
+    for job, level in zip(jobs, job_levels(jobs), strict=True):
+        for s, m in job.items():
+            parts.setdefault(s, []).append(
+                Measured(s, m.mean / level, m.stdev / level, m.count))
     out = {s: pooled(s, ms) for s, ms in parts.items()}
     return {s: m for s, m in out.items() if m is not None}
+
+
+def job_levels(jobs: Sequence[Mapping[Setting, Measured]]) -> list[float]:
+    """Each job's level on its path: the factor its rates ran at, the settings aside. A
+    flow's rate moves with its files, its time and the other traffic as much as with its
+    setting, so settings measured by different jobs differ by both; pooled as they are, a
+    history refused settings no job compared (on the parallelism curves of ../shared/data,
+    where each file's flow is the next one's history, the climb made 0.66 of the best on
+    BTData with it against 0.80 without: docs/BENCHMARKS.md 15.50). Fitted as log rate =
+    level of the job + effect of the setting, least squares weighted by windows, over the
+    jobs that measured two settings or more, the levels of each group of jobs linked by
+    the settings they share averaging 1 (geometric mean); the levels of the other jobs
+    cannot be told apart from their one setting's effect, and are 1."""
+    levels = [1.0] * len(jobs)
+    multi = [i for i, job in enumerate(jobs) if len(job) >= 2
+             and all(m.mean > 0 for m in job.values())]
+    for group in _linked(multi, jobs):
+        settings = sorted({s for i in group for s in jobs[i]},
+                          key=lambda s: (s.cc, s.p, s.pp))
+        column = {s: len(group) + k for k, s in enumerate(settings)}
+        rows, values, weights = [], [], []
+        for g, i in enumerate(group):
+            for s, m in jobs[i].items():
+                row = np.zeros(len(group) + len(settings))
+                row[g], row[column[s]] = 1.0, 1.0
+                rows.append(row)
+                values.append(math.log(m.mean))
+                weights.append(math.sqrt(m.count))
+        row = np.zeros(len(group) + len(settings))  # the levels' logs sum to 0
+        row[:len(group)] = 1.0
+        rows.append(row)
+        values.append(0.0)
+        weights.append(1.0)
+        w = np.array(weights)
+        fit, *_ = np.linalg.lstsq(np.array(rows) * w[:, None], np.array(values) * w,
+                                  rcond=None)
+        for g, i in enumerate(group):
+            levels[i] = math.exp(float(fit[g]))
+    return levels
+
+
+def _linked(indexes: Sequence[int], jobs: Sequence[Mapping[Setting, Measured]]
+            ) -> list[list[int]]:
+    """`indexes` of `jobs` in groups linked by a setting two of them measured."""
+    groups: list[tuple[set[Setting], list[int]]] = []
+    for i in indexes:
+        settings, members = set(jobs[i]), [i]
+        for group in [g for g in groups if g[0] & settings]:
+            groups.remove(group)
+            settings |= group[0]
+            members = group[1] + members
+        groups.append((settings, members))
+    return [sorted(members) for _, members in groups]
 
 
 def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
