@@ -135,6 +135,7 @@ class File:
     order: tuple[int, ...]  # each repeat's place in the table (its first row)
     preset: int | None = None  # Stork's per-size-class streams for this file and path
     link_mbps: float | None = None  # the path's rate (the table's Bandwidth), when known
+    bdp_bytes: float | None = None  # the path's bandwidth-delay product, when known
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ class Point:
     mbps: float
     preset: int | None
     link_mbps: float | None = None
+    bdp_bytes: float | None = None
 
 
 def _mbps_limit(bandwidth: str) -> float | None:
@@ -183,6 +185,15 @@ def _mbps_limit(bandwidth: str) -> float | None:
     return value / 1e6 if value > 1e6 else value
 
 
+def _bdp(rtt: str, bandwidth: str) -> float | None:
+    """The row's bandwidth-delay product in bytes; None where the table does not say."""
+    try:
+        rtt_s, limit = float(rtt), _mbps_limit(bandwidth)
+    except ValueError:
+        return None
+    return rtt_s * limit * 1e6 / 8 if rtt_s > 0 and limit is not None else None
+
+
 def _preset(size: str, rtt: str, bandwidth: str, count: str = "1", *,
             streams: bool = True) -> int | None:
     """The streams Stork starts `count` files of `size` bytes with on the row's path without
@@ -192,14 +203,12 @@ def _preset(size: str, rtt: str, bandwidth: str, count: str = "1", *,
     in flight times streams each). With `streams` False the chunk's streams per file alone
     (a grid's slice, whose concurrency is the table's)."""
     try:
-        size_bytes, rtt_s = float(size), float(rtt)
-        limit = _mbps_limit(bandwidth)
-        files = int(float(count))
+        size_bytes, files = float(size), int(float(count))
     except ValueError:
         return None
-    if size_bytes <= 0 or rtt_s <= 0 or limit is None:
+    bdp = _bdp(rtt, bandwidth)
+    if size_bytes <= 0 or bdp is None:
         return None
-    bdp = rtt_s * limit * 1e6 / 8
     if not streams:
         return default_params(size_class(round(size_bytes), bdp), size_bytes, bdp).p
     if files <= 1:
@@ -239,7 +248,8 @@ def _group(rows: list[Point], name: str, note: str = "") -> DataSet:
             order.append(min(v[r][1] for v in by_p.values() if len(v) > r))
         if repeats:
             files.append(File(key, first[key].path, tuple(repeats), tuple(order),
-                              first[key].preset, first[key].link_mbps))
+                              first[key].preset, first[key].link_mbps,
+                              first[key].bdp_bytes))
     levels = sorted({p for f in files for c in f.repeats for p in c})
     if single:
         note = (note + "; " if note else "") + f"{single} repeats with one count left out"
@@ -308,7 +318,8 @@ def load_sweeps(path: Path, note: str | None = "chris-parallelism",
             rows.append(Point((row["FileSize"], row["FileNumbers"], *hosts, *options),
                             (*hosts, *options), p, mbps,
                             _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or "", row["FileNumbers"]), limit))
+                                    row.get("Bandwidth") or "", row["FileNumbers"]), limit,
+                            _bdp(row.get("RTT") or "", row.get("Bandwidth") or "")))
     if note is not None and not selected:
         raise TransferLogError(str(path), f"no row with Note {note!r} (the table's notes: "
                                           f"{', '.join(sorted(notes)) or 'none'})")
@@ -351,7 +362,8 @@ def load_grid(path: Path) -> DataSet:
             rows.append(Point((row["FileSize"], row["FileCount"], *hosts, *options),
                             (*hosts, *options), p, mbps,
                             _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or "", streams=False), limit))
+                                    row.get("Bandwidth") or "", streams=False), limit,
+                            _bdp(row.get("RTT") or "", row.get("Bandwidth") or "")))
     _usable(path, rows, counts, first_bad, "data rows")
     rtt = ", ".join(f"RTT {float(r) * 1000:.0f} ms" for r in sorted(rtts)
                     if r.strip().lower() not in _MISSING)
@@ -385,7 +397,7 @@ def synthetic(base: DataSet, sigma: float, seed: int = 13) -> DataSet:
                             for p, n, o in zip(levels, noise, once, strict=True)})
         files.append(File(f.key, f.path, tuple(repeats),
                           tuple(len(files) * SYNTHETIC_REPEATS + r for r in range(len(repeats))),
-                          f.preset, f.link_mbps))
+                          f.preset, f.link_mbps, f.bdp_bytes))
     return DataSet(f"{base.name}+noise sigma {sigma:g}", tuple(files), base.levels,
                    f"{SYNTHETIC_REPEATS} synthetic repeats per {base.name} file, dips",
                    source=base.name)
@@ -665,9 +677,13 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
         known: dict[Setting, Measured] = {}
         if history:  # judged on the other repeats, a flow may not learn from those repeats
             earlier = [(key, w) for key, w in runs[f.path] if mode == "same" or key != f.key]
-            size = float(f.key[0])  # files of about this size first, as the daemon reads
-            near = [(k, w) for k, w in earlier  # its log (`measured_from_history`)
-                    if size / SIZE_NEAR <= float(k[0]) <= size * SIZE_NEAR]
+            size = float(f.key[0])  # files of about this size first, else of its size
+            near = [(k, w) for k, w in earlier  # class, as the daemon reads its log
+                    if size / SIZE_NEAR <= float(k[0]) <= size * SIZE_NEAR]  # (`measured_
+            if not near and f.bdp_bytes:  # from_history`; a class unknown: any size)
+                cls = size_class(round(size), f.bdp_bytes)
+                earlier = [(k, w) for k, w in earlier
+                           if size_class(round(float(k[0])), f.bdp_bytes) is cls]
             known = pooled_jobs([{s: Measured.of(s, rates) for s, rates in windows.items()}
                                  for _, windows in near or earlier])  # (as the daemon's log)
             start, _ = prior_from_history(known, start, limits=limits, axes=("p",))

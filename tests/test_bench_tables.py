@@ -413,6 +413,27 @@ def test_climb_replayed_on_a_sweep_as_a_flow(tmp_path: Path) -> None:
     assert climb["mean_samples"] > 1
 
 
+def test_a_replayed_flow_takes_history_of_its_own_size_class_only(tmp_path: Path) -> None:
+    """`--history` as the daemon reads its log: files of about the flow's size, else of its
+    size class. A dataset of 1 MB files (small on a 2.5 MB BDP) is best at P 1 and its
+    flows climb down there; a single 5 GB file after them (large: none of that history is
+    its) runs untuned at its preset's 32 streams, its best, as without any history."""
+    small = curve(900, 1, levels=(1, 2, 4, 8, 16, 32))
+    large = curve(900, 32, levels=(1, 2, 4, 8, 16, 32))
+    files = {1_000_000: {p: [v, v * 1.02, v * 0.99] for p, v in small.items()},
+             5_000_000_000: {p: [v, v * 1.01, v * 0.98] for p, v in large.items()}}
+    lines = [line.replace("sweep,1000000,1,", "sweep,1000000,20000,")  # 160 s at 900
+             for line in sweep_lines(files)]
+    table = write_sweep(tmp_path / "classes.csv", lines)
+    data = bench_eos.load_sweeps(table, note="sweep")
+    cases = bench_eos._cases(data, "cross")
+    assert [c[0].key[0] for c in cases] == ["1000000"] * 3 + ["5000000000"] * 3
+    row = bench_eos.replay_flow(cases, "cross", True, best_p=32)
+    assert row.shares[3:] == [pytest.approx(1.0, abs=0.02)] * 3  # the preset, untouched
+    assert row.samples[3:] == [1, 1, 1]
+    assert all(share > 0.8 for share in row.shares[:3])  # the small files climbed down
+
+
 # -- bench_layout -----------------------------------------------------------------------------
 
 def layout_lines(size: float, best_cc: int, totals: Iterable[int] = (16, 32)) -> list[str]:
