@@ -346,6 +346,34 @@ def test_a_load_step_reopens_the_search_from_the_setting_held_when_the_rate_fell
     assert streams(climb.current) >= 32
 
 
+def test_a_try_that_falls_from_the_same_reference_twice_is_refused_not_a_load() -> None:
+    """p 64 makes 27% less than p 32 on this path, at every moment. The first time the
+    fall reads as a load that came (the search reopens at the try, the hold rechecks p 32,
+    which reads as before: the load went); back at p 32 the same try falls again, and is
+    then judged as a try (refused), and the flow goes on to p 16, its best, instead of
+    trying p 64 over and over (on the engin-losf curves of ../shared/data the climb went
+    32, 64, 32, 64 and on, docs/BENCHMARKS.md 15.51)."""
+    rates = {16: 300.0, 32: 270.0, 64: 197.0}
+
+    def surface(s: Setting, t: float) -> float:
+        return rates.get(s.p, 150.0)
+
+    climb = Climb(Setting(1, 32, 1), Limits(max_cc=1, max_p=64, max_pp=1, max_streams=64),
+                  axes=("p",))
+    changes = run(climb, surface, seconds=300, noise=0.02)
+    falls = [c for _, c in changes if "(the load moved)" in c.reason
+             and c.reason.startswith("a try of more streams")]
+    assert len(falls) == 1, [c.reason[:120] for _, c in changes]
+    assert any(c.reason.startswith("refused: cc=1 p=64 pp=1") for _, c in changes), \
+        [c.reason[:120] for _, c in changes]
+    assert climb.holding and climb.current == Setting(1, 16, 1), climb.current
+    path = [32]
+    for _, c in changes:
+        if c.setting.p != path[-1]:
+            path.append(c.setting.p)
+    assert path == [32, 64, 32, 64, 32, 16, 8, 16], path  # two tries of 64, no more
+
+
 def test_a_fall_asks_for_the_streams_that_win_back_ninety_percent_at_most_eight_times(
 ) -> None:
     """`win_back`: a load sharing the path by streams leaves N / (N + k) of it; the factor

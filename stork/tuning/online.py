@@ -63,7 +63,10 @@ settled. It answers a `Change` or nothing:
    only after it (`late`), against what it measured then (`trimmed`). Apart, the load came
    or went, and the search reopens (when the rate fell, at the setting of the most streams
    the flow was at); a try of more streams more than `FELL_SHARE` below the reference, and
-   apart from it, reopens it at the try, and the windows back at the reference after a
+   apart from it, reopens it at the try (once per try and reference in a job: the same try
+   falling again from the same reference is its own loss, judged as any try; on the
+   engin-losf curves of ../shared/data a climb went 32, 64, 32, 64 and on, docs/BENCHMARKS.md
+   15.51), and the windows back at the reference after a
    refused try of more streams, before the reference's own count, reopen it there when
    they fall that far (`_fell_back`: more streams were in flight in them). A start
    measured anew at the setting a fall was seen at, still below the rate before, is won
@@ -201,6 +204,7 @@ class Climb:
         self.loads = Loads(drift_z=drift_z, drift_share=drift_share, windows=windows)
         self._left: Measured | None = None  # the setting the flow left, as measured (`late`)
         self._before_load: Setting | None = None  # where a load that came found the flow
+        self._fell_from: set[tuple[Setting, Setting]] = set()  # (reference, try): `_step`
         self._restart()
 
     @property
@@ -323,10 +327,15 @@ class Climb:
         if self._rechecking is not None and (gone := self._gone(tried)) is not None:
             return gone
         if streams(self.current) > streams(ref.setting) \
+                and (ref.setting, self.current) not in self._fell_from \
                 and self._fell_far(ref, tried, (tried,)):
-            # more streams far below the reference: not the streams, a load that came
+            # more streams far below the reference: not the streams, a load that came;
+            # unless this try fell from this reference before in this job, the search
+            # since back where it was (a load that comes with each try is the try's own):
+            # judged then as any try
             if self._wait_for_moved(ref.mean, tried.mean, rates, room=True):
                 return None
+            self._fell_from.add((ref.setting, self.current))
             return self._reopen(ref.mean, tried.mean, "", rates, said=(
                 f"a try of more streams, {tried.label()}, fell from the reference's "
                 f"{ref.label()} by more than the noise and {FELL_SHARE:.0%} "
