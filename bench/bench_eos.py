@@ -677,10 +677,12 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
         known: dict[Setting, Measured] = {}
         if history:  # judged on the other repeats, a flow may not learn from those repeats
             earlier = [(key, w) for key, w in runs[f.path] if mode == "same" or key != f.key]
-            size = float(f.key[0])  # files of about this size first, else of its size
-            near = [(k, w) for k, w in earlier  # class, as the daemon reads its log
-                    if size / SIZE_NEAR <= float(k[0]) <= size * SIZE_NEAR]  # (`measured_
-            if not near and f.bdp_bytes:  # from_history`; a class unknown: any size)
+            # files of about this size first, else of its size class, as the daemon reads
+            # its log (`measured_from_history`; a class unknown: any size)
+            size = float(f.key[0])
+            near = [(k, w) for k, w in earlier
+                    if size / SIZE_NEAR <= float(k[0]) <= size * SIZE_NEAR]
+            if not near and f.bdp_bytes:
                 cls = size_class(round(size), f.bdp_bytes)
                 earlier = [(k, w) for k, w in earlier
                            if size_class(round(float(k[0])), f.bdp_bytes) is cls]

@@ -102,10 +102,11 @@ def pooled_jobs(jobs: Sequence[Mapping[Setting, Measured]]) -> dict[Setting, Mea
 def job_levels(jobs: Sequence[Mapping[Setting, Measured]]) -> list[float]:
     """Each job's level on its path: the factor its rates ran at, the settings aside. A
     flow's rate moves with its files, its time and the other traffic as much as with its
-    setting, so settings measured by different jobs differ by both; pooled as they are, a
-    history refused settings no job compared (on the parallelism curves of ../shared/data,
-    where each file's flow is the next one's history, the climb made 0.66 of the best on
-    BTData with it against 0.80 without: docs/BENCHMARKS.md 15.50). Fitted as log rate =
+    setting, so settings measured by different jobs differ by both, and pooled as they
+    are a history compares settings no job compared (on the parallelism curves of
+    ../shared/data, each file's flow the next one's history, this moved the climb from
+    0.660 to 0.664 of the best on BTData and from 0.842 to 0.851 on SGData: small there,
+    docs/BENCHMARKS.md 15.51). Fitted as log rate =
     level of the job + effect of the setting, least squares weighted by windows, over the
     jobs that measured two settings or more, the levels of each group of jobs linked by
     the settings they share averaging 1 (geometric mean); the levels of the other jobs
