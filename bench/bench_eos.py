@@ -194,28 +194,25 @@ def _bdp(rtt: str, bandwidth: str) -> float | None:
     return rtt_s * limit * 1e6 / 8 if rtt_s > 0 and limit is not None else None
 
 
-def _preset(size: str, rtt: str, bandwidth: str, count: str = "1", *,
+def _preset(size: str, bdp: float | None, count: str = "1", *,
             streams: bool = True) -> int | None:
-    """The streams Stork starts `count` files of `size` bytes with on the row's path without
-    a history (None where the table does not say): one file as `FileRun` starts it
-    (`file_preset`: its large-file preset's ranges in flight times their streams, or as
-    many streams sent whole), more as a chunk of their size class (`default_params`: files
-    in flight times streams each). With `streams` False the chunk's streams per file alone
-    (a grid's slice, whose concurrency is the table's)."""
+    """The streams Stork starts `count` files of `size` bytes with on a path of `bdp` bytes
+    (`_bdp`) without a history (None where the table does not say): one file as `FileRun`
+    starts it (`file_preset`: its large-file preset's ranges in flight times their streams,
+    or as many streams sent whole), more as a chunk of their size class (`default_params`:
+    files in flight times streams each). With `streams` False the chunk's streams per file
+    alone (a grid's slice, whose concurrency is the table's)."""
     try:
         size_bytes, files = float(size), int(float(count))
     except ValueError:
         return None
-    bdp = _bdp(rtt, bandwidth)
     if size_bytes <= 0 or bdp is None:
         return None
-    if not streams:
-        return default_params(size_class(round(size_bytes), bdp), size_bytes, bdp).p
-    if files <= 1:
+    if streams and files <= 1:
         one = file_preset(round(size_bytes), range_bytes(bdp, RANGE_MIN_BYTES), bdp)
         return one.cc * one.p
     chunk = default_params(size_class(round(size_bytes), bdp), size_bytes, bdp)
-    return chunk.cc * chunk.p
+    return chunk.cc * chunk.p if streams else chunk.p
 
 
 def _check_columns(path: Path, header: Sequence[str] | None, needed: Sequence[str],
@@ -315,11 +312,10 @@ def load_sweeps(path: Path, note: str | None = "chris-parallelism",
             if limit is not None and mbps > limit:
                 bad("rows above the link", line, f"{mbps:g} Mbit/s, link {limit:g}")
                 continue
+            bdp = _bdp(row.get("RTT") or "", row.get("Bandwidth") or "")
             rows.append(Point((row["FileSize"], row["FileNumbers"], *hosts, *options),
                             (*hosts, *options), p, mbps,
-                            _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or "", row["FileNumbers"]), limit,
-                            _bdp(row.get("RTT") or "", row.get("Bandwidth") or "")))
+                            _preset(row["FileSize"], bdp, row["FileNumbers"]), limit, bdp))
     if note is not None and not selected:
         raise TransferLogError(str(path), f"no row with Note {note!r} (the table's notes: "
                                           f"{', '.join(sorted(notes)) or 'none'})")
@@ -359,11 +355,10 @@ def load_grid(path: Path) -> DataSet:
                                      f"line {reader.line_num}: {mbps:g} Mbit/s")
                 continue
             rtts.add(row.get("RTT") or "")
+            bdp = _bdp(row.get("RTT") or "", row.get("Bandwidth") or "")
             rows.append(Point((row["FileSize"], row["FileCount"], *hosts, *options),
                             (*hosts, *options), p, mbps,
-                            _preset(row["FileSize"], row.get("RTT") or "",
-                                    row.get("Bandwidth") or "", streams=False), limit,
-                            _bdp(row.get("RTT") or "", row.get("Bandwidth") or "")))
+                            _preset(row["FileSize"], bdp, streams=False), limit, bdp))
     _usable(path, rows, counts, first_bad, "data rows")
     rtt = ", ".join(f"RTT {float(r) * 1000:.0f} ms" for r in sorted(rtts)
                     if r.strip().lower() not in _MISSING)

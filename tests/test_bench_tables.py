@@ -403,9 +403,10 @@ def test_climb_replayed_on_a_sweep_as_a_flow(tmp_path: Path) -> None:
     assert climb["acted"] == 3  # the dataset's three flows; the file ran untuned
     # the daemon's starts on a 2.5 MB BDP: 8 ranges of 4 streams for the file (`FileRun`),
     # 8 files of 4 streams for the dataset of large files (its chunk's preset)
-    assert bench_eos._preset("5000000000", "0.002", "10000000000") == 32
-    assert bench_eos._preset("50000000", "0.002", "10000000000", "100") == 32
-    assert bench_eos._preset("50000000", "0.002", "10000000000", "100", streams=False) == 4
+    bdp = bench_eos._bdp("0.002", "10000000000")
+    assert bench_eos._preset("5000000000", bdp) == 32
+    assert bench_eos._preset("50000000", bdp, "100") == 32
+    assert bench_eos._preset("50000000", bdp, "100", streams=False) == 4
     assert result["cross"]["preset"]["mean_share"] == pytest.approx(0.7, abs=0.01)
     # the file at the preset's share; the dataset came down from it, its tries counted: the
     # mean lies between the preset's and the oracle's
