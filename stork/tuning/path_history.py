@@ -106,11 +106,11 @@ def job_levels(jobs: Sequence[Mapping[Setting, Measured]]) -> list[float]:
     are a history compares settings no job compared (on the parallelism curves of
     ../shared/data, each file's flow the next one's history, this moved the climb from
     0.660 to 0.664 of the best on BTData and from 0.842 to 0.851 on SGData: small there,
-    docs/BENCHMARKS.md 15.51). Fitted as log rate =
-    level of the job + effect of the setting, least squares weighted by windows, over the
-    jobs that measured two settings or more, the levels of each group of jobs linked by
-    the settings they share averaging 1 (geometric mean); the levels of the other jobs
-    cannot be told apart from their one setting's effect, and are 1."""
+    docs/BENCHMARKS.md 15.51). Fitted as log rate = level of the job + effect of the
+    setting, least squares weighted by windows, over the jobs that measured two settings
+    or more, the levels of each group of jobs linked by the settings they share averaging 1
+    (geometric mean); the levels of the other jobs cannot be told apart from their one
+    setting's effect, and are 1."""
     levels = [1.0] * len(jobs)
     multi = [i for i, job in enumerate(jobs) if len(job) >= 2
              and all(m.mean > 0 for m in job.values())]
