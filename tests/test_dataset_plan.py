@@ -12,9 +12,11 @@ from stork.dataset.chunks import (
     Params,
     SizeClass,
     batches,
+    default_params,
     pipelining_flag,
     plan_chunks,
     size_class,
+    streams_to_fill,
 )
 from stork.dataset.expand import Dataset, DatasetFile
 from stork.dataset.wire import from_wire, to_wire
@@ -46,6 +48,23 @@ def test_chunks_have_their_own_defaults_and_arguments_override_them() -> None:
     fixed = plan_chunks(sizes, BDP, cc=3, p=2, pp=1)
     assert {(c.params.cc, c.params.p, c.params.pp) for c in fixed} == {(3, 2, 1)}
     assert "pp=1 (off)" in fixed[0].label()
+
+
+def test_a_path_of_a_short_round_trip_starts_with_the_streams_that_fill_it() -> None:
+    """Mathis's bound at 1% loss: a stream fills about 17.9 KB of the BDP. Where the chunk's
+    files in flight already carry that many, each takes one stream; long paths keep the
+    caps (the BDP is many times that)."""
+    short = 200e6 * 0.002 / 8  # 2 ms at 200 Mbit/s: 50 KB
+    assert streams_to_fill(short) == 3
+    assert streams_to_fill(1.0) == 1
+    assert streams_to_fill(250_000) == 14  # 10 ms at 200 Mbit/s
+    assert default_params(SizeClass.LARGE, 64 << 20, short) == Params(8, 1, 1)
+    assert default_params(SizeClass.MEDIUM, 400_000, short) == Params(8, 1, 2)
+    assert default_params(SizeClass.LARGE, 64 << 20, 250_000) == Params(8, 2, 1)
+    # wan40's BDP takes 56 streams to fill: the 4 streams a file of the cap, as before
+    assert streams_to_fill(BDP) == 56
+    assert default_params(SizeClass.LARGE, 64 << 20, BDP) == Params(8, 4, 1)
+    assert default_params(SizeClass.MEDIUM, 2 << 20, BDP) == Params(8, 3, 2)
 
 
 def test_pipelining_depth_maps_to_on_from_two() -> None:

@@ -198,3 +198,8 @@ def test_a_tuned_file_starts_from_the_large_file_preset_in_ranges_or_whole() -> 
     assert file_preset(2_000_000, 64 * MB, bdp) == Setting(1, 8, 1)  # below 1 BDP: 8 x 1
     assert file_preset(None, 64 * MB, bdp) == Setting(1, 32, 1)  # unknown: 4 BDPs assumed
     assert file_preset(5_000_000_000, 0, bdp) == Setting(1, 32, 1)  # no ranges: whole
+    # a LAN (0.16 ms at 1 Gbit/s: 20 KB): two streams fill it, so a file sent whole takes
+    # two; its ranges keep one stream each
+    lan = 1e9 * 0.00016 / 8
+    assert file_preset(1 << 30, 0, lan) == Setting(1, 2, 1)
+    assert file_preset(1 << 30, 64 * MB, lan) == Setting(8, 1, 1)

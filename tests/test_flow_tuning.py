@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from stork.dataset.chunks import streams_to_fill
 from tests.support import StorkServer, make_file, md5, wait_for
 from tests.testbed import Testbed, pair
 from tests.testbed.netns import leftovers, unavailable_reason
@@ -113,12 +114,18 @@ def test_a_large_file_as_ranges_is_tuned_while_it_moves(bed: Testbed,
     job = submit(daemon, bed, small, dest_dir / "small.dat", slash="", optimizer="YES")
     assert md5(dest_dir / "small.dat") == md5(small)
     whole = job["result"]["optimizer_file"]
-    assert whole["setting"] == "cc=1 p=32 pp=1" and "sent whole" in whole["prior_reason"], whole
+    # cc x p of the preset is 32 streams, more than fill 40 ms at 100 Mbit/s at 1% loss:
+    # 28 to 30 streams, by the RTT measured (40 ms and the emulator's up to 2 ms)
+    fill = {streams_to_fill(rtt * 100e6 / 8) for rtt in (0.040, 0.041, 0.042)}
+    assert fill == {28, 29, 30}
+    streams = int(whole["setting"].split()[1].removeprefix("p="))
+    assert whole["setting"] == f"cc=1 p={streams} pp=1" and streams in fill, whole
+    assert "sent whole" in whole["prior_reason"], whole
     assert "eos_sampling_time_s" not in job["result"]
     log = daemon.stderr_path.read_text()
     assert f"job {job['id']}: smaller than two ranges, sent whole: " in log
     [line] = [x for x in log.splitlines() if f"job {job['id']}: smaller than two" in x]
-    assert " -p 32 " in line, line
+    assert f" -p {streams} " in line, line
 
     # with the default budget (a tenth of the file's time for one try), a file of a few
     # seconds is not tuned: it runs untouched at what the path's history (the big file's

@@ -23,6 +23,21 @@ level measured, and cc 16 made 0.72-0.89 of it. Section 5's sweep had stopped at
     medium  cc 8    p ceil(mean/BDP), 1 to 4      pp ceil(BDP/mean), at least 2 (on)
     large   cc 8    p ceil(mean/BDP), 1 to 4      pp 1 (off)
 
+and no more streams per file than the chunk's files in flight need to fill the path
+(`streams_to_fill`): on a path of a short round trip a stream carries the link alone, so a
+chunk there takes p 1 and its concurrency, not 4 streams for each of its 8 files (a 2 ms,
+200 Mbit/s path: 3 streams fill it; a 1 Gbit/s LAN of 0.16 ms: 2).
+
+Streams to fill a path: Mathis et al.'s bound on one TCP stream's rate, MSS x C / (RTT x
+sqrt(loss)) with C = sqrt(3/2), makes the streams that fill a link of rate R: R x RTT x
+sqrt(loss) / (C x MSS) = BDP x sqrt(loss) / (C x MSS). At the loss bound LOSS_BOUND (1%,
+chosen before any measurement: a path that loses more is broken for bulk TCP, and every
+path of the testbed loses less, 0 to 0.5%) and a 1460-byte MSS, a stream fills about 12
+segments of the BDP (17.9 KB). The bound counts loss only: a path whose streams are held
+back by something else (a host's rate per stream, as on loni's 10 Gbit/s with 2 ms:
+459 Mbit/s for one stream) is not told apart, so it stays at the caps above; what the
+bound changes is where the BDP is small (under about 143 KB: 8 streams or fewer).
+
 Pipelining depth: globus-url-copy's ``-pp`` takes no depth; it switches pipelining on (the
 client queues transfer commands ahead on each control channel). A depth of 1 is off, 2 or
 more is on: `pipelining_flag`. The chunk's label records both (``pp=4 (on)``).
@@ -40,6 +55,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+LOSS_BOUND = 0.01  # the loss `streams_to_fill` assumes: see the module's text
+MSS_BYTES = 1460
+MATHIS_C = math.sqrt(1.5)
 SMALL_BELOW_BDP = 1.0  # size < 1 BDP: small
 LARGE_FROM_BDP = 16.0  # size >= 16 BDPs: large
 MAX_DEFAULT_PP = 32
@@ -100,14 +118,23 @@ def size_class(size_bytes: int | None, bdp_bytes: float) -> SizeClass:
     return SizeClass.MEDIUM
 
 
+def streams_to_fill(bdp_bytes: float) -> int:
+    """The TCP streams that fill a path of `bdp_bytes` at the loss bound (see the module's
+    text), at least 1."""
+    per_stream = MATHIS_C * MSS_BYTES / math.sqrt(LOSS_BOUND)
+    return max(1, math.ceil(bdp_bytes / per_stream))
+
+
 def default_params(cls: SizeClass, mean_bytes: float, bdp_bytes: float) -> Params:
     """The defaults for a chunk of files of `mean_bytes` on a path of `bdp_bytes` (see the
     module's text)."""
     mean = max(mean_bytes, 1.0)
     bdp = max(bdp_bytes, 1.0)
+    cc = DEFAULT_CC[cls]
     pp = 1 if cls is SizeClass.LARGE else min(max(math.ceil(bdp / mean), 2), MAX_DEFAULT_PP)
-    p = 1 if cls is SizeClass.SMALL else min(max(math.ceil(mean / bdp), 1), MAX_DEFAULT_P)
-    return Params(cc=DEFAULT_CC[cls], p=p, pp=pp)
+    p = 1 if cls is SizeClass.SMALL else min(math.ceil(mean / bdp), MAX_DEFAULT_P,
+                                             math.ceil(streams_to_fill(bdp) / cc))
+    return Params(cc=cc, p=max(p, 1), pp=pp)
 
 
 def plan_chunks(sizes: Sequence[tuple[int, int | None]], bdp_bytes: float, *,

@@ -40,7 +40,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from stork.config import Settings
-from stork.dataset.chunks import SizeClass, default_params
+from stork.dataset.chunks import SizeClass, default_params, streams_to_fill
 from stork.engine import Assembly, Engine, piece_bytes, plan_items, range_bytes, series_flow
 from stork.engine.items import Span, covered, merged
 from stork.errors import IdentityError, RetryableTransferError, TransferError
@@ -80,12 +80,14 @@ def file_preset(size: int | None, range_size: int, bdp_bytes: float) -> Setting:
     """The large-file preset a tuned single file starts from when the job gives no -p or -cc:
     a file of two ranges or more (`split`) as `default_params(LARGE, range_size)`'s cc ranges
     of p streams each; a smaller one (or of unknown size) sent whole with as many streams
-    (cc x p of the preset for its size: what its ranges would have started with)."""
+    (cc x p of the preset for its size: what its ranges would have started with), but no
+    more than fill the path (`streams_to_fill`: a range in flight keeps a stream of its own,
+    one file sent whole does not need them)."""
     if size is not None and range_size > 0 and size >= 2 * range_size:
         p = default_params(SizeClass.LARGE, range_size, bdp_bytes)
         return Setting(p.cc, p.p, p.pp)
     p = default_params(SizeClass.LARGE, float(size) if size else 4 * bdp_bytes, bdp_bytes)
-    return Setting(1, p.cc * p.p, 1)
+    return Setting(1, min(p.cc * p.p, streams_to_fill(bdp_bytes)), 1)
 
 
 def range_setting(streams: int, concurrency: int | None) -> Setting:
