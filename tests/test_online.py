@@ -1837,6 +1837,53 @@ def test_a_chunk_holds_its_preset_while_the_jobs_other_chunks_move_and_climbs_al
                   write_result=written.append, shared=lambda: True)
 
 
+@pytest.mark.parametrize("alone_at", [2, 31])
+def test_a_chunk_alone_late_in_its_job_starts_at_the_historys_setting_not_its_halving(
+        alone_at: int) -> None:
+    """A start at a halving of the history's setting is a try made at a job's start: a
+    chunk that first runs alone (its job's other chunks ended) later than one judged try
+    into its job starts at the history's setting itself and measures it; alone at once,
+    it still starts at the halving and judges it against the history."""
+    from stork.engine import Engine
+    from stork.server.flow_tuning import FlowTuner
+    from stork.transfer.worker import FileWork
+
+    now = [0.0]
+    work = [FileWork(i, f"x://s/{i}", f"x://d/{i}", 64 << 20) for i in range(50)]
+    came_from, halving, hold = Setting(8, 2, 1), Setting(8, 1, 1), Setting(8, 4, 1)
+    engine = Engine([Item(f) for f in work], lambda: None, halving,  # type: ignore[arg-type,return-value]
+                    lambda *_: None, clock=lambda: now[0])
+    others = [True]
+    climb = Climb(halving, LIMITS, known={came_from: Measured(came_from, 190.0, 2.0, 8)},
+                  ceiling_mbps=193.0)
+    tuner = FlowTuner(engine, climb, what="medium", prior_reason="test",
+                      write_result=lambda _: None, shared=lambda: others[0], hold=hold,
+                      clock=lambda: now[0])
+
+    def second(rate_mbps: float) -> None:
+        engine.flow.add(now[0], now[0] + 1.0, rate_mbps * 1e6 / 8)
+        now[0] += 1.0
+        tuner.tick()
+
+    for _ in range(alone_at):
+        second(190.0)
+    others[0] = False
+    second(190.0)
+    alone = tuner.changes[0]
+    assert alone["reason"].startswith("alone on the path"), tuner.changes
+    for t in range(20):
+        second(189.0 + (t % 3))
+    reasons = [c["reason"] for c in tuner.changes[1:]]
+    if alone_at < 7:  # at once: the halving, judged against the history's cc 8 p 2
+        assert alone["setting"] == halving.label(), alone
+        assert reasons[0].startswith("kept: the start, half the history's cc=8 p=2"), reasons
+    else:
+        assert alone["setting"] == came_from.label(), alone
+        assert "not its halving cc=8 p=1 pp=1" in alone["reason"], alone
+        assert reasons[0].startswith("measured the start, cc=8 p=2 pp=1"), reasons
+        assert climb.prior == came_from and climb.unmoved() is None
+
+
 def test_a_window_counts_the_bytes_its_company_moved_in_its_span() -> None:
     """A lead's window (`with_company`) holds its own bytes and, pro rata of the overlap,
     those of the other flows' final windows in its span (their grids need not be its own);

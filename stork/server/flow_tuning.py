@@ -586,21 +586,35 @@ class FlowTuner:
 
     def _alone(self, now: float) -> bool:
         """Whether the flow runs alone on its job's path; the moment it first does, it goes
-        from the hold to the controller's setting, and its windows count from then."""
+        from the hold to the controller's setting, and its windows count from then. Alone
+        later than one judged try into its job (`RAMP_S` and `WINDOWS` windows), it does
+        not start at a halving of the history's setting (`Climb.unmoved`): such a start
+        is a try made at a job's start, and late in a job it is the flow's last seconds
+        that pay for it (the lossy20 mix, docs/BENCHMARKS.md 15.52: -21.4% and -42.1%,
+        alone 47-53 s into jobs of 64-71 s)."""
         assert self._shared is not None and self._hold is not None
         if self._shared():
             if self.climb is self.own and self.engine.setting != self._hold:
                 self.engine.set(self._hold)  # (a flow that leads is set by `_leads`)
             return False
+        from stork.tuning.verdicts import WINDOW_S, WINDOWS
+
         self._waiting = False
         self._counted, self.climb = [], self.own  # (a joint controller's windows: no row)
         self._measure_anew(now)
         self._info["alone_at_s"] = round(now - self._started, 1)
+        late = now - self._started >= RAMP_S + WINDOWS * WINDOW_S
+        moved = self.climb.unmoved() if late else None
         current, was = self.climb.current, self.engine.setting
-        if was != current:
+        if was != current or moved is not None:
             self.engine.set(current)
+            instead = "" if moved is None else (
+                f", the setting the path's history measured, not its halving "
+                f"{moved.label()} (a try for a job's start; this flow is "
+                f"{now - self._started:.0f} s into its job)")
             self._record(now, current, f"alone on the path (the job's other chunks ended): "
-                                       f"from {was.label()} to {current.label()}", {})
+                                       f"from {was.label()} to {current.label()}{instead}",
+                         {})
         self._write()
         return True
 

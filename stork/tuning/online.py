@@ -205,7 +205,21 @@ class Climb:
         self._left: Measured | None = None  # the setting the flow left, as measured (`late`)
         self._before_load: Setting | None = None  # where a load that came found the flow
         self._fell_from: set[tuple[Setting, Setting]] = set()  # (reference, try): `_step`
+        self._steps = 0  # the calls of `step` (`unmoved`)
         self._restart()
+
+    def unmoved(self) -> Setting | None:
+        """A start that was a try of a move from a setting the history measured
+        (`moved_start`), given up before the climb was stepped: the search starts at that
+        setting instead, as a prior the history measured; it answers the start given up,
+        or None when the start was no such try or the climb has been stepped since. A
+        flow that first runs alone in the middle of its job (`stork.server.flow_tuning`)
+        is not at the start a job too short to judge a halving can still measure one at."""
+        if self._came_from is None or self.current != self.prior or self._steps:
+            return None
+        moved, self.prior = self.prior, self._came_from
+        self._restart()
+        return moved
 
     @property
     def measuring_again(self) -> bool:
@@ -245,6 +259,7 @@ class Climb:
         `try_s`: the seconds of data left and those measuring `current` took, when known
         (see the module)."""
         at = self.current
+        self._steps += 1
         change = self._step(rates, left_s=left_s, try_s=try_s)
         if change is not None:  # the setting left, as measured: what `late` compares with
             self._left = trimmed(at, rates) \
