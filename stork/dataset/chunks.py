@@ -36,7 +36,8 @@ path of the testbed loses less, 0 to 0.5%) and a 1460-byte MSS, a stream fills a
 segments of the BDP (17.9 KB). The bound counts loss only: a path whose streams are held
 back by something else (a host's rate per stream, as on loni's 10 Gbit/s with 2 ms:
 459 Mbit/s for one stream) is not told apart, so it stays at the caps above; what the
-bound changes is where the BDP is small (under about 143 KB: 8 streams or fewer).
+bound changes is where the BDP is small: under about 430 KB a chunk of 8 files in flight
+takes fewer than 4 streams each, under about 560 KB a file sent whole fewer than 32.
 
 Pipelining depth: globus-url-copy's ``-pp`` takes no depth; it switches pipelining on (the
 client queues transfer commands ahead on each control channel). A depth of 1 is off, 2 or
