@@ -597,7 +597,7 @@ class FlowTuner:
             if self.climb is self.own and self.engine.setting != self._hold:
                 self.engine.set(self._hold)  # (a flow that leads is set by `_leads`)
             return False
-        from stork.tuning.verdicts import WINDOW_S, WINDOWS
+        from stork.tuning.verdicts import WINDOW_S, WINDOWS, streams
 
         self._waiting = False
         self._counted, self.climb = [], self.own  # (a joint controller's windows: no row)
@@ -608,8 +608,10 @@ class FlowTuner:
         current, was = self.climb.current, self.engine.setting
         if was != current or moved is not None:
             self.engine.set(current)
+            move = "halving" if moved is not None and streams(moved) < streams(current) \
+                else "doubling"
             instead = "" if moved is None else (
-                f", the setting the path's history measured, not its halving "
+                f", the setting the path's history measured, not its {move} "
                 f"{moved.label()} (a try for a job's start; this flow is "
                 f"{now - self._started:.0f} s into its job)")
             self._record(now, current, f"alone on the path (the job's other chunks ended): "
