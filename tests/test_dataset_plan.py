@@ -57,6 +57,8 @@ def test_a_path_of_a_short_round_trip_starts_with_the_streams_that_fill_it() -> 
     short = 200e6 * 0.002 / 8  # 2 ms at 200 Mbit/s: 50 KB
     assert streams_to_fill(short) == 3
     assert streams_to_fill(1.0) == 1
+    assert streams_to_fill(0.0) is None  # a round trip not measured: no bound
+    assert default_params(SizeClass.LARGE, 64 << 20, 0.0) == Params(8, 4, 1)
     assert streams_to_fill(250_000) == 14  # 10 ms at 200 Mbit/s
     assert default_params(SizeClass.LARGE, 64 << 20, short) == Params(8, 1, 1)
     assert default_params(SizeClass.MEDIUM, 400_000, short) == Params(8, 1, 2)

@@ -203,3 +203,6 @@ def test_a_tuned_file_starts_from_the_large_file_preset_in_ranges_or_whole() -> 
     lan = 1e9 * 0.00016 / 8
     assert file_preset(1 << 30, 0, lan) == Setting(1, 2, 1)
     assert file_preset(1 << 30, 64 * MB, lan) == Setting(8, 1, 1)
+    # a round trip not measured (a BDP of 0) is not a short path: the caps, as before
+    assert file_preset(1 << 30, 0, 0.0) == Setting(1, 32, 1)
+    assert file_preset(1 << 30, 64 * MB, 0.0) == Setting(8, 4, 1)

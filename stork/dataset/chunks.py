@@ -119,9 +119,12 @@ def size_class(size_bytes: int | None, bdp_bytes: float) -> SizeClass:
     return SizeClass.MEDIUM
 
 
-def streams_to_fill(bdp_bytes: float) -> int:
+def streams_to_fill(bdp_bytes: float) -> int | None:
     """The TCP streams that fill a path of `bdp_bytes` at the loss bound (see the module's
-    text), at least 1."""
+    text), at least 1; None for a BDP of 0 or less, a path whose round trip was not
+    measured (a single file's convention, `FileRun`), which the bound leaves at the caps."""
+    if bdp_bytes <= 0:
+        return None
     per_stream = MATHIS_C * MSS_BYTES / math.sqrt(LOSS_BOUND)
     return max(1, math.ceil(bdp_bytes / per_stream))
 
@@ -133,8 +136,10 @@ def default_params(cls: SizeClass, mean_bytes: float, bdp_bytes: float) -> Param
     bdp = max(bdp_bytes, 1.0)
     cc = DEFAULT_CC[cls]
     pp = 1 if cls is SizeClass.LARGE else min(max(math.ceil(bdp / mean), 2), MAX_DEFAULT_PP)
+    fill = streams_to_fill(bdp_bytes)
     p = 1 if cls is SizeClass.SMALL else min(math.ceil(mean / bdp), MAX_DEFAULT_P,
-                                             math.ceil(streams_to_fill(bdp) / cc))
+                                             MAX_DEFAULT_P if fill is None else
+                                             math.ceil(fill / cc))
     return Params(cc=cc, p=max(p, 1), pp=pp)
 
 

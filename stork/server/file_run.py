@@ -87,7 +87,7 @@ def file_preset(size: int | None, range_size: int, bdp_bytes: float) -> Setting:
         p = default_params(SizeClass.LARGE, range_size, bdp_bytes)
         return Setting(p.cc, p.p, p.pp)
     p = default_params(SizeClass.LARGE, float(size) if size else 4 * bdp_bytes, bdp_bytes)
-    return Setting(1, min(p.cc * p.p, streams_to_fill(bdp_bytes)), 1)
+    return Setting(1, min(p.cc * p.p, streams_to_fill(bdp_bytes) or p.cc * p.p), 1)
 
 
 def range_setting(streams: int, concurrency: int | None) -> Setting:
