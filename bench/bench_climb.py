@@ -46,8 +46,8 @@ time-weighted over the engine's settings (the prior from the start, each change 
 time the controller made it, the last one to the job's end; a change of p reaches a worker
 at its next call, so this is a little ahead of the flow); of a "yes" run the setting its
 optimizer decided (the dataset's probes are not counted) or the EOS's streams over the
-file's ranges; of the preset the dataset's chunk as planned (`dataset_chunks`) or the
-file's one stream.
+file's ranges; of the preset the dataset's chunks as planned (`dataset_chunks`), weighed by their
+bytes, or the file's one stream.
 Needs root, /dev/net/tun and `ip netns`.
 """
 
@@ -80,6 +80,7 @@ TIMEOUT_S = 900
 PRESET_FILE_TIMEOUT_S = 240  # one stream on a WAN: its rate is had long before the end
 NEAR_BEST = 0.05  # a fixed setting within this share of the best is "as good" (issue 28)
 _SETTING = re.compile(r"cc=(\d+) p=(\d+)")
+_BYTES = re.compile(r"(\d+) bytes")
 
 
 @dataclass
@@ -147,9 +148,11 @@ def run_streams(case: str, summary: dict[str, Any], tuning: dict[str, Any] | Non
     if result.get("optimized_streams"):  # the EOS's streams over the file's ranges
         setting = range_setting(int(result["optimized_streams"]), None)
         return setting.cc * setting.p
-    if result.get("dataset_chunks"):
-        counts = [_streams_of(c) for c in result["dataset_chunks"]]
-        return max((c for c in counts if c is not None), default=None)
+    if result.get("dataset_chunks"):  # the chunks as planned, weighed by their bytes
+        weighed = [(_streams_of(c), int(m[1]) if (m := _BYTES.search(c)) else 0)
+                   for c in result["dataset_chunks"]]
+        total = sum(b for s, b in weighed if s is not None)
+        return sum(s * b for s, b in weighed if s is not None) / total if total else None
     if case == "preset":  # the file's default streams: one range of one stream
         return 1
     return None

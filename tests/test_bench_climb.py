@@ -117,3 +117,15 @@ def test_a_mixs_chunks_each_show_their_changes_and_a_held_start_counts_its_strea
     print_table([mix])
     row = next(line for line in capsys.readouterr().out.splitlines() if "yes 1" in line)
     assert "| small 0, large 1 | small cc=32 p=1 pp=4; large cc=4 p=2 pp=1 |" in row
+
+
+def test_a_presets_streams_weigh_each_planned_chunk_by_its_bytes() -> None:
+    from bench_climb import run_streams
+
+    # the dataset's files (20 x 64 MiB at 8 streams) and its manifest file (1 KB at 32)
+    chunks = ["medium cc=4 p=2 pp=1 (off): 20 files, 1342177280 bytes",
+              "small cc=32 p=1 pp=4 (on): 1 files, 1000 bytes"]
+    streams = run_streams("preset", {"result": {"dataset_chunks": chunks}}, None)
+    assert streams == pytest.approx(8, abs=1e-3)
+    assert run_streams("preset", {"result": {"dataset_chunks": ["small: 3 files"]}},
+                       None) is None

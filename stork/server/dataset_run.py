@@ -263,7 +263,8 @@ class DatasetRun:
         chunks = plan_chunks([(i, r.size_bytes) for i, r in rows.items()], bdp,
                              cc=1 if ordered else opts.concurrency,
                              p=1 if ordered else opts.streams, pp=opts.pipelining)
-        outcome.chunks = [f"{c.label()}: {len(c.indexes)} files" for c in chunks]
+        outcome.chunks = [f"{c.label()}: {len(c.indexes)} files, {c.total_bytes} bytes"
+                          for c in chunks]
         known = "" if self.rtt_s is not None else " assumed (a server did not answer a connect)"
         log.info("job %d pass %d: %d files, RTT %.1f ms%s, BDP %.0f bytes; %s", job.id,
                  self.attempt_no, len(rows), rtt * 1000, known, bdp, "; ".join(outcome.chunks))
