@@ -36,12 +36,17 @@ At the end of the queue one call may hold the job: a list taken in the middle wh
 stream met losses (on wan80 a call's rate varies fourfold, so a list sized for 4 s can take
 11, docs/BENCHMARKS.md 15.10) ends alone while the other slots sit idle. Once nothing is
 queued and a slot below `cc` is idle, such a call is *cut* (`Worker.cut`, for workers that
-say they can) when its files not yet told would take, at its own rate, `CUT_GAIN` times as
-long as a set-up and those bytes spread over the idle slots at a worker's recent rate
-(`_straggler`). The files it did not land are queued again at once and the idle slots take
-them, an equal share each; those that landed are answered as usual. A cut is the one place
-where the engine ends a call it did not stop: the file or two in flight are sent again
-whole (`stork.transfer.worker.cut_short`).
+say they can) when it holds `CUT_MIN_FILES` files not yet told or more and they would take,
+at its own rate, `CUT_GAIN` times as long as a set-up and those bytes spread over the idle
+slots at a worker's recent rate (`_straggler`). Two files are enough: one moving and one
+not begun. On wan80 the calls of small files hold 1-3 files (4 s at a worker's 8 Mbit/s),
+and with three needed no call was cut in twelve runs of 500 x 2 MiB, whose last 4-6 s
+ran below 50 Mbit/s; with two, 15 calls were cut in twelve runs and the runs made 2.3%
+more (231.3 against 226.0 Mbit/s; Welch's p 0.09: docs/BENCHMARKS.md 15.53). The files
+it did not land are queued again at once and the idle slots take them, an equal share
+each; those that landed are answered as usual. A cut is the one place where the engine
+ends a call it did not stop: the file or two in flight are sent again whole
+(`stork.transfer.worker.cut_short`).
 
 At the end of the queue an item larger than its share (the bytes queued over `cc`) is cut
 as it is taken (`stork.engine.items.guided`, with pieces of at least `piece_bytes`, or
@@ -98,7 +103,7 @@ PIECE_STAGGER = (1.0, 1.17, 1.33, 1.5)  # a slot's piece, as a share of cut_s (n
 SETUP_S_FIRST = 0.5  # a call's set-up before any call of the engine has told its own
 SETUP_WEIGHT = 0.2  # each call's set-up in the running mean
 CUT_GAIN = 2.0  # a straggler is cut when keeping it takes this many times as long,
-CUT_MIN_FILES = 3  # and it holds this many files not yet told
+CUT_MIN_FILES = 2  # and it holds this many files not yet told (one moving, one not begun)
 
 Lane = tuple[int, int]  # (slot, 0 or 1): a slot's two lanes take its calls in turn
 
