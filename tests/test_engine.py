@@ -665,8 +665,8 @@ class MarkedStragglerWorker(StragglerWorker):
             crawls = n >= len(items) - 2
             if n == len(items) - 2:
                 self.crawled = [i.file.index for i in items[n:]]
-                while not self.drained() and not self._cut.is_set():
-                    time.sleep(0.01)
+                wait_for(lambda: self.drained() or self._cut.is_set(), interval_s=0.01,
+                         what="the queue to run dry")
             for _ in range(4 if crawls else 1):
                 t0 = time.monotonic()
                 if self._cut.wait(self.slow_s / 4 if crawls else self.fast_s):
