@@ -136,9 +136,8 @@ def default_params(cls: SizeClass, mean_bytes: float, bdp_bytes: float) -> Param
     bdp = max(bdp_bytes, 1.0)
     cc = DEFAULT_CC[cls]
     pp = 1 if cls is SizeClass.LARGE else min(max(math.ceil(bdp / mean), 2), MAX_DEFAULT_PP)
-    fill = streams_to_fill(bdp_bytes)
+    fill = streams_to_fill(bdp_bytes) or cc * MAX_DEFAULT_P  # (no bound: the cap)
     p = 1 if cls is SizeClass.SMALL else min(math.ceil(mean / bdp), MAX_DEFAULT_P,
-                                             MAX_DEFAULT_P if fill is None else
                                              math.ceil(fill / cc))
     return Params(cc=cc, p=max(p, 1), pp=pp)
 
