@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stork.engine import Assembly, Engine, Flow, Taken, piece_bytes, plan_items, range_bytes, split
-from stork.engine.engine import LIST_MIN_BYTES, STAGGER
+from stork.engine.engine import CUT_GAIN, LIST_MIN_BYTES, STAGGER, range_cut
 from stork.engine.flow import SERIES_LAG_S, Stretch, series_flow
 from stork.engine.items import RANGE_FLOOR_BYTES, gaps, guided, merged
 from stork.engine.series import series
@@ -723,6 +723,94 @@ def test_an_engine_told_not_to_cut_lets_the_straggler_end() -> None:
                     cut_stragglers=False)
     engine.run()
     assert engine.cuts == 0 and answered == Counter(range(120))
+
+
+class RangeStragglerWorker(Worker):
+    """Ranges, told in reports as they move, and cut-able: the engine's first call (the one
+    that gets `first`, a lock its workers share) crawls at `slow_bps`, every other call
+    moves at `fast_bps`; a cut call answers its range as `unsent` (`cut_short`)."""
+
+    cuts = True
+
+    def __init__(self, first: threading.Lock, slow_bps: float, fast_bps: float,
+                 log: list[tuple[int, Item, bool]], lock: threading.Lock) -> None:
+        self.first, self.slow_bps, self.fast_bps = first, slow_bps, fast_bps
+        self.log, self.lock = log, lock
+        self._cut = threading.Event()
+
+    def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
+        self._cut.clear()
+        [item] = items
+        slow = self.first.acquire(blocking=False)
+        bps = self.slow_bps if slow else self.fast_bps
+        step = max(1, item.size_bytes // 16)
+        for _ in range(0, item.size_bytes, step):
+            t0 = time.monotonic()
+            if self._cut.wait(step / bps):
+                with self.lock:
+                    self.log.append((id(self), item, slow))
+                return cut_short(items, 1)  # begun, nothing known to have landed
+            report(t0, time.monotonic(), step)
+        return [ItemResult(item, True)]
+
+    def cut(self) -> None:
+        self._cut.set()
+
+    def stop(self) -> None:
+        self._cut.set()
+
+
+def test_a_straggling_range_is_cut_at_the_end_and_sent_again_in_pieces_by_the_idle_slots(
+        ) -> None:
+    """A file of 4 MiB ranges at cc 4 whose first range crawls: once nothing is queued and
+    the other slots idle, what it has left would take far longer than its whole range in
+    pieces over them, so the engine cuts it and the range is sent again, in pieces of at
+    least the floor on more than one slot; every byte lands, no other range twice (on wan80
+    a 4 GiB file's last range ran alone for seconds: docs/BENCHMARKS.md 15.55)."""
+    size = 48 * MB
+    file = FileWork(0, "x://s/big", "x://d/big", size)
+    landed: list[tuple[int, Item]] = []
+    cuts: list[tuple[int, Item, bool]] = []
+    lock = threading.Lock()
+
+    def on_results(taken: Taken, results: list[ItemResult]) -> None:
+        with lock:
+            landed.extend((taken.slot, r.item) for r in results if r.ok)
+
+    first_call = threading.Lock()
+    engine = Engine(split(file, 4 * MB), lambda: RangeStragglerWorker(
+        first_call, slow_bps=0.5 * MB, fast_bps=40 * MB, log=cuts, lock=lock),
+        Setting(4, 1, 1), on_results, short_piece_bytes=MB)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive()
+    [(_, slow_range, slow)] = cuts  # one call cut, the crawling one
+    assert slow and engine.cuts == 1 and slow_range.offset == 0
+    spans = sorted((i.offset, i.offset + i.size_bytes) for _, i in landed)
+    assert merged(spans) == [(0, size)]  # every byte landed,
+    assert sum(e - s for s, e in spans) == size  # once: no range landed twice
+    again = [(slot, i) for slot, i in landed if i.offset < slow_range.size_bytes]
+    assert len(again) >= 2 and len({slot for slot, _ in again}) >= 2  # in pieces, spread
+    assert all(i.size_bytes >= MB for _, i in again)  # of at least the floor
+
+
+def test_a_range_is_cut_when_what_it_has_left_takes_twice_its_whole_range_in_pieces() -> None:
+    """`range_cut` with wan80's figures (a worker's 4.3 MiB/s while the slots were busy, a
+    set-up of 0.8 s, 64 MiB ranges, seven idle slots and its own: docs/BENCHMARKS.md
+    15.55): a range at 2.5 MiB/s with 24 MiB left is worth cutting, one at the usual rate
+    near its end is not, nor one that could only be sent again in one piece."""
+    busy, setup = 4.3 * MB, 0.8
+    keep, cut = range_cut(24 * MB, 2.5 * MB, 64 * MB, 8, 4 * MB, setup, busy) or (0, 0)
+    assert keep == pytest.approx(9.6) and cut == pytest.approx(setup + 64 / 8 / 4.3)
+    assert keep > CUT_GAIN * cut
+    keep, cut = range_cut(6 * MB, busy, 64 * MB, 8, 4 * MB, setup, busy) or (0, 0)
+    assert 0 < keep < CUT_GAIN * cut  # the usual rate, near its end
+    keep, cut = range_cut(24 * MB, 2.5 * MB, 64 * MB, 8, 0, setup, busy) or (0, 0)
+    assert cut == pytest.approx(setup + 64 / 4.3) and keep < CUT_GAIN * cut  # one piece
+    _, cut = range_cut(24 * MB, 2.5 * MB, 64 * MB, 8, 16 * MB, setup, busy) or (0, 0)
+    assert cut == pytest.approx(setup + 64 / 4 / 4.3)  # four pieces of the floor
+    assert range_cut(0, 2.5 * MB, 64 * MB, 8, 4 * MB, setup, busy) is None  # nothing left
 
 
 class TimedWorker(Worker):

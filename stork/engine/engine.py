@@ -48,6 +48,16 @@ each; those that landed are answered as usual. A cut is the one place where the 
 ends a call it did not stop: the file or two in flight are sent again whole
 (`stork.transfer.worker.cut_short`).
 
+A lone byte range is cut too, though which of its bytes landed is not told (a range's
+streams write blocks out of order): it is sent again whole, in equal pieces over the idle
+slots and its own (`range_cut`: at least RANGE_PIECE_MIN_BYTES each, each at a worker's
+rate while the slots were busy), so it is cut only when what it has left, at its rate as
+of its last report, would take CUT_GAIN times as long as its whole range so spread. On
+wan80 a 64 MiB range took 9.6 to 29.6 s at cc 8 p 4, and a 4 GiB file's last two calls
+(a 64 MiB range at about 21 Mbit/s and a 29 MiB piece) ran on for 8.7 s after the other
+six slots had gone idle (docs/BENCHMARKS.md 15.55). The idle slots are looked at each
+time a call ends as well as at each report: a range's server marks only every 5 s.
+
 At the end of the queue an item larger than its share (the bytes queued over `cc`) is cut
 as it is taken (`stork.engine.items.guided`, with pieces of at least `piece_bytes`, or
 of `call_s` seconds of a worker's recent rate when that is less: `_end_piece_bytes`): the
@@ -80,6 +90,7 @@ import functools
 import itertools
 import logging
 import math
+import statistics
 import threading
 import time
 from collections import deque
@@ -104,6 +115,8 @@ SETUP_S_FIRST = 0.5  # a call's set-up before any call of the engine has told it
 SETUP_WEIGHT = 0.2  # each call's set-up in the running mean
 CUT_GAIN = 2.0  # a straggler is cut when keeping it takes this many times as long,
 CUT_MIN_FILES = 2  # and it holds this many files not yet told (one moving, one not begun)
+RANGE_PIECE_MIN_BYTES = 4 << 20  # a cut range's pieces (no more than STORK_PIECE_MIN_MB)
+BUSY_WINDOWS = 20  # a worker's rate while the slots were busy: the median over these
 
 Lane = tuple[int, int]  # (slot, 0 or 1): a slot's two lanes take its calls in turn
 
@@ -111,6 +124,19 @@ Lane = tuple[int, int]  # (slot, 0 or 1): a slot's two lanes take its calls in t
 def _file_bytes(items: Iterable[Item]) -> int:
     """The bytes of the whole files among `items` (ranges left out)."""
     return sum(i.size_bytes for i in items if not i.is_range)
+
+
+def range_cut(left_bytes: float, rate: float, range_bytes: int, slots: int, floor_bytes: int,
+              setup_s: float, per_worker: float) -> tuple[float, float] | None:
+    """PURE: a lone range's (keep_s, cut_s), or None when it has nothing left: what it has
+    left at its own `rate` (bytes per second), against a set-up and the *whole* range sent
+    again in equal pieces over `slots` (the idle ones and its own), at least `floor_bytes`
+    each (0: in one piece), each at `per_worker`. Which bytes of a range landed is not told
+    (its streams write blocks out of order), so a cut range is sent again whole."""
+    if left_bytes <= 0 or rate <= 0 or per_worker <= 0:
+        return None
+    pieces = max(1, min(slots, range_bytes // floor_bytes)) if floor_bytes > 0 else 1
+    return left_bytes / rate, setup_s + range_bytes / (pieces * per_worker)
 
 
 def _other(lane: Lane) -> Lane:
@@ -150,6 +176,11 @@ class _Call:
     @property
     def left_bytes(self) -> float:
         return self.total_bytes - self.told_bytes
+
+    @property
+    def lone_range(self) -> bool:
+        """Whether it moves one byte range alone."""
+        return len(self.taken.items) == 1 and self.taken.items[0].is_range
 
     def files_left(self) -> int:
         """Its items not yet told whole."""
@@ -334,6 +365,10 @@ class Engine:
                         if call is not None and call.handing_over is not None:
                             call.handing_over.cancel()
                         self._changed.notify_all()
+                        # a slot is idle now (a cut call's rest is not queued yet)
+                        straggler = None if call is None or call.cut else self._straggler()
+                    if straggler is not None:
+                        straggler.cut()
                 with self._lock:  # a cut call's rest, queued again (unless stopped since:
                     # then the caller has them, as any stopped call's, as not answered)
                     unsent = [] if self._stopped else [r.item for r in results if r.unsent]
@@ -438,9 +473,10 @@ class Engine:
     def _straggler(self) -> Worker | None:
         """The worker of a call to cut now, or None (in the lock; see the module): nothing
         is queued, a slot below cc has no call, and of the calls whose worker `cuts`, the
-        one whose files not yet told (CUT_MIN_FILES or more) would take longest at its own
-        rate (up to now: a silent call slows), when that is CUT_GAIN times what a set-up
-        and those bytes over the idle slots (at a worker's recent rate) would take."""
+        one whose bytes left would take longest at its own rate, when that is CUT_GAIN
+        times what sending them again over the idle slots would take (at a worker's recent
+        rate): a list call's files not yet told (`_list_cut`), a lone range's whole range
+        (`_range_cut`)."""
         if not self._cut_stragglers or self._stopped or self._queue:
             return None
         idle = self._idle_slots()
@@ -452,24 +488,56 @@ class Engine:
         worst: tuple[float, float, Lane, _Call, Worker] | None = None
         now = self.clock()
         for lane, call in self._calls.items():
-            worker, rate, files = self._lanes.get(lane), call.rate(now), call.files_left()
-            if call.cut or worker is None or not worker.cuts or not rate \
-                    or files < CUT_MIN_FILES:
+            worker = self._lanes.get(lane)
+            if call.cut or worker is None or not worker.cuts:
                 continue
-            keep_s = call.left_bytes / rate
-            cut_s = self._setup_s + call.left_bytes / (min(idle, files) * per_worker)
-            if keep_s > CUT_GAIN * cut_s and (worst is None or keep_s > worst[0]):
-                worst = (keep_s, cut_s, lane, call, worker)
+            costs = self._range_cut(call, idle, now) if call.lone_range \
+                else self._list_cut(call, idle, per_worker, now)
+            if costs is not None and costs[0] > CUT_GAIN * costs[1] \
+                    and (worst is None or costs[0] > worst[0]):
+                worst = (*costs, lane, call, worker)
         if worst is None:
             return None
         keep_s, cut_s, lane, call, worker = worst
         call.cut = True
         self.cuts += 1
-        log.info("engine: call %d.%d cut with %d files and %.0f bytes not told: about %.1f s "
-                 "at its %.2f Mbit/s, about %.1f s on %d idle slots", *lane,
-                 call.files_left(), call.left_bytes, keep_s, (call.rate(now) or 0) * 8e-6, cut_s,
-                 idle)
+        what = "a range of" if call.lone_range else f"{call.files_left()} files and"
+        log.info("engine: call %d.%d cut with %s %.0f bytes not told: about %.1f s at its "
+                 "%.2f Mbit/s, about %.1f s on %d idle slots", *lane, what, call.left_bytes,
+                 keep_s, (call.rate(now) or 0) * 8e-6, cut_s, idle)
         return worker
+
+    def _list_cut(self, call: _Call, idle: int, per_worker: float, now: float
+                  ) -> tuple[float, float] | None:
+        """A list call's (keep_s, cut_s): its files not yet told at its own rate up to now,
+        against a set-up and those bytes over the idle slots; None when it holds fewer than
+        CUT_MIN_FILES such files (in the lock)."""
+        rate, files = call.rate(now), call.files_left()
+        if not rate or files < CUT_MIN_FILES:
+            return None
+        return (call.left_bytes / rate,
+                self._setup_s + call.left_bytes / (min(idle, files) * per_worker))
+
+    def _range_cut(self, call: _Call, idle: int, now: float) -> tuple[float, float] | None:
+        """`range_cut` of a lone range in flight, its rate as of its last report (a range's
+        server marks every 5 s: a call silent since then has moved on, not stalled), its
+        pieces at a worker's rate while every slot was busy (in the lock)."""
+        rate, busy = call.rate(), self._busy_worker_rate()
+        if not rate or not busy:
+            return None
+        return range_cut(call.left_bytes - rate * max(0.0, now - call.told_s), rate,
+                         call.total_bytes, idle + 1,
+                         min(self._short_piece_bytes, RANGE_PIECE_MIN_BYTES),
+                         self._setup_s, busy)
+
+    def _busy_worker_rate(self) -> float | None:
+        """A worker's rate, bytes per second, while the slots were busy: the median over
+        the flow's last BUSY_WINDOWS windows of each one's bytes over its cc (None before
+        any window). Not `_worker_rate`: that is the recent windows', which at the end of
+        the queue are the idle slots' and the straggler's own."""
+        rates = [w.bytes / w.seconds / max(w.setting.cc, 1)
+                 for w in self.flow.windows()[-BUSY_WINDOWS:] if w.seconds > 0]
+        return statistics.median(rates) if rates else None
 
     def _idle_slots(self, taking: int | None = None) -> int:
         """Slots below cc with no call in flight, the slot `taking` a call counted idle (in
@@ -531,9 +599,14 @@ class Engine:
         if rest is not None:
             self._queued_files -= _file_bytes([first])
             items = [piece]
+            if first in self._rest:  # a cut range: its rest is spread as it was
+                self._rest.discard(first)
+                self._rest.add(rest)
         elif first in self._rest:  # a cut call's rest: an equal share for each idle slot
-            share = math.ceil((len(self._queue) + 1) / max(self._idle_slots(slot), 1))
-            while self._queue and len(items) < share and self._queue[0] in self._rest:
+            share = 1 if first.is_range else \
+                math.ceil((len(self._queue) + 1) / max(self._idle_slots(slot), 1))
+            while (self._queue and len(items) < share and self._queue[0] in self._rest
+                   and not self._queue[0].is_range):
                 items.append(self._queue.popleft())
             self._rest.difference_update(items)
         elif lists and not first.is_range:
@@ -551,11 +624,16 @@ class Engine:
                 ) -> tuple[Item, Item | None]:
         """`first` as `guided` cuts it for the bytes queued, or into a piece of about
         `cut_s` seconds of a worker's recent rate while that is set, whichever piece is
-        smaller (in the lock): a cut call's rest, already spread, is taken whole. Pieces
-        are staggered by slot (`PIECE_STAGGER`: 1 to 1.5 times), so the calls do not all
-        end together; before any rate is known nothing is cut short (see the module)."""
+        smaller (in the lock): a cut call's files, already spread, are taken whole, and a
+        cut range in equal pieces, one for each idle slot (`range_cut`).
+        Pieces are staggered by slot (`PIECE_STAGGER`: 1 to 1.5 times), so the calls do
+        not all end together; before any rate is known nothing is cut short (see the
+        module)."""
         if first in self._rest:
-            return first, None
+            if not first.is_range:
+                return first, None
+            return piece_of(first, first.size_bytes / max(self._idle_slots(slot), 1),
+                            min(self._short_piece_bytes, RANGE_PIECE_MIN_BYTES))
         cuts = []
         rate = self._worker_rate() if self._short_piece_bytes else None
         floor = self._end_piece_bytes(rate)
