@@ -779,7 +779,7 @@ def test_a_straggling_range_is_cut_at_the_end_and_sent_again_in_pieces_by_the_id
 
     first_call = threading.Lock()
     engine = Engine(split(file, 4 * MB), lambda: RangeStragglerWorker(
-        first_call, slow_bps=0.5 * MB, fast_bps=40 * MB, log=cuts, lock=lock),
+        first_call, slow_bps=0.5 * MB, fast_bps=10 * MB, log=cuts, lock=lock),
         Setting(4, 1, 1), on_results, short_piece_bytes=MB)
     runner = threading.Thread(target=engine.run)
     runner.start()
