@@ -733,15 +733,17 @@ class RangeStragglerWorker(Worker):
     cuts = True
 
     def __init__(self, first: threading.Lock, slow_bps: float, fast_bps: float,
-                 log: list[tuple[int, Item, bool]], lock: threading.Lock) -> None:
+                 log: list[tuple[int, Item, bool]], lock: threading.Lock,
+                 crawl_below: int = 0) -> None:
         self.first, self.slow_bps, self.fast_bps = first, slow_bps, fast_bps
         self.log, self.lock = log, lock
+        self.crawl_below = crawl_below  # a call of bytes below this offset crawls too
         self._cut = threading.Event()
 
     def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
         self._cut.clear()
         [item] = items
-        slow = self.first.acquire(blocking=False)
+        slow = self.first.acquire(blocking=False) or item.offset < self.crawl_below
         bps = self.slow_bps if slow else self.fast_bps
         step = max(1, item.size_bytes // 16)
         for _ in range(0, item.size_bytes, step):
@@ -793,6 +795,28 @@ def test_a_straggling_range_is_cut_at_the_end_and_sent_again_in_pieces_by_the_id
     again = [(slot, i) for slot, i in landed if i.offset < slow_range.size_bytes]
     assert len(again) >= 2 and len({slot for slot, _ in again}) >= 2  # in pieces, spread
     assert all(i.size_bytes >= MB for _, i in again)  # of at least the floor
+
+
+def test_the_pieces_of_a_cut_range_are_not_cut_again_on_a_path_slow_for_them_too() -> None:
+    """As above, but the pieces of the first range crawl as it did: the range is cut once,
+    its pieces end by themselves, and every byte lands once."""
+    size = 48 * MB
+    file = FileWork(0, "x://s/big", "x://d/big", size)
+    landed: list[Item] = []
+    cuts: list[tuple[int, Item, bool]] = []
+    lock = threading.Lock()
+    first_call = threading.Lock()
+    engine = Engine(split(file, 4 * MB), lambda: RangeStragglerWorker(
+        first_call, slow_bps=2 * MB, fast_bps=10 * MB, log=cuts, lock=lock,
+        crawl_below=4 * MB), Setting(4, 1, 1),
+        lambda _, rs: landed.extend(r.item for r in rs if r.ok), short_piece_bytes=MB)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive()
+    assert engine.cuts == 1 and [i.offset for _, i, _ in cuts] == [0]
+    spans = sorted((i.offset, i.offset + i.size_bytes) for i in landed)
+    assert merged(spans) == [(0, size)] and sum(e - s for s, e in spans) == size
 
 
 def test_a_range_is_cut_when_what_it_has_left_takes_twice_its_whole_range_in_pieces() -> None:

@@ -227,6 +227,7 @@ class Engine:
         self._started = False
         self._cut_stragglers = cut_stragglers  # False: a destination that takes bytes once
         self._rest: set[Item] = set()  # a cut call's files queued again: spread, not listed
+        self._resent: set[Item] = set()  # the pieces of a cut range: never cut again
         self._piece_bytes = piece_bytes  # 0: items are never cut at the end of the queue
         self._short_piece_bytes = short_piece_bytes  # 0: nor into short calls (`cut_s`)
         self.cut_s: float | None = None  # while set, calls of about this many seconds
@@ -521,9 +522,11 @@ class Engine:
     def _range_cut(self, call: _Call, idle: int, now: float) -> tuple[float, float] | None:
         """`range_cut` of a lone range in flight, its rate as of its last report (a range's
         server marks every 5 s: a call silent since then has moved on, not stalled), its
-        pieces at a worker's rate while every slot was busy (in the lock)."""
+        pieces at a worker's rate while every slot was busy; None for a piece of a range
+        cut before (a range is cut once, so a path slow for every call cannot send it
+        again and again). In the lock."""
         rate, busy = call.rate(), self._busy_worker_rate()
-        if not rate or not busy:
+        if not rate or not busy or call.taken.items[0] in self._resent:
             return None
         return range_cut(call.left_bytes - rate * max(0.0, now - call.told_s), rate,
                          call.total_bytes, idle + 1,
@@ -602,6 +605,7 @@ class Engine:
             if first in self._rest:  # a cut range: its rest is spread as it was
                 self._rest.discard(first)
                 self._rest.add(rest)
+                self._resent.add(piece)
         elif first in self._rest:  # a cut call's rest: an equal share for each idle slot
             share = 1 if first.is_range else \
                 math.ceil((len(self._queue) + 1) / max(self._idle_slots(slot), 1))
@@ -609,6 +613,8 @@ class Engine:
                    and not self._queue[0].is_range):
                 items.append(self._queue.popleft())
             self._rest.difference_update(items)
+            if first.is_range:
+                self._resent.add(first)
         elif lists and not first.is_range:
             budget = self._list_bytes(setting, slot) - first.size_bytes
             while (self._queue and not self._queue[0].is_range and budget > 0
