@@ -487,12 +487,12 @@ class Engine:
         if not per_worker:
             return None
         worst: tuple[float, float, Lane, _Call, Worker] | None = None
-        now = self.clock()
+        now, busy = self.clock(), self._busy_worker_rate()
         for lane, call in self._calls.items():
             worker = self._lanes.get(lane)
             if call.cut or worker is None or not worker.cuts:
                 continue
-            costs = self._range_cut(call, idle, now) if call.lone_range \
+            costs = self._range_cut(call, idle, busy, now) if call.lone_range \
                 else self._list_cut(call, idle, per_worker, now)
             if costs is not None and costs[0] > CUT_GAIN * costs[1] \
                     and (worst is None or costs[0] > worst[0]):
@@ -519,13 +519,14 @@ class Engine:
         return (call.left_bytes / rate,
                 self._setup_s + call.left_bytes / (min(idle, files) * per_worker))
 
-    def _range_cut(self, call: _Call, idle: int, now: float) -> tuple[float, float] | None:
+    def _range_cut(self, call: _Call, idle: int, busy: float | None, now: float
+                   ) -> tuple[float, float] | None:
         """`range_cut` of a lone range in flight, its rate as of its last report (a range's
         server marks every 5 s: a call silent since then has moved on, not stalled), its
-        pieces at a worker's rate while every slot was busy; None for a piece of a range
-        cut before (a range is cut once, so a path slow for every call cannot send it
-        again and again). In the lock."""
-        rate, busy = call.rate(), self._busy_worker_rate()
+        pieces at `busy`, a worker's rate while every slot was busy; None for a piece of a
+        range cut before (a range is cut once, so a path slow for every call cannot send
+        it again and again). In the lock."""
+        rate = call.rate()
         if not rate or not busy or call.taken.items[0] in self._resent:
             return None
         return range_cut(call.left_bytes - rate * max(0.0, now - call.told_s), rate,
@@ -598,14 +599,14 @@ class Engine:
             return None, None
         first = self._queue.popleft()
         items = [first]
+        resent = first.is_range and first in self._rest  # a piece of a cut range
         piece, rest = self._guided(first, setting, slot)
         if rest is not None:
             self._queued_files -= _file_bytes([first])
             items = [piece]
-            if first in self._rest:  # a cut range: its rest is spread as it was
+            if resent:  # its rest is spread as it was
                 self._rest.discard(first)
                 self._rest.add(rest)
-                self._resent.add(piece)
         elif first in self._rest:  # a cut call's rest: an equal share for each idle slot
             share = 1 if first.is_range else \
                 math.ceil((len(self._queue) + 1) / max(self._idle_slots(slot), 1))
@@ -613,8 +614,6 @@ class Engine:
                    and not self._queue[0].is_range):
                 items.append(self._queue.popleft())
             self._rest.difference_update(items)
-            if first.is_range:
-                self._resent.add(first)
         elif lists and not first.is_range:
             budget = self._list_bytes(setting, slot) - first.size_bytes
             while (self._queue and not self._queue[0].is_range and budget > 0
@@ -622,6 +621,8 @@ class Engine:
                 item = self._queue.popleft()
                 items.append(item)
                 budget -= item.size_bytes
+        if resent:
+            self._resent.add(items[0])
         self._queued_files -= _file_bytes(items)
         return (Taken(slot, tuple(items), setting, self.clock()),
                 None if rest is None else (first, rest))
