@@ -220,9 +220,12 @@ class StorkServer:
                 said = f"stork_server did not answer for the job: {exc!r}"
             self.proc.send_signal(signal.SIGUSR2)
             time.sleep(1)  # (faulthandler writes at once; the log's lines before it too)
+        return f"{said}; the daemon's last log lines:\n" + "\n".join(self.log_lines()[-150:])
+
+    def log_lines(self) -> list[str]:
+        """The daemon's log, line by line (none before it wrote one)."""
         log = Path(self.knobs.get("STORK_LOG", self.state / "stork_server.log"))
-        tail = log.read_text(errors="replace").splitlines()[-150:] if log.exists() else []
-        return f"{said}; the daemon's last log lines:\n" + "\n".join(tail)
+        return log.read_text(errors="replace").splitlines() if log.exists() else []
 
     def signal(self, signum: int) -> None:
         assert self.proc is not None
