@@ -61,7 +61,9 @@ def stork(tmp_path: Path) -> Iterator[StorkServer]:
     server.stop()
 
 
-USERS = ("storkt1", "storkt2")
+# one pair for each pytest-xdist worker (PYTEST_XDIST_WORKER: gw0, gw1, ...), so that the
+# workers neither race to create them nor remove them under each other
+USERS = tuple(f"storkt{n}{os.environ.get('PYTEST_XDIST_WORKER', '')}" for n in (1, 2))
 
 
 @pytest.fixture(scope="session")

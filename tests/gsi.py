@@ -13,6 +13,7 @@ is left as it was.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from tests.support import free_port, kill_group, listening, wait_for
 TOOLS = ("grid-ca-create", "grid-cert-request", "grid-ca-sign", "grid-proxy-init",
          "globus-gridftp-server", "globus-url-copy", "faketime")
 SYSTEM_TRUST = Path("/etc/grid-security/certificates")
+CREATE_LOCK = Path("/tmp/stork-test-ca.lock")
 PASSWORD = "stork-test-ca"
 USER_CN = "Stork Tester"
 
@@ -74,20 +76,11 @@ class TestCa:
 
     def create(self, map_to: str = "root") -> TestCa:
         self.trust.mkdir(parents=True, exist_ok=True)
-        existed = SYSTEM_TRUST.is_dir()
-        before = set(os.listdir(SYSTEM_TRUST)) if existed else set()
-        _run(["grid-ca-create", "-noint", "-force", "-dir", str(self.ca),
-              "-subject", "cn=Stork Test CA, ou=stork, o=Grid", "-pass", PASSWORD,
-              "-days", "7", "-bits", "2048", "-nobuild"], self.env, cwd=self.root)
-        digest = _run(["openssl", "x509", "-in", str(self.ca_cert), "-noout", "-hash"],
-                      self.env, cwd=self.root).strip()
-        if SYSTEM_TRUST.is_dir():  # move what grid-ca-create installed into our own trust
-            for name in set(os.listdir(SYSTEM_TRUST)) - before:
-                if digest in name:
-                    shutil.move(str(SYSTEM_TRUST / name), str(self.trust / name))
-            if not existed:
-                with contextlib.suppress(OSError):
-                    SYSTEM_TRUST.rmdir()
+        # one CA at a time on the machine (pytest-xdist's workers each make one): every
+        # test CA has the same subject, so the same hash, in the one system trust directory
+        with open(CREATE_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            digest = self._create_ca()
         if not (self.trust / f"{digest}.0").exists():  # installed nowhere: do it ourselves
             shutil.copy(self.ca_cert, self.trust / f"{digest}.0")
             shutil.copy(self.ca / "signing-policy", self.trust / f"{digest}.signing_policy")
@@ -118,6 +111,25 @@ class TestCa:
         self.user_dn = subject.strip().removeprefix("subject=")
         self.gridmap.write_text(f'"{self.user_dn}" {map_to}\n')
         return self
+
+    def _create_ca(self) -> str:
+        """grid-ca-create, what it installed in SYSTEM_TRUST moved into our own trust; the
+        CA's hash."""
+        existed = SYSTEM_TRUST.is_dir()
+        before = set(os.listdir(SYSTEM_TRUST)) if existed else set()
+        _run(["grid-ca-create", "-noint", "-force", "-dir", str(self.ca),
+              "-subject", "cn=Stork Test CA, ou=stork, o=Grid", "-pass", PASSWORD,
+              "-days", "7", "-bits", "2048", "-nobuild"], self.env, cwd=self.root)
+        digest = _run(["openssl", "x509", "-in", str(self.ca_cert), "-noout", "-hash"],
+                      self.env, cwd=self.root).strip()
+        if SYSTEM_TRUST.is_dir():  # move what grid-ca-create installed into our own trust
+            for name in set(os.listdir(SYSTEM_TRUST)) - before:
+                if digest in name:
+                    shutil.move(str(SYSTEM_TRUST / name), str(self.trust / name))
+            if not existed:
+                with contextlib.suppress(OSError):
+                    SYSTEM_TRUST.rmdir()
+        return digest
 
     def proxy(self, path: Path, valid: str = "12:00", shift: str | None = None,
               owner: int | None = None) -> Path:
