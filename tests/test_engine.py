@@ -734,25 +734,30 @@ class RangeStragglerWorker(Worker):
 
     def __init__(self, first: threading.Lock, slow_bps: float, fast_bps: float,
                  log: list[tuple[int, Item, bool]], lock: threading.Lock,
-                 crawl_below: int = 0) -> None:
+                 crawl_below: int = 0, crawl_at: int | None = None,
+                 crawl_told_once: bool = False) -> None:
         self.first, self.slow_bps, self.fast_bps = first, slow_bps, fast_bps
         self.log, self.lock = log, lock
         self.crawl_below = crawl_below  # a call of bytes below this offset crawls too
+        self.crawl_at = crawl_at  # the range at this offset crawls, not the first call
+        self.crawl_told_once = crawl_told_once  # a crawling call tells its first bytes only
         self._cut = threading.Event()
 
     def run(self, items: Sequence[Item], setting: Setting, report: Report) -> list[ItemResult]:
         self._cut.clear()
         [item] = items
-        slow = self.first.acquire(blocking=False) or item.offset < self.crawl_below
+        slow = item.offset == self.crawl_at if self.crawl_at is not None else \
+            self.first.acquire(blocking=False) or item.offset < self.crawl_below
         bps = self.slow_bps if slow else self.fast_bps
         step = max(1, item.size_bytes // 16)
-        for _ in range(0, item.size_bytes, step):
+        for offset in range(0, item.size_bytes, step):
             t0 = time.monotonic()
             if self._cut.wait(step / bps):
                 with self.lock:
                     self.log.append((id(self), item, slow))
                 return cut_short(items, 1)  # begun, nothing known to have landed
-            report(t0, time.monotonic(), step)
+            if not (slow and self.crawl_told_once and offset > 0):
+                report(t0, time.monotonic(), step)
         return [ItemResult(item, True)]
 
     def cut(self) -> None:
@@ -795,6 +800,29 @@ def test_a_straggling_range_is_cut_at_the_end_and_sent_again_in_pieces_by_the_id
     again = [(slot, i) for slot, i in landed if i.offset < slow_range.size_bytes]
     assert len(again) >= 2 and len({slot for slot, _ in again}) >= 2  # in pieces, spread
     assert all(i.size_bytes >= MB for _, i in again)  # of at least the floor
+
+
+def test_a_straggling_range_that_told_its_bytes_once_is_judged_by_its_first_report() -> None:
+    """As above, but the range that crawls is one of the last (the flow's windows before
+    it are known), and it tells its first bytes and then nothing until its end (a
+    third-party range's server marks every 5 s): its rate up to that report, after a
+    set-up, is enough to cut it once the other slots idle."""
+    size = 96 * MB
+    file = FileWork(0, "x://s/big", "x://d/big", size)
+    landed: list[Item] = []
+    cuts: list[tuple[int, Item, bool]] = []
+    lock = threading.Lock()
+    engine = Engine(split(file, 4 * MB), lambda: RangeStragglerWorker(
+        threading.Lock(), slow_bps=0.5 * MB, fast_bps=10 * MB, log=cuts, lock=lock,
+        crawl_at=80 * MB, crawl_told_once=True), Setting(4, 1, 1),
+        lambda _, rs: landed.extend(r.item for r in rs if r.ok), short_piece_bytes=MB)
+    runner = threading.Thread(target=engine.run)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive()
+    assert engine.cuts == 1 and [(i.offset, slow) for _, i, slow in cuts] == [(80 * MB, True)]
+    spans = sorted((i.offset, i.offset + i.size_bytes) for i in landed)
+    assert merged(spans) == [(0, size)] and sum(e - s for s, e in spans) == size
 
 
 def test_the_pieces_of_a_cut_range_are_not_cut_again_on_a_path_slow_for_them_too() -> None:

@@ -56,7 +56,9 @@ of its last report, would take CUT_GAIN times as long as its whole range so spre
 wan80 a 64 MiB range took 9.6 to 29.6 s at cc 8 p 4, and a 4 GiB file's last two calls
 (a 64 MiB range at about 21 Mbit/s and a 29 MiB piece) ran on for 8.7 s after the other
 six slots had gone idle (docs/BENCHMARKS.md 15.55). The idle slots are looked at each
-time a call ends as well as at each report: a range's server marks only every 5 s.
+time a call ends as well as at each report: a range's server marks only every 5 s, so a
+range that has told its bytes once is judged by its rate up to that report, after a
+set-up.
 
 At the end of the queue an item larger than its share (the bytes queued over `cc`) is cut
 as it is taken (`stork.engine.items.guided`, with pieces of at least `piece_bytes`, or
@@ -186,6 +188,13 @@ class _Call:
         """Its items not yet told whole."""
         ends = itertools.accumulate(i.size_bytes for i in self.taken.items)
         return sum(1 for end in ends if end > self.told_bytes)
+
+    def first_rate(self, setup_s: float) -> float | None:
+        """Bytes per second up to its first report, after a set-up of `setup_s` (None
+        before that report, or when it came within the set-up)."""
+        if self.first_s is None or self.first_s - self.taken.started_s <= setup_s:
+            return None
+        return self.first_bytes / (self.first_s - self.taken.started_s - setup_s)
 
     def rate(self, now: float | None = None) -> float | None:
         """Bytes per second since its first report, up to its last (or to `now`: a call
@@ -522,11 +531,17 @@ class Engine:
     def _range_cut(self, call: _Call, idle: int, busy: float | None, now: float
                    ) -> tuple[float, float] | None:
         """`range_cut` of a lone range in flight, its rate as of its last report (a range's
-        server marks every 5 s: a call silent since then has moved on, not stalled), its
-        pieces at `busy`, a worker's rate while every slot was busy; None for a piece of a
-        range cut before (a range is cut once, so a path slow for every call cannot send
-        it again and again). In the lock."""
-        rate = call.rate()
+        server marks every 5 s: a call silent since then has moved on, not stalled), or up
+        to its first after a set-up when it has made only one; its pieces at `busy`, a
+        worker's rate while every slot was busy; None for a piece of a range cut before (a
+        range is cut once, so a path slow for every call cannot send it again and again).
+        In the lock.
+
+        On wan80 the last call of a 1 GiB file, a 26 MiB piece, told its first bytes 6.5 s
+        in (2.3 s after the other slots went idle) and ended 10.3 s after them: with one
+        report it could not be judged, and its second came 5 s later, near its end
+        (docs/BENCHMARKS.md 15.55, job 2 of run G1)."""
+        rate = call.rate() or call.first_rate(self._setup_s)
         if not rate or not busy or call.taken.items[0] in self._resent:
             return None
         return range_cut(call.left_bytes - rate * max(0.0, now - call.told_s), rate,
