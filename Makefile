@@ -39,7 +39,7 @@ lint: setup
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file to each at a time
 # (--dist loadfile: a file's servers are started once). Most tests wait on servers, tools
-# and links, not on the CPU: on 2 cores, 4 workers ran the suite in 548 s, 2 in 744 s, and
+# and links, not on the CPU: on 2 cores, 4 workers ran the suite in 548-579 s, 2 in 744 s, and
 # one in 1086 s. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 4
 

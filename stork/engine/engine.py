@@ -512,9 +512,12 @@ class Engine:
         call.cut = True
         self.cuts += 1
         what = "a range of" if call.lone_range else f"{call.files_left()} files and"
+        rate, since = call.rate(now), ""
+        if rate is None:  # a range told once (`_range_cut`)
+            rate, since = call.first_rate(self._setup_s), " up to its first report"
         log.info("engine: call %d.%d cut with %s %.0f bytes not told: about %.1f s at its "
-                 "%.2f Mbit/s, about %.1f s on %d idle slots", *lane, what, call.left_bytes,
-                 keep_s, (call.rate(now) or 0) * 8e-6, cut_s, idle)
+                 "%.2f Mbit/s%s, about %.1f s on %d idle slots", *lane, what,
+                 call.left_bytes, keep_s, (rate or 0) * 8e-6, since, cut_s, idle)
         return worker
 
     def _list_cut(self, call: _Call, idle: int, per_worker: float, now: float
