@@ -66,6 +66,28 @@ def answers(name: str, proc: subprocess.Popen[bytes] | None, stderr_path: Path,
         return False
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself holds a listening TCP socket on `port`: a port from
+    `free_port` may be taken by another process (pytest-xdist's workers pick theirs at the
+    same time) before the server binds it, and then `listening` answers for that one."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+    return False
+
+
 def listening(host: str, *ports: int) -> bool:
     """Whether every one of `ports` on `host` accepts a connection now."""
     for port in ports:
@@ -107,8 +129,12 @@ class GridFtpServer:
                 "-data-interface", self.host, "-d", "ERROR", "-l", str(self.log)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
-        wait_for(lambda: listening(self.host, self.port), 15,
+        proc = self.proc
+        wait_for(lambda: proc.poll() is not None or listens(proc.pid, self.port), 15,
                  what=f"GridFTP server on {self.host}:{self.port}")
+        if proc.poll() is not None:
+            raise RuntimeError(f"the GridFTP server on {self.host}:{self.port} exited with "
+                               f"status {proc.returncode} (see {self.log})")
         return self
 
     def stop(self) -> None:

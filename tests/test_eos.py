@@ -3,6 +3,7 @@ optimized transfers, shared sampling runs and the history."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ from tests.support import (
     GridFtpServer,
     StorkServer,
     free_port,
-    listening,
+    listens,
     make_file,
     md5,
     wait_for,
@@ -54,14 +55,24 @@ def eos_stork(tmp_path: Path) -> Iterator[StorkServer]:
     server.stop()
 
 
+def _started(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether `proc` listens on `port`, or has exited."""
+    return proc.poll() is not None or listens(proc.pid, port)
+
+
 @pytest.fixture(scope="module")
 def iperf3_server() -> Iterator[int]:
     if shutil.which("iperf3") is None:
         pytest.skip("iperf3 is not installed; run `make setup`")
-    port = free_port()
-    proc = subprocess.Popen(["iperf3", "-s", "-p", str(port), "-B", "127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: listening("127.0.0.1", port), 10, what="iperf3 server")
+    for _ in range(3):  # a port another process took first: iperf3 exits, try another
+        port = free_port()
+        proc = subprocess.Popen(["iperf3", "-s", "-p", str(port), "-B", "127.0.0.1"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(functools.partial(_started, proc, port), 10, what="iperf3 server")
+        if proc.poll() is None:
+            break
+    else:
+        raise RuntimeError(f"iperf3 -s exited with status {proc.returncode} on three ports")
     yield port
     proc.kill()
     proc.wait()
