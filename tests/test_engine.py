@@ -837,7 +837,7 @@ def test_the_pieces_of_a_cut_range_are_not_cut_again_on_a_path_slow_for_them_too
     lock = threading.Lock()
     first_call = threading.Lock()
     engine = Engine(split(file, 4 * MB), lambda: RangeStragglerWorker(
-        first_call, slow_bps=2 * MB, fast_bps=10 * MB, log=cuts, lock=lock,
+        first_call, slow_bps=MB, fast_bps=10 * MB, log=cuts, lock=lock,
         crawl_below=4 * MB), Setting(4, 1, 1),
         lambda _, rs: landed.extend(r.item for r in rs if r.ok), short_piece_bytes=MB)
     runner = threading.Thread(target=engine.run)
