@@ -88,6 +88,11 @@ def listens(pid: int, port: int) -> bool:
     return False
 
 
+def up_or_ended(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether server `proc` listens on `port` itself (`listens`), or has exited."""
+    return proc.poll() is not None or listens(proc.pid, port)
+
+
 def listening(host: str, *ports: int) -> bool:
     """Whether every one of `ports` on `host` accepts a connection now."""
     for port in ports:
@@ -130,7 +135,7 @@ class GridFtpServer:
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         proc = self.proc
-        wait_for(lambda: proc.poll() is not None or listens(proc.pid, self.port), 15,
+        wait_for(lambda: up_or_ended(proc, self.port), 15,
                  what=f"GridFTP server on {self.host}:{self.port}")
         if proc.poll() is not None:
             raise RuntimeError(f"the GridFTP server on {self.host}:{self.port} exited with "

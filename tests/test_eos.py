@@ -31,9 +31,9 @@ from tests.support import (
     GridFtpServer,
     StorkServer,
     free_port,
-    listens,
     make_file,
     md5,
+    up_or_ended,
     wait_for,
 )
 
@@ -55,11 +55,6 @@ def eos_stork(tmp_path: Path) -> Iterator[StorkServer]:
     server.stop()
 
 
-def _started(proc: subprocess.Popen[bytes], port: int) -> bool:
-    """Whether `proc` listens on `port`, or has exited."""
-    return proc.poll() is not None or listens(proc.pid, port)
-
-
 @pytest.fixture(scope="module")
 def iperf3_server() -> Iterator[int]:
     if shutil.which("iperf3") is None:
@@ -68,7 +63,7 @@ def iperf3_server() -> Iterator[int]:
         port = free_port()
         proc = subprocess.Popen(["iperf3", "-s", "-p", str(port), "-B", "127.0.0.1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(functools.partial(_started, proc, port), 10, what="iperf3 server")
+        wait_for(functools.partial(up_or_ended, proc, port), 10, what="iperf3 server")
         if proc.poll() is None:
             break
     else:
