@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support import free_port, kill_group, listening, wait_for
+from tests.support import free_port, kill_group, listening, up_or_ended, wait_for
 
 TOOLS = ("grid-ca-create", "grid-cert-request", "grid-ca-sign", "grid-proxy-init",
          "globus-gridftp-server", "globus-url-copy", "faketime")
@@ -170,8 +170,12 @@ class GsiGridFtpServer:
                 "-d", "ERROR", "-l", str(self.log)]
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_for(lambda: listening(self.host, self.port), 15,
+        proc = self.proc
+        wait_for(lambda: up_or_ended(proc, self.port), 15,
                  what=f"GSI GridFTP server on {self.host}:{self.port}")
+        if proc.poll() is not None:
+            raise RuntimeError(f"the GSI GridFTP server on {self.host}:{self.port} exited "
+                               f"with status {proc.returncode} (see {self.log})")
         return self
 
     def stop(self) -> None:
