@@ -83,6 +83,7 @@ class FifoReader:
         self.path = path
         self.digest = hashlib.md5(usedforsecurity=False)
         self.count = 0
+        self.asked = False  # result() was called: no writer is still to come
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -92,10 +93,15 @@ class FifoReader:
         try:
             os.set_blocking(fd, False)
             idle_since = time.monotonic()
-            while time.monotonic() - idle_since < 4.0:
+            # a writer may take long to come (a GSI handshake on a loaded machine); once
+            # bytes flow, or the result is asked for, 4 s without any means they are done
+            while True:
                 try:
                     block = os.read(fd, 1 << 20)
                 except BlockingIOError:
+                    if time.monotonic() - idle_since >= (
+                            4.0 if self.count or self.asked else 60.0):
+                        break  # (after a read found nothing: no byte is left unread)
                     time.sleep(0.02)
                     continue
                 self.digest.update(block)
@@ -105,7 +111,8 @@ class FifoReader:
             os.close(fd)
 
     def result(self) -> tuple[int, str]:
-        self.thread.join(30)
+        self.asked = True
+        self.thread.join(90)
         return self.count, self.digest.hexdigest()
 
 
