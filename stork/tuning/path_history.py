@@ -157,7 +157,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                        limits: Limits | None = None, axes: Sequence[str] = (),
                        windows: int = WINDOWS, max_windows: int = MAX_WINDOWS,
                        min_gain: float = MIN_GAIN, alike_axes: bool = False,
-                       ceiling_mbps: float | None = None,
+                       ceiling_mbps: float | None = None, halve: bool = True,
                        whose: str = "the path's history") -> tuple[Setting, str]:
     """Where to start: of the settings the path's history measured (`measured_from_history`;
     `whose` says whose history it is)
@@ -200,7 +200,9 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
     doubling gained more than 5% in 68% and made 1.260; on wan80 a start at half of cc 32
     lost 38.6%: docs/BENCHMARKS.md 15.35, run W80); the halving is tried by a later job,
     once the doubling is measured. Where the link's rate is not known, or leaves no room,
-    halvings first: of two settings within `min_gain` the fewer streams win."""
+    halvings first: of two settings within `min_gain` the fewer streams win. Without
+    `halve` no halving is started at, only a doubling (where the link, when its rate is
+    known, leaves room): for a flow that holds its start to its end (`untuned_setting`)."""
     if not known:
         return preset, (f"no transfer of this size class on this path in the log: the "
                         f"preset {preset.label()}")
@@ -246,11 +248,11 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                           f"the history has not measured")
         return None, why
 
-    if ceiling_mbps is not None:  # the link leaves room for more: more streams first
+    if ceiling_mbps is not None or not halve:  # the link leaves room: more streams first
         more, why = doubled(why)
         if more is not None:
             return more, why
-    for axis in halving_order(axes, alike_axes):
+    for axis in halving_order(axes, alike_axes) if halve else ():
         assert limits is not None, "a halving is bounded by the limits"
         fewer = neighbour(chosen.setting, axis, False, limits)
         if fewer is not None and streams(fewer) <= too_few:
@@ -267,7 +269,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
         if fewer is not None and (fewer not in known or known[fewer].count < windows):
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
-    if ceiling_mbps is None:  # nothing fewer to measure: twice the streams
+    if ceiling_mbps is None and halve:  # nothing fewer to measure: twice the streams
         more, why = doubled(why)
         if more is not None:
             return more, why
