@@ -641,8 +641,9 @@ def replay_flow(cases: Sequence[tuple[File, Curve, Curve, int]], mode: str, hist
     where the table does not say). A single file predicted shorter than `SHORTEST_TUNED_S`
     (at the best rate of that history, else the table's Bandwidth) runs untuned where the
     history puts it, or at the doubling of that the history has not measured, never at
-    the halving a tuned job may start at, as the daemon runs it (`untuned_setting`). A count the curve lacks runs at its nearest level (counted once
-    each time the flow goes to it). Its share is the transfer's bytes over the flow's time,
+    the halving a tuned job may start at, as the daemon runs it (`untuned_setting`). A
+    count the curve lacks runs at its nearest level (counted once each time the flow goes
+    to it). Its share is the transfer's bytes over the flow's time,
     tries and ramps included, against the judging curve's best rate; its samples are the
     counts the flow ran at; `acted` counts the curves where it changed its count (a
     transfer shorter than a few windows runs at its start)."""
