@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support import free_port, kill_group, listening, up_or_ended, wait_for
+from tests.support import free_port, kill_group, listens, up_or_ended, wait_for
 
 TOOLS = ("grid-ca-create", "grid-cert-request", "grid-ca-sign", "grid-proxy-init",
          "globus-gridftp-server", "globus-url-copy", "faketime")
@@ -259,12 +259,14 @@ http.listingdeny false
              "-l", str(self.run_dir / "xrootd.log")], env={**self.ca.env, **self.environment()},
             stdout=subprocess.DEVNULL, stderr=open(self.run_dir / "xrootd.stderr", "wb"),  # noqa: SIM115
             start_new_session=True)
+        proc = self.proc
 
         def serving() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"xrootd exited with {self.proc.returncode}: "
+            if proc.poll() is not None:
+                raise RuntimeError(f"xrootd exited with {proc.returncode}: "
                                    f"{(self.run_dir / 'xrootd.stderr').read_text()[-2000:]}")
-            return listening("127.0.0.1", self.root_port, self.https_port)
+            # its own sockets: another xdist worker's server may hold a port it was given
+            return all(listens(proc.pid, port) for port in (self.root_port, self.https_port))
 
         wait_for(serving, 20, what="xrootd on 127.0.0.1")
         return self
