@@ -340,9 +340,10 @@ KNOBS: tuple[Knob, ...] = (
          "count as progress, not cost. The same share bounds an online optimizer's tries "
          "on a single file sent as ranges: a file whose predicted time is too short for "
          "one try (RAMP_S and 3 windows of 2 s) to fit in it runs untuned, at what the "
-         "path's history measured best or at the doubling of that the history has not "
-         "measured (the path's next files learn whether more streams pay), else at the "
-         "large-file preset. 0: no bound (every file sampled or tuned)."),
+         "path's history measured best or, where EOS_LINK_IS_TRUE and the link leaves "
+         "room, at the doubling of that the history has not measured (the path's next "
+         "files learn whether more streams pay), else at the large-file preset. 0: no "
+         "bound (every file sampled or tuned)."),
     Knob("EOS_DEFAULT_STREAMS", "eos_default_streams", "32", _parse_int_min(1), LIVE,
          "Streams the EOS answers without samples or history for the pair (a transfer too "
          "small for two samples within EOS_SAMPLING_BUDGET), and where a budgeted run "

@@ -163,29 +163,36 @@ def test_a_halving_the_history_vouches_for_keeps_within_five_percent_of_the_best
 
 def test_a_flow_too_short_to_tune_runs_at_the_historys_choice_or_its_doubling() -> None:
     """A file too short to repay a try (`untuned_setting`) runs to its end at what the path's
-    history measured best, or at the doubling of it the history has not measured (so the
-    next jobs know whether more streams pay), never at a halving (it has no verdict to go
-    back on); the preset where the path has no row."""
+    history measured best, or, where the link's rate is known and leaves room, at the
+    doubling of it the history has not measured (so the next jobs know whether more
+    streams pay), never at a halving (it has no verdict to go back on); the preset where
+    the path has no row."""
     from stork.server.flow_tuning import untuned_setting
 
     s8p4, s16p4, s4p4, s32p4 = Setting(8, 4, 1), Setting(16, 4, 1), Setting(4, 4, 1), \
         Setting(32, 4, 1)
-    # the history measured the preset and its doubling, 20% above it: the doubling of that
+    # the history measured the preset and its doubling, 20% above it; the link's rate is
+    # known and leaves room: the doubling of that
     known = {s8p4: Measured(s8p4, 200.0, 4.0, 8), s16p4: Measured(s16p4, 240.0, 4.0, 8)}
-    climb = Climb(s4p4, LIMITS, known=known)  # (a tuned job's start: a halving to measure)
+    climb = Climb(s4p4, LIMITS, known=known, ceiling_mbps=400.0)  # (a tuned job's start)
     setting, why = untuned_setting(climb, s8p4)
     assert setting == s32p4 and "the path's history" in why, why
     assert "starting at cc=32 p=4 pp=1, twice its cc, which the history has not" in why, why
+    # the link's rate not known (a guess): the history's choice, no doubling
+    setting, why = untuned_setting(Climb(s4p4, LIMITS, known=known), s8p4)
+    assert setting == s16p4 and "twice" not in why, why
     # that doubling measured, within 5%: the fewer streams, and no more doublings
     known[s32p4] = Measured(s32p4, 244.0, 4.0, 8)
-    assert untuned_setting(Climb(s4p4, LIMITS, known=known), s8p4)[0] == s16p4
+    assert untuned_setting(Climb(s4p4, LIMITS, known=known, ceiling_mbps=400.0),
+                           s8p4)[0] == s16p4
     # the link's rate leaves no room for a doubling to be kept: none
     known = {s8p4: Measured(s8p4, 200.0, 4.0, 8), s16p4: Measured(s16p4, 240.0, 4.0, 8)}
     setting, why = untuned_setting(Climb(s4p4, LIMITS, known=known, ceiling_mbps=245.0), s8p4)
     assert setting == s16p4 and "could not be kept" in why, why
     # within 5% the fewer streams, and no halving of them that the history has not measured
     known = {s8p4: Measured(s8p4, 236.0, 4.0, 8), s16p4: Measured(s16p4, 240.0, 4.0, 8)}
-    assert untuned_setting(Climb(s4p4, LIMITS, known=known), s16p4)[0] == s8p4
+    assert untuned_setting(Climb(s4p4, LIMITS, known=known, ceiling_mbps=400.0),
+                           s16p4)[0] == s8p4
     # cc at most the flow's items (the link full: no doubling)
     assert untuned_setting(Climb(s4p4, LIMITS.at_most_cc(10), ceiling_mbps=245.0, known={
         s16p4: Measured(s16p4, 240.0, 4.0, 8)}), s8p4)[0] == Setting(10, 4, 1)

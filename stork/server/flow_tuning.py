@@ -171,12 +171,15 @@ def shortest_tuned_s(budget: float) -> float:
 def untuned_setting(climb: Climb, preset: Setting) -> tuple[Setting, str]:
     """Where a flow too short to be tuned (`shortest_tuned_s`) runs to its end, with why:
     the setting of `climb`'s history of the path that `prior_from_history` chooses (the
-    fewest streams within 5% of the best measured), or the doubling of it that the history
-    has not measured (where the link, its rate known, leaves room for it to be kept), so
-    the path's next jobs know whether more streams pay: without it a path whose files are
-    all too short to tune would hold its first setting for good (on wan80 each 1 GiB job
-    held the preset's 32 streams, 0.87-0.96 of the best cell, where 64 and 128 made
-    0.98-1.01: docs/BENCHMARKS.md 15.56). Never the halving a tuned job may start at: an
+    fewest streams within 5% of the best measured), or, where the link's rate is known
+    (EOS_LINK_IS_TRUE) and leaves room for it to be kept, the doubling of it that the
+    history has not measured, so the path's next jobs know whether more streams pay:
+    without it a path whose files are all too short to tune holds its first setting for
+    good (on wan80 each 1 GiB job held the preset's 32 streams, 0.87-0.96 of the best cell,
+    where 64 and 128 made 0.98-1.01: docs/BENCHMARKS.md 15.56). Not where the link's rate
+    is a guess: replayed with history on the parallelism curves of ../shared/data, whose
+    links' rates are not known to be true, doublings started that way took loni's mean
+    share from 0.893 to 0.849 (15.57). Never the halving a tuned job may start at: an
     untuned flow has no verdict to go back on, and a halving costs where a doubling pays
     (on the grids of ../shared/data a halving made 0.851 of its cell on average, a doubling
     1.260: 15.35). The next job's prior judges the doubling (kept only past 5%). `preset`
@@ -184,8 +187,9 @@ def untuned_setting(climb: Climb, preset: Setting) -> tuple[Setting, str]:
     alike."""
     from stork.tuning.path_history import prior_from_history
 
-    setting, why = prior_from_history(climb.known, preset, limits=climb.limits,
-                                      axes=climb.axes, alike_axes=climb.alike_axes,
+    axes = climb.axes if climb.ceiling_mbps is not None else ()
+    setting, why = prior_from_history(climb.known, preset, limits=climb.limits, axes=axes,
+                                      alike_axes=climb.alike_axes,
                                       ceiling_mbps=climb.ceiling_mbps, halve=False)
     return Setting(min(setting.cc, climb.limits.max_cc), setting.p, setting.pp), why
 
