@@ -248,7 +248,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
                           f"the history has not measured")
         return None, why
 
-    if ceiling_mbps is not None or not halve:  # the link leaves room: more streams first
+    if ceiling_mbps is not None:  # the link leaves room for more: more streams first
         more, why = doubled(why)
         if more is not None:
             return more, why
@@ -269,7 +269,7 @@ def prior_from_history(known: Mapping[Setting, Measured], preset: Setting, *,
         if fewer is not None and (fewer not in known or known[fewer].count < windows):
             return fewer, (f"{why}; starting at {fewer.label()}, half its {axis}, which the "
                            f"history has not measured")
-    if ceiling_mbps is None and halve:  # nothing fewer to measure: twice the streams
+    if ceiling_mbps is None:  # nothing fewer to measure: twice the streams
         more, why = doubled(why)
         if more is not None:
             return more, why
