@@ -1472,8 +1472,8 @@ def test_the_history_decides_a_neighbour_it_measured_enough() -> None:
     again: with more streams and no clear gain it is passed over; with fewer streams within
     5% the flow moves there (the fewer streams win) and measures it on arrival."""
     s8, s16, s4, s2 = Setting(8, 1, 1), Setting(16, 1, 1), Setting(4, 1, 1), Setting(2, 1, 1)
-    history = {s16: Measured(s16, 153.0, 30.0, 8), s4: Measured(s4, 151.0, 30.0, 8),
-               s2: Measured(s2, 80.0, 5.0, 8), s8: Measured(s8, 150.0, 30.0, 3)}
+    history = {s16: Measured(s16, 153.0, 30.0, 8), s4: Measured(s4, 151.0, 6.0, 8),
+               s2: Measured(s2, 80.0, 5.0, 8), s8: Measured(s8, 150.0, 6.0, 3)}
     climb = Climb(s8, LIMITS, axes=("cc",), known=history)  # (not a halving start)
     changes = run(climb, lambda s, t: 150.0 * min(streams(s), 4) / 4, seconds=60)
     tried = [c.setting for _, c in changes]
@@ -2047,9 +2047,9 @@ def test_a_chunk_that_ends_in_its_first_calls_does_not_hold_the_others() -> None
 
 
 def test_a_try_of_fewer_streams_still_open_at_the_last_window_says_what_it_lost() -> None:
-    """Open after max_windows, fewer streams are kept only within 5% on the point estimate;
-    past it the reference is kept, and the reason says the loss (not that fewer streams
-    won)."""
+    """Open after max_windows, fewer streams are kept only within 5% by one standard
+    error; past it the reference is kept, and the reason says the loss (not that fewer
+    streams won)."""
     climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=100.0)
     first = climb.step([100.0, 100.0, 100.0])
     assert first is not None and first.setting == Setting(4, 1, 1), first
@@ -2058,7 +2058,8 @@ def test_a_try_of_fewer_streams_still_open_at_the_last_window_says_what_it_lost(
     assert answers[:-1] == [None] * 5  # within the noise until the last window
     last = answers[-1]
     assert last is not None and last.setting == Setting(8, 1, 1)
-    assert "a loss of 7.0%, past 5%: kept the reference" in last.reason, last.reason
+    assert "a loss of 7.0%, past 5% with one standard error (4.9%): kept the reference" \
+        in last.reason, last.reason
 
 
 def test_the_data_left_for_a_try_is_what_is_queued_not_what_is_in_flight() -> None:
@@ -2596,3 +2597,32 @@ def test_jobs_at_other_levels_compare_settings_within_each_job() -> None:
     assert seen[Setting(2, 1, 1)].mean == 40.0
     unlinked = known([row(8, 1, 100.0), row(4, 1, 90.0), row(8, 1, 200.0)])  # no jobs:
     assert unlinked[Setting(8, 1, 1)].mean == pytest.approx(150.0)  # pooled as they came
+
+
+def test_a_try_of_fewer_streams_is_kept_or_refused_by_one_standard_error() -> None:
+    """The tries of fewer streams that reach the last look are those whose early windows
+    looked well, so their loss reads low: one within 5% on the point estimate but not by
+    one standard error is refused (docs/BENCHMARKS.md 15.57: on wan40 a 4 GiB file kept
+    cc 4 p 4 at -4.8% over 8 windows, and its 73 windows there made -6.8%), and judged
+    again, it is refused again on the reference measured anew. Before the last look, a
+    loss past 5% by one standard error sends the flow back at once: the try costs rate
+    while it runs (15.57's wan80 job held cc 4 p 4 at -20.0% for 8 windows, open because
+    the reference's three windows spread 12%)."""
+    climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=100.0)
+    first = climb.step([100.0, 100.0, 100.0])
+    assert first is not None and first.setting == Setting(4, 1, 1), first
+    tried = [93.0, 98.0] * 4  # -4.5% on the mean, one standard error 0.9%
+    answers = [climb.step(tried[:n]) for n in range(3, 9)]
+    assert answers[:-1] == [None] * 5, answers  # within the noise until the last window
+    last = answers[-1]
+    assert last is not None and last.setting == Setting(8, 1, 1), last
+    assert "a loss of 4.5%, past 5% with one standard error (0.9%)" in last.reason, last.reason
+    again = climb.step([100.0, 100.0, 100.0])  # measured again: judged again, refused
+    assert again is not None and again.setting == Setting(8, 1, 1), again
+    assert climb.holding and "holding cc=8" in again.reason, again.reason
+
+    climb = Climb(Setting(8, 1, 1), LIMITS, axes=("cc",), ceiling_mbps=100.0)
+    climb.step([100.0, 100.0, 100.0])
+    early = climb.step([70.0, 100.0, 85.0])  # -15%, within two standard errors (17.3%)
+    assert early is not None and early.setting == Setting(8, 1, 1), early
+    assert "a loss past 5% even with one standard error (8.7%)" in early.reason, early.reason

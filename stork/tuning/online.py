@@ -14,15 +14,17 @@ settled. It answers a `Change` or nothing:
    measured at this load (by the flow or the history: `against_best`), so halvings each
    within `min_gain` of the last do not add up past it. A try within the noise is measured
    longer, up to `max_windows`, then decided (`settled`): more streams are kept when their
-   gain less one standard error still reaches `min_gain`, else the fewer streams win. A
-   kept setting becomes the reference; a refused one sends the flow back to the reference, measured
-   again and pooled (a try of fewer streams refused at the last look is then judged again
-   against it: `_judged_again`), and the other direction is tried only when the first was
-   refused at once. The next axis starts the way the last kept move went; a refused move turns the
-   other axes the other way first; of two halvings still to try, small and medium files
-   try p's first (`stork.tuning.moves`: `went`, `turned`, `halving_order`). A prior that is a
-   halving (or a doubling) of a setting the history measured (`moved_start`) is itself a
-   try, judged against the history's measurement of the setting it came from.
+   gain less one standard error still reaches `min_gain`, fewer when their loss plus one
+   standard error stays within it, else the reference is kept; a try of fewer streams
+   whose loss is past `min_gain` even with one standard error is refused before the last
+   look. A kept setting becomes the reference; a refused one sends the flow back to the
+   reference, measured again and pooled (a try of fewer streams refused at the last look is then
+   judged again against it: `_judged_again`), and the other direction is tried only when the
+   first was refused at once. The next axis starts the way the last kept move went; a refused
+   move turns the other axes the other way first; of two halvings still to try, small and medium
+   files try p's first (`stork.tuning.moves`: `went`, `turned`, `halving_order`). A prior that is
+   a halving (or a doubling) of a setting the history measured (`moved_start`) is itself a try,
+   judged against the history's measurement of the setting it came from.
    A neighbour the path's history (`known`, `measured_from_history`) already refuses is
    passed over without moving the flow, judged against the reference's windows now and,
    when the history has them, then (`pooled`); a history whose windows of it spread more
@@ -582,6 +584,8 @@ class Climb:
         verdict, why, figures = self._verdict(tried, self.max_windows)
         if verdict is not Verdict.KEPT:
             return None
+        if self.too_few >= streams(tried.setting):  # its refusal's count, not too few after all
+            self.too_few = 0
         axis = "cc" if tried.setting.cc != self.reference.setting.cc else "p"
         return self._arrive(tried, axis, False, f"{said}; {tried.setting.label()}, refused "
                             f"at the last look, judged again against it: {why}; measuring it",
